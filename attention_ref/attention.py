@@ -1,0 +1,162 @@
+"""Scaled dot-product attention, ``softmax(q k^T / sqrt(d_k) + mask) v``, and its backward.
+
+Symbols: ``...`` batch axes (any number, broadcast between q, k and v), Nq queries,
+Nk keys, Dk query/key width, Dv value width.
+
+Forward, numbered so the backward can walk it in reverse:
+
+1. ``scores = q k^T / sqrt(d_k)``                        (..., Nq, Nk)
+2. masking: ``scores[~mask] = -inf`` (boolean) or ``scores += mask`` (float)
+3. ``weights = softmax(scores)`` along the keys          (..., Nq, Nk)
+4. ``out = weights v``                                   (..., Nq, Dv)
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from ._checks import (
+    as_mask,
+    as_real_array,
+    broadcast_batch,
+    cast,
+    check_mask_shape,
+    common_dtype,
+    require_ndim,
+    unbroadcast,
+)
+from .softmax import _softmax
+
+__all__ = [
+    "AttentionCache",
+    "scaled_dot_product_attention_forward",
+    "scaled_dot_product_attention_backward",
+]
+
+
+class AttentionCache(NamedTuple):
+    """What the backward needs; ``weights`` are the attention probabilities."""
+
+    q: np.ndarray  # (..., Nq, Dk)
+    k: np.ndarray  # (..., Nk, Dk)
+    v: np.ndarray  # (..., Nk, Dv)
+    weights: np.ndarray  # (..., Nq, Nk), softmax output; 0 where masked
+    out: np.ndarray  # (..., Nq, Dv), kept for D_i = rowsum(dout_i * out_i)
+    scale: float  # 1 / sqrt(d_k)
+
+
+def check_attention_inputs(q, k, v, mask, names=("q", "k", "v")):
+    """Validate q, k, v and mask; return them cast to one dtype plus the scores' shape."""
+    q_name, k_name, v_name = names
+    q = as_real_array(q, q_name)
+    k = as_real_array(k, k_name)
+    v = as_real_array(v, v_name)
+    require_ndim(q, q_name, 2, "(..., n_q, d_k)")
+    require_ndim(k, k_name, 2, "(..., n_k, d_k)")
+    require_ndim(v, v_name, 2, "(..., n_k, d_v)")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"{q_name} and {k_name} must share their last dimension d_k: {q_name} has shape"
+            f" {q.shape}, {k_name} has shape {k.shape}"
+        )
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"{k_name} and {v_name} must have the same length n_k (axis -2): {k_name} has"
+            f" shape {k.shape}, {v_name} has shape {v.shape}"
+        )
+    batch = broadcast_batch(
+        [(q_name, q.shape[:-2]), (k_name, k.shape[:-2]), (v_name, v.shape[:-2])],
+        what="batch dimensions (all but the last two axes)",
+    )
+    scores_shape = batch + (q.shape[-2], k.shape[-2])
+    mask = as_mask(mask)
+    check_mask_shape(mask, scores_shape)
+    dtype = common_dtype(q, k, v)
+    return cast(q, dtype), cast(k, dtype), cast(v, dtype), mask, scores_shape
+
+
+def scaled_dot_product_attention_forward(q, k, v, mask=None):
+    """Scaled dot-product attention ``softmax(q k^T / sqrt(d_k) + mask) v``.
+
+    Parameters
+    ----------
+    q : array (..., n_q, d_k), queries
+    k : array (..., n_k, d_k), keys
+    v : array (..., n_k, d_v), values
+    mask : None, bool array (True = may attend) or float array (added to the scaled
+        scores), broadcastable to (..., n_q, n_k); see :mod:`attention_ref.masks`
+
+    Returns
+    -------
+    out : array (..., n_q, d_v); zero for a query with no allowed key
+    cache : AttentionCache; ``cache.weights`` (..., n_q, n_k) are the probabilities
+    """
+    q, k, v, mask, _ = check_attention_inputs(q, k, v, mask)
+    return _attention_forward(q, k, v, mask)
+
+
+def _attention_forward(q, k, v, mask):
+    """Unchecked forward on validated, same-dtype inputs."""
+    scale = 1.0 / math.sqrt(q.shape[-1])  # a Python float keeps float32 work in float32
+    # 1. scores = q k^T / sqrt(d_k), computed as (q / sqrt(d_k)) k^T: the scale touches
+    #    n_q * d_k numbers instead of n_q * n_k.
+    scores = (q * scale) @ k.swapaxes(-1, -2)  # (..., Nq, Nk)
+    # 2. masking
+    if mask is not None and mask.dtype == bool:
+        np.copyto(scores, -np.inf, where=~mask)  # blocked keys get weight exactly 0
+    elif mask is not None:
+        with np.errstate(over="ignore"):  # e.g. -1e300 in float32 becomes -inf, as meant
+            scores += mask.astype(scores.dtype, copy=False)
+    # 3. weights = softmax(scores), in place: nobody else holds `scores`
+    weights = _softmax(scores, axis=-1, out=scores)  # (..., Nq, Nk)
+    # 4. out = weights v
+    out = weights @ v  # (..., Nq, Dv)
+    return out, AttentionCache(q, k, v, weights, out, scale)
+
+
+def scaled_dot_product_attention_backward(dout, cache: AttentionCache):
+    """Gradients of scaled dot-product attention with respect to q, k and v.
+
+    Walking the forward in reverse, with ``P = weights`` and ``S = scores``:
+
+    4. ``out = P v``          gives ``dv = P^T dout`` and ``dP = dout v^T``
+    3. ``P = softmax(S)``     gives ``dS = P * (dP - D)`` with ``D_i = sum_j P_ij dP_ij``
+    2. masking                masked entries have ``P = 0`` hence ``dS = 0``: nothing to do
+    1. ``S = q k^T / sqrt(d_k)`` gives ``dq = dS k / sqrt(d_k)``, ``dk = dS^T q / sqrt(d_k)``
+
+    Parameters
+    ----------
+    dout : array (..., n_q, d_v), upstream gradient
+    cache : AttentionCache from the forward
+
+    Returns
+    -------
+    dq : array, shape of q
+    dk : array, shape of k
+    dv : array, shape of v
+    """
+    dout = np.asarray(dout)
+    out = cache.out
+    if dout.shape != out.shape:
+        raise ValueError(f"dout must have shape {out.shape} (the forward output), got {dout.shape}")
+    return _attention_backward(dout.astype(out.dtype, copy=False), cache)
+
+
+def _attention_backward(dout, cache: AttentionCache):
+    """Unchecked backward."""
+    q, k, v, weights, out, scale = cache
+    # 4. out = P v
+    dv = weights.swapaxes(-1, -2) @ dout  # (..., Nk, Dv)
+    dweights = dout @ v.swapaxes(-1, -2)  # (..., Nq, Nk)
+    # 3. softmax: D_i = sum_j P_ij dP_ij = sum_j P_ij (dout_i . v_j) = dout_i . out_i,
+    #    an n_q * d_v reduction instead of an n_q * n_k one.
+    D = (dout * out).sum(axis=-1, keepdims=True)  # (..., Nq, 1)
+    dscores = dweights  # dS = P * (dP - D), in place on dP which nobody else holds
+    dscores -= D
+    dscores *= weights  # (..., Nq, Nk)
+    # 1. S = (q / sqrt(d_k)) k^T
+    dq = (dscores @ k) * scale  # (..., Nq, Dk)
+    dk = (dscores.swapaxes(-1, -2) @ q) * scale  # (..., Nk, Dk)
+    return unbroadcast(dq, q.shape), unbroadcast(dk, k.shape), unbroadcast(dv, v.shape)

@@ -1,0 +1,234 @@
+"""Check any hand-written (forward, backward) pair against finite differences.
+
+For a forward ``out, cache = forward(*inputs)`` and a random upstream gradient ``dout``,
+the scalar ``L = sum(out * dout)`` has gradient ``backward(dout, cache)`` with respect to
+each input. :func:`gradcheck` estimates the same gradient entry by entry with central
+differences, ``(L(x + eps e_i) - L(x - eps e_i)) / (2 eps)``, in float64, and reports the
+worst disagreement per input.
+
+An entry passes when ``|analytic - numerical| <= atol + rtol * scale``, where ``scale`` is
+the largest gradient entry of that input (numerical or analytic). Relative error is
+measured against that largest entry, not entry by entry, because entry-wise relative
+error is meaningless for gradients that are exactly zero (the key bias ``b_k`` of
+attention, for example, whose gradient is zero up to rounding).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["GradcheckError", "GradcheckReport", "GradcheckRow", "gradcheck", "numerical_gradient"]
+
+
+class GradcheckError(AssertionError):
+    """Raised by :meth:`GradcheckReport.raise_if_failed`; the message is the report's table."""
+
+
+@dataclass(frozen=True)
+class GradcheckRow:
+    """The comparison for one differentiable input (or one entry of a dict input)."""
+
+    name: str
+    shape: tuple
+    ok: bool
+    max_abs_err: float = float("nan")
+    rel_err: float = float("nan")  # max_abs_err / scale; nan when the gradient is ~zero
+    scale: float = float("nan")  # largest |gradient| entry of this input
+    worst_index: tuple | None = None
+    message: str = ""  # why it failed when there are no numbers to compare
+
+
+@dataclass(frozen=True)
+class GradcheckReport:
+    """Result of :func:`gradcheck`: ``.ok``, ``.rows``, a table when printed."""
+
+    rows: tuple
+    atol: float
+    rtol: float
+    eps: float
+    errors: tuple = field(default=())  # problems not tied to one input
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors and all(r.ok for r in self.rows)
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def __str__(self) -> str:
+        head = f"{'input':<16} {'shape':<16} {'max|grad|':>10} {'max abs err':>11} {'rel err':>9}  {'worst index':<14} status"
+        lines = [head, "-" * len(head)]
+        for r in self.rows:
+            if r.message:
+                lines.append(f"{r.name:<16} {str(r.shape):<16} FAIL: {r.message}")
+                continue
+            rel = "-" if np.isnan(r.rel_err) else f"{r.rel_err:.1e}"
+            lines.append(
+                f"{r.name:<16} {str(r.shape):<16} {r.scale:>10.3g} {r.max_abs_err:>11.1e} {rel:>9}"
+                f"  {str(r.worst_index):<14} {'ok' if r.ok else 'FAIL'}"
+            )
+        lines.extend(f"FAIL: {e}" for e in self.errors)
+        lines.append(f"(pass: abs err <= {self.atol:g} + {self.rtol:g} * max|grad|; eps = {self.eps:g};"
+                     " rel err '-' means the gradient is zero to within atol)")
+        return "\n".join(lines)
+
+    def raise_if_failed(self) -> None:
+        """Raise :class:`GradcheckError` with the table unless every input passed."""
+        if not self.ok:
+            raise GradcheckError("gradient check failed\n" + str(self))
+
+
+def numerical_gradient(f, x, eps: float = 1e-6) -> np.ndarray:
+    """Central-difference gradient of a scalar function ``f`` at ``x``, in float64.
+
+    ``grad_i = (f(x + eps e_i) - f(x - eps e_i)) / (2 eps)``. ``f`` receives a float64
+    copy of ``x`` (perturbed one entry at a time); the caller's ``x`` is never touched.
+
+    Parameters
+    ----------
+    f : callable taking an array shaped like ``x`` and returning a real scalar
+    x : array
+    eps : step size
+
+    Returns
+    -------
+    grad : float64 array shaped like ``x``
+    """
+    x = np.array(x, dtype=np.float64)  # a private copy we may perturb
+    grad = np.zeros_like(x)
+    flat, gflat = x.reshape(-1), grad.reshape(-1)  # views, one entry per position
+    for i in range(flat.size):
+        orig = flat[i]
+        flat[i] = orig + eps
+        f_plus = float(f(x))
+        flat[i] = orig - eps
+        f_minus = float(f(x))
+        flat[i] = orig
+        gflat[i] = (f_plus - f_minus) / (2 * eps)
+    return grad
+
+
+def _is_differentiable(x) -> bool:
+    """Floating arrays and dicts of floating arrays get gradients; nothing else does."""
+    if isinstance(x, Mapping):
+        return len(x) > 0 and all(
+            v is None or (isinstance(v, np.ndarray) and v.dtype.kind == "f") for v in x.values()
+        )
+    return isinstance(x, np.ndarray) and x.dtype.kind == "f"
+
+
+def _private_copy(x):
+    """A float64 copy of an array or of each array in a dict; other inputs as they are."""
+    if isinstance(x, Mapping):
+        return {k: None if v is None else np.array(v, dtype=np.float64) for k, v in x.items()}
+    if isinstance(x, np.ndarray):
+        return np.array(x, dtype=np.float64 if x.dtype.kind == "f" else x.dtype)
+    return x
+
+
+def _compare(name, analytic, numerical, atol, rtol) -> GradcheckRow:
+    """One row of the report."""
+    shape = numerical.shape
+    if analytic is None:
+        return GradcheckRow(name, shape, False, message="missing gradient (backward returned None)")
+    analytic = np.asarray(analytic)
+    if analytic.dtype.kind not in "fiu":
+        return GradcheckRow(name, shape, False, message=f"gradient has dtype {analytic.dtype}")
+    if analytic.shape != shape:
+        return GradcheckRow(name, shape, False,
+                            message=f"gradient has shape {analytic.shape}, expected {shape}")
+    if numerical.size == 0:
+        return GradcheckRow(name, shape, True, 0.0, float("nan"), 0.0, None)
+    diff = np.abs(analytic.astype(np.float64) - numerical)
+    worst = np.unravel_index(int(np.argmax(diff)), shape)
+    max_abs = float(diff[worst])
+    scale = float(max(np.abs(numerical).max(), np.abs(analytic).max()))
+    ok = bool(np.isfinite(max_abs)) and max_abs <= atol + rtol * scale
+    rel = max_abs / scale if scale > atol else float("nan")
+    return GradcheckRow(name, shape, ok, max_abs, rel, scale, tuple(int(i) for i in worst))
+
+
+def gradcheck(forward, backward, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, seed=0,
+              names=None) -> GradcheckReport:
+    """Compare ``backward`` with central finite differences of ``forward``, in float64.
+
+    Parameters
+    ----------
+    forward : callable, ``forward(*inputs) -> (out, cache)``
+    backward : callable, ``backward(dout, cache)`` returning one gradient per
+        differentiable input, in order: a bare array when there is one such input, a
+        tuple otherwise; a dict input gets a dict gradient with the same keys. Extra
+        trailing ``None`` entries are ignored (``linear_backward`` returns ``db = None``).
+    *inputs : the differentiable inputs are the leading floating-point arrays and dicts of
+        them; the first input that is neither (``num_heads``, a boolean mask, ``None``)
+        and everything after it are passed through unchanged and get no gradient. Wrap a
+        float input you do not want checked (such as a float mask) in a closure.
+    eps : finite-difference step
+    atol, rtol : an input passes when ``max |analytic - numerical| <= atol + rtol * scale``,
+        with ``scale`` its largest gradient entry
+    seed : seed of the random upstream gradient ``dout``
+    names : optional names for the differentiable inputs in the table
+
+    Returns
+    -------
+    GradcheckReport; ``.ok`` is True when every input passed, ``str(report)`` is the
+    table and ``report.raise_if_failed()`` raises :class:`GradcheckError` with it.
+
+    Every input is copied to float64 before use, so the caller's arrays are never modified,
+    and each input is perturbed on its own even when one array object was passed for
+    several inputs (self-attention passes ``x`` as query, key and value).
+    """
+    n_diff = 0
+    while n_diff < len(inputs) and _is_differentiable(inputs[n_diff]):
+        n_diff += 1
+    if n_diff == 0:
+        raise TypeError("gradcheck needs at least one leading floating-point array (or dict of them)")
+    names = list(names) if names is not None else [f"input {i}" for i in range(n_diff)]
+    base = [_private_copy(x) for x in inputs]
+
+    out, cache = forward(*base)
+    out = np.asarray(out, dtype=np.float64)
+    dout = np.random.default_rng(seed).standard_normal(out.shape)
+    analytic = backward(dout, cache)
+    if n_diff == 1 and not isinstance(analytic, tuple):
+        analytic = (analytic,)
+    analytic = tuple(analytic) if isinstance(analytic, (tuple, list)) else (analytic,)
+    errors = []
+    if len(analytic) < n_diff:
+        errors.append(f"backward returned {len(analytic)} gradients for {n_diff} differentiable inputs")
+    elif any(g is not None for g in analytic[n_diff:]):
+        errors.append(f"backward returned {len(analytic)} gradients for {n_diff} differentiable inputs"
+                      " (extra entries that are not None)")
+    analytic = analytic + (None,) * (n_diff - len(analytic))
+
+    def loss_with(position, key=None):
+        """L as a function of one input (or one dict entry), the others fixed."""
+        def f(x):
+            args = [_private_copy(a) for a in base]
+            if key is None:
+                args[position] = x
+            else:
+                args[position][key] = x
+            return float(np.sum(np.asarray(forward(*args)[0], dtype=np.float64) * dout))
+        return f
+
+    rows = []
+    for i in range(n_diff):
+        x, g = base[i], analytic[i]
+        if isinstance(x, Mapping):
+            if g is not None and not isinstance(g, Mapping):
+                rows.append(GradcheckRow(names[i], (), False,
+                                         message=f"expected a dict gradient, got {type(g).__name__}"))
+                continue
+            for key, value in x.items():
+                if value is None:
+                    continue
+                num = numerical_gradient(loss_with(i, key), value, eps)
+                rows.append(_compare(f"{names[i]}[{key}]", None if g is None else g.get(key),
+                                     num, atol, rtol))
+        else:
+            num = numerical_gradient(loss_with(i), x, eps)
+            rows.append(_compare(names[i], g, num, atol, rtol))
+    return GradcheckReport(tuple(rows), atol, rtol, eps, tuple(errors))

@@ -1,0 +1,97 @@
+"""Numerically stable softmax and its backward.
+
+``softmax(x)_j = exp(x_j - m) / sum_l exp(x_l - m)`` with ``m = max_l x_l`` (the row
+maximum): subtracting ``m`` changes nothing mathematically and keeps every ``exp``
+at most 1, so nothing overflows. Entries of ``-inf`` get weight exactly 0; a row that
+is entirely ``-inf`` (a query with no allowed key) gives all zeros, never NaN.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from ._checks import as_real_array
+
+__all__ = ["SoftmaxCache", "softmax_forward", "softmax_backward"]
+
+
+class SoftmaxCache(NamedTuple):
+    """What ``softmax_backward`` needs: the output probabilities and the axis."""
+
+    y: np.ndarray
+    axis: int
+
+
+def _check_axis(axis, ndim: int) -> int:
+    """Normalise ``axis`` for an array of ``ndim`` axes, or raise naming it."""
+    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"axis must be an integer, got {axis!r}")
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"axis {axis} is out of range for an input with {ndim} axes")
+    return int(axis) % ndim
+
+
+def softmax_forward(x, axis=-1):
+    """Softmax along ``axis``, stable for large inputs and ``-inf`` entries.
+
+    Parameters
+    ----------
+    x : array of any shape (``-inf`` allowed; NaN and ``+inf`` are errors)
+    axis : int, the axis that sums to one
+
+    Returns
+    -------
+    y : array, same shape as ``x``; each slice along ``axis`` sums to 1, or is all 0
+        when every entry of that slice is ``-inf``
+    cache : SoftmaxCache for :func:`softmax_backward`
+    """
+    x = as_real_array(x, "x", allow_neg_inf=True)
+    if x.ndim == 0:
+        raise ValueError("x must have at least one axis, got a scalar")
+    axis = _check_axis(axis, x.ndim)
+    y = _softmax(x, axis)
+    return y, SoftmaxCache(y, axis)
+
+
+def _softmax(x: np.ndarray, axis: int, out: np.ndarray | None = None) -> np.ndarray:
+    """Unchecked stable softmax; ``out=x`` overwrites ``x`` (for arrays nobody else holds)."""
+    m = x.max(axis=axis, keepdims=True)  # row maximum
+    m[~np.isfinite(m)] = 0  # all -inf row: subtract 0 so exp gives 0, never nan
+    y = np.subtract(x, m, out=out)
+    np.exp(y, out=y)
+    s = y.sum(axis=axis, keepdims=True)
+    s[s == 0] = 1  # all -inf row: 0 / 1 = 0 instead of 0 / 0
+    y /= s
+    return y
+
+
+def softmax_backward(dy, cache: SoftmaxCache):
+    """Gradient of the softmax.
+
+    The Jacobian is ``dy_j/dx_i = y_j (delta_ij - y_i)``, so the full
+    (not only diagonal) vector-Jacobian product is
+
+        ``dx_i = y_i (dy_i - sum_j dy_j y_j)``.
+
+    Zero rows (all ``-inf`` input) get zero gradient.
+
+    Parameters
+    ----------
+    dy : array, same shape as the forward output
+    cache : SoftmaxCache from :func:`softmax_forward`
+
+    Returns
+    -------
+    dx : array, same shape as ``dy``
+    """
+    y, axis = cache
+    dy = np.asarray(dy, dtype=y.dtype)
+    if dy.shape != y.shape:
+        raise ValueError(f"dy must have shape {y.shape}, got {dy.shape}")
+    return _softmax_backward(dy, y, axis)
+
+
+def _softmax_backward(dy, y, axis):
+    """Unchecked ``y * (dy - sum(dy * y))``."""
+    return y * (dy - (dy * y).sum(axis=axis, keepdims=True))
