@@ -3,9 +3,9 @@
 **Boolean masks: ``True`` means "this query may attend to this key".**
 This is the convention of PyTorch's ``torch.nn.functional.scaled_dot_product_attention``.
 It is the *opposite* of ``torch.nn.MultiheadAttention``'s ``attn_mask`` and
-``key_padding_mask``, where ``True`` means "blocked"; the code in document 004 uses a
-third spelling, ``masked_fill(mask == 0, -1e9)`` (0 = blocked). To bring a
-``torch.nn.MultiheadAttention``-style mask here, pass ``~mask``.
+``key_padding_mask``, where ``True`` means "blocked". The code in document 004
+(``masked_fill(mask == 0, -1e9)``) agrees with us: 1/True keeps, 0/False blocks. To bring
+a ``torch.nn.MultiheadAttention``-style mask here, pass ``~mask``.
 
 **Float masks are added to the scaled scores** ``q k^T / sqrt(d_k)`` before the softmax;
 ``-inf`` blocks a key exactly, ``0`` leaves it alone, other values bias it.
