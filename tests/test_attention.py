@@ -185,3 +185,11 @@ def test_bad_values():
     _, cache = sdpa_forward(q, k, v)
     with pytest.raises(ValueError, match="dout"):
         sdpa_backward(np.ones((2, 4)), cache)
+
+
+def test_float64_mask_on_float32_scores_does_not_warn_or_upcast():
+    q, k, v = (a.astype(np.float32) for a in _inputs(((3, 4), (5, 4), (5, 2)), seed=14))
+    mask = np.zeros((3, 5))
+    mask[:, 3:] = -1e300  # becomes -inf in float32: blocked, as meant, and no overflow warning
+    out, cache = sdpa_forward(q, k, v, mask)
+    assert out.dtype == np.float32 and (cache.weights[:, 3:] == 0).all()
