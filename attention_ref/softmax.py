@@ -56,9 +56,10 @@ def softmax_forward(x, axis=-1):
 
 def _softmax(x: np.ndarray, axis: int, out: np.ndarray | None = None) -> np.ndarray:
     """Unchecked stable softmax; ``out=x`` overwrites ``x`` (for arrays nobody else holds)."""
-    m = x.max(axis=axis, keepdims=True)  # row maximum
-    m[~np.isfinite(m)] = 0  # all -inf row: subtract 0 so exp gives 0, never nan
-    y = np.subtract(x, m, out=out)
+    m = x.max(axis=axis, keepdims=True, initial=-np.inf)  # row maximum (-inf for an empty row)
+    m[m == -np.inf] = 0  # all -inf row: subtract 0 so exp gives 0, never nan
+    with np.errstate(over="ignore"):  # x - m below the dtype's range is -inf: exp gives 0
+        y = np.subtract(x, m, out=out)
     np.exp(y, out=y)
     s = y.sum(axis=axis, keepdims=True)
     s[s == 0] = 1  # all -inf row: 0 / 1 = 0 instead of 0 / 0
