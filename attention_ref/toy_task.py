@@ -44,6 +44,8 @@ __all__ = [
     "mse_loss",
     "train_toy_model",
     "head_pruning_losses",
+    "summary_attention",
+    "attention_on_targets",
 ]
 
 NUM_FEATURES = 3  # a, b, value
@@ -178,3 +180,26 @@ def head_pruning_losses(params, num_heads, x, targets):
         head_mask[i] = 0.0
         out.append(mse_loss(toy_model_forward(x, params, num_heads, head_mask)[0], targets)[0])
     return np.array(out)
+
+
+def summary_attention(params, num_heads, x):
+    """The summary token's attention over the N input tokens, per head: (B, H, N).
+
+    Row 0 of each head's (N+1, N+1) attention matrix, without its first entry (the
+    summary token attending to itself).
+    """
+    _, cache = toy_model_forward(x, params, num_heads)
+    return cache.weights[:, :, 0, 1:]  # (B, H, N)
+
+
+def attention_on_targets(params, num_heads, x):
+    """Mean attention each head puts on the two tokens that hold the answers: (H, 2).
+
+    Column 0: the weight on the token with the largest ``a``; column 1: on the token with
+    the largest ``b`` (averaged over the batch ``x``).
+    """
+    w = summary_attention(params, num_heads, x)  # (B, H, N)
+    rows = np.arange(x.shape[0])
+    on_a = w[rows, :, x[..., 0].argmax(axis=1)]  # (B, H)
+    on_b = w[rows, :, x[..., 1].argmax(axis=1)]  # (B, H)
+    return np.stack([on_a.mean(axis=0), on_b.mean(axis=0)], axis=-1)  # (H, 2)
