@@ -38,6 +38,7 @@ __all__ = [
     "split_params",
     "join_grads",
     "glorot_uniform",
+    "in_group",
 ]
 
 
@@ -189,3 +190,17 @@ def glorot_uniform(rng, fan_in: int, fan_out: int, dtype=np.float64) -> np.ndarr
     """Xavier/Glorot uniform weights ``U(-a, a)``, ``a = sqrt(6 / (fan_in + fan_out))``."""
     a = float(np.sqrt(6.0 / (fan_in + fan_out)))
     return rng.uniform(-a, a, size=(fan_in, fan_out)).astype(dtype)  # (fan_in, fan_out)
+
+
+def in_group(group: str, sublayer: Callable) -> Callable:
+    """Wrap a sub-layer forward so its input errors name the parameter group.
+
+    ``params['W_q'] ...`` raised inside the self-attention becomes
+    ``self_attn: params['W_q'] ...``, pointing at the dotted key ``self_attn.W_q``.
+    """
+    def wrapped(z):
+        try:
+            return sublayer(z)
+        except (ValueError, TypeError) as exc:
+            raise type(exc)(f"{group}: {exc}") from None
+    return wrapped

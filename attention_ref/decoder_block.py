@@ -25,7 +25,15 @@ from typing import NamedTuple
 import numpy as np
 
 from ._checks import as_mask, as_real_array, check_positive_int, require_ndim
-from .blocks import ResidualCache, glorot_uniform, join_grads, residual_backward, residual_forward, split_params
+from .blocks import (
+    ResidualCache,
+    glorot_uniform,
+    in_group,
+    join_grads,
+    residual_backward,
+    residual_forward,
+    split_params,
+)
 from .encoder_block import _ffn_params, _ln_params, _self_attention_backward
 from .feed_forward import FFN_PARAM_NAMES, feed_forward_backward, feed_forward_forward
 from .masks import causal_mask
@@ -124,11 +132,14 @@ def decoder_block_forward(x, memory, params, num_heads, mask=None, memory_mask=N
 
     ln = {g: (p[g].get("gamma"), p[g].get("beta")) for g in ("ln1", "ln2", "ln3")}
     # 1. causal self-attention sub-layer
-    h1, c1 = residual_forward(x, self_attention, *ln["ln1"], norm_first=norm_first, eps=eps)  # (..., N, D)
+    h1, c1 = residual_forward(x, in_group("self_attn", self_attention), *ln["ln1"],
+                              norm_first=norm_first, eps=eps)  # (..., N, D)
     # 2. cross-attention sub-layer (queries from h1, keys and values from memory)
-    h2, c2 = residual_forward(h1, cross_attention, *ln["ln2"], norm_first=norm_first, eps=eps)  # (..., N, D)
+    h2, c2 = residual_forward(h1, in_group("cross_attn", cross_attention), *ln["ln2"],
+                              norm_first=norm_first, eps=eps)  # (..., N, D)
     # 3. feed-forward sub-layer
-    y, c3 = residual_forward(h2, ffn, *ln["ln3"], norm_first=norm_first, eps=eps)  # (..., N, D)
+    y, c3 = residual_forward(h2, in_group("ffn", ffn), *ln["ln3"],
+                             norm_first=norm_first, eps=eps)  # (..., N, D)
     return y, DecoderBlockCache(c1, c2, c3, tuple(params))
 
 

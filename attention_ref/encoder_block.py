@@ -27,6 +27,7 @@ from ._checks import as_real_array, check_positive_int, require_ndim
 from .blocks import (
     ResidualCache,
     glorot_uniform,
+    in_group,
     join_grads,
     residual_backward,
     residual_forward,
@@ -105,11 +106,11 @@ def encoder_block_forward(x, params, num_heads, mask=None, norm_first=False, *,
         return feed_forward_forward(z, p["ffn"], activation)
 
     # 1. self-attention sub-layer
-    h, attn_cache = residual_forward(x, self_attention, p["ln1"].get("gamma"), p["ln1"].get("beta"),
-                                     norm_first=norm_first, eps=eps)  # (..., N, D)
+    h, attn_cache = residual_forward(x, in_group("self_attn", self_attention), p["ln1"].get("gamma"),
+                                     p["ln1"].get("beta"), norm_first=norm_first, eps=eps)  # (..., N, D)
     # 2. feed-forward sub-layer
-    y, ffn_cache = residual_forward(h, ffn, p["ln2"].get("gamma"), p["ln2"].get("beta"),
-                                    norm_first=norm_first, eps=eps)  # (..., N, D)
+    y, ffn_cache = residual_forward(h, in_group("ffn", ffn), p["ln2"].get("gamma"),
+                                    p["ln2"].get("beta"), norm_first=norm_first, eps=eps)  # (..., N, D)
     return y, EncoderBlockCache(attn_cache, ffn_cache, tuple(params))
 
 

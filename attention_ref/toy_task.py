@@ -29,7 +29,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ._checks import check_positive_int
-from .encoder_block import ENCODER_GROUPS, encoder_block_backward, encoder_block_forward, init_encoder_block_params
+from .encoder_block import encoder_block_backward, encoder_block_forward, init_encoder_block_params
 from .linear import linear_backward, linear_forward
 from .optim import Adam
 
@@ -120,7 +120,7 @@ def toy_model_backward(dpred, cache: ToyModelCache):
     dseq, block_grads = encoder_block_backward(dz, cache.block)  # (B, N+1, D)
     grads["cls"] = dseq[:, 0].sum(axis=0)  # (D,), the token was broadcast over the batch
     dx, grads["embed.W"], grads["embed.b"] = linear_backward(dseq[:, 1:], cache.embed)  # (B, N, 3)
-    grads.update({f"block.{k}": v for k, v in block_grads.items() if k.partition(".")[0] in ENCODER_GROUPS})
+    grads.update({f"block.{k}": v for k, v in block_grads.items()})
     return dx, grads
 
 

@@ -239,8 +239,10 @@ def test_encoder_bad_inputs():
     missing = {k: v for k, v in p.items() if k != "ln2.gamma"}
     with pytest.raises(ValueError, match=r"missing \['ln2.gamma'\]"):
         encoder_block_forward(x, missing, 2)
-    with pytest.raises(ValueError, match="not divisible by num_heads=3"):
+    with pytest.raises(ValueError, match="self_attn: .*not divisible by num_heads=3"):
         encoder_block_forward(x, p, 3)
+    with pytest.raises(ValueError, match=r"ffn: .*params\['W_1'\]"):
+        encoder_block_forward(x, {**p, "ffn.W_1": np.zeros((5, 6))}, 2)
     with pytest.raises(ValueError, match=r"x must have shape \(\.\.\., n, d_model\)"):
         encoder_block_forward(x[0, 0], p, 2)
     with pytest.raises(TypeError, match="num_heads must be a positive integer"):
@@ -301,6 +303,18 @@ def test_decoder_is_causal_and_masks_combine():
     # causal=False gives an ordinary (bidirectional) self-attention
     _, c_full = decoder_block_forward(x, memory, p, 2, causal=False)
     assert np.all(c_full.self_weights[..., 0, 3] > 0)
+
+
+def test_decoder_bad_inputs():
+    x, memory, p = _decoder_setup((2, 3, 4), (2, 5, 6), 2, 6)
+    with pytest.raises(ValueError, match=r"cross_attn: key of shape \(2, 5, 4\)"):
+        decoder_block_forward(x, memory[..., :4], p, 2)
+    with pytest.raises(ValueError, match=r"cross_attn: mask of shape \(4,\)"):
+        decoder_block_forward(x, memory, p, 2, memory_mask=np.ones(4, bool))
+    with pytest.raises(ValueError, match=r"memory must have shape \(\.\.\., m, d_memory\)"):
+        decoder_block_forward(x, memory[0, 0], p, 2)
+    with pytest.raises(TypeError, match="integer"):
+        decoder_block_forward(x, memory, p, 2, mask=np.ones(3, int))
 
 
 def test_decoder_memory_mask_and_class():
