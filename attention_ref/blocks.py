@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._checks import as_real_array
+from ._checks import as_real_array, unbroadcast
 from .layer_norm import LayerNormCache, layer_norm_backward, layer_norm_forward
 
 __all__ = [
@@ -91,6 +91,8 @@ class ResidualCache(NamedTuple):
     sublayer: Any  # whatever the sub-layer's forward returned as its cache
     norm: LayerNormCache
     norm_first: bool
+    x_shape: tuple  # the input's shape (the output's may be larger: cross-attention can
+    # broadcast a shared target sequence against a batch of memories)
 
 
 def residual_forward(x, sublayer: Callable, gamma, beta, *, norm_first=False, eps=1e-5):
@@ -119,7 +121,7 @@ def residual_forward(x, sublayer: Callable, gamma, beta, *, norm_first=False, ep
     else:
         s, sub_cache = sublayer(x)  # (..., D)
         y, norm_cache = layer_norm_forward(x + s, gamma, beta, eps)  # (..., D)
-    return y, ResidualCache(sub_cache, norm_cache, norm_first)
+    return y, ResidualCache(sub_cache, norm_cache, norm_first, np.shape(x))
 
 
 def residual_backward(dy, cache: ResidualCache, sublayer_backward: Callable):
@@ -140,12 +142,12 @@ def residual_backward(dy, cache: ResidualCache, sublayer_backward: Callable):
         # y = x + s, s = sublayer(z), z = LN(x)
         dz, extra = sublayer_backward(dy, cache.sublayer)  # (..., D)
         dx_norm, dgamma, dbeta = layer_norm_backward(dz, cache.norm)  # (..., D)
-        dx = dy + dx_norm
+        dx = unbroadcast(dy, cache.x_shape) + dx_norm  # (..., D)
     else:
         # y = LN(x + s), s = sublayer(x)
         dsum, dgamma, dbeta = layer_norm_backward(dy, cache.norm)  # (..., D)
         dz, extra = sublayer_backward(dsum, cache.sublayer)  # (..., D)
-        dx = dsum + dz
+        dx = unbroadcast(dsum, cache.x_shape) + dz  # (..., D)
     return dx, extra, dgamma, dbeta
 
 

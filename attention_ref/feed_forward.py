@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._checks import as_real_array
+from ._checks import as_real_array, common_dtype
 from .linear import LinearCache, _check_linear, _linear, linear_backward
 
 __all__ = [
@@ -105,10 +105,13 @@ def _check_ffn(x, params, activation):
     if W_2.ndim != 2 or W_2.shape[0] != W_1.shape[1]:
         raise ValueError(f"params['W_2'] must have shape (d_ff, d_out) with d_ff = {W_1.shape[1]}"
                          f" (the columns of params['W_1'] of shape {W_1.shape}), got {W_2.shape}")
-    # checked against a dummy of the hidden shape, so every message names the parameter
-    _, W_2, b_2 = _check_linear(np.zeros((1, W_1.shape[1]), x.dtype), W_2, params.get("b_2"),
-                                names=("hidden", "params['W_2']", "params['b_2']"))
-    dtype = np.result_type(x, W_2)
+    b_2 = params.get("b_2")
+    if b_2 is not None:
+        b_2 = as_real_array(b_2, "params['b_2']")
+        if b_2.shape != (W_2.shape[1],):
+            raise ValueError(f"params['b_2'] must have shape ({W_2.shape[1]},) to match params['W_2']"
+                             f" of shape {W_2.shape}, got shape {b_2.shape}")
+    dtype = common_dtype(x, W_1, b_1, W_2, b_2)
     return [None if a is None else a.astype(dtype, copy=False) for a in (x, W_1, b_1, W_2, b_2)]
 
 

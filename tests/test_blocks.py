@@ -285,6 +285,19 @@ def test_decoder_block_gradcheck_as_a_whole(x_shape, m_shape, h, d_ff, norm_firs
                     decoder_block_backward, x, memory, p, names=["x", "memory", "params"])
 
 
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_decoder_shared_target_against_a_batch_of_memories(norm_first):
+    # x (n, d) broadcasts against memory (B, m, d): the output is (B, n, d) and dx sums over B
+    x, memory, p = _decoder_setup((3, 4), (2, 5, 4), 2, 6, seed=4)
+    y, _ = decoder_block_forward(x, memory, p, 2, norm_first=norm_first)
+    assert y.shape == (2, 3, 4)
+    for b in range(2):
+        assert_close(y[b], decoder_block_forward(x, memory[b], p, 2, norm_first=norm_first)[0],
+                     what=f"batch element {b}")
+    check_gradients(lambda x, memory, params: decoder_block_forward(x, memory, params, 2, norm_first=norm_first),
+                    decoder_block_backward, x, memory, p, names=["x", "memory", "params"])
+
+
 def test_decoder_is_causal_and_masks_combine():
     x, memory, p = _decoder_setup((2, 4, 4), (2, 3, 4), 2, 6)
     y, _ = decoder_block_forward(x, memory, p, 2)
