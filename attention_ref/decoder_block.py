@@ -34,7 +34,7 @@ from .blocks import (
     residual_forward,
     split_params,
 )
-from .encoder_block import _ffn_params, _ln_params, _self_attention_backward
+from .encoder_block import _check_block_options, _ffn_params, _ln_params, _self_attention_backward
 from .feed_forward import FFN_PARAM_NAMES, feed_forward_backward, feed_forward_forward
 from .masks import causal_mask
 from .multi_head import PARAM_NAMES, multi_head_attention_backward, multi_head_attention_forward
@@ -199,6 +199,7 @@ class TransformerDecoderBlock:
 
     def __init__(self, d_model, num_heads, d_ff=None, *, d_memory=None, activation="relu",
                  norm_first=False, eps=1e-5, seed=None, dtype=np.float64):
+        _check_block_options(activation, norm_first)
         self.params = init_decoder_block_params(d_model, num_heads, d_ff, d_memory=d_memory,
                                                 seed=seed, dtype=dtype)
         self.num_heads, self.activation, self.norm_first, self.eps = num_heads, activation, norm_first, eps

@@ -33,7 +33,7 @@ from .blocks import (
     residual_forward,
     split_params,
 )
-from .feed_forward import FFN_PARAM_NAMES, feed_forward_backward, feed_forward_forward
+from .feed_forward import ACTIVATIONS, FFN_PARAM_NAMES, feed_forward_backward, feed_forward_forward
 from .multi_head import PARAM_NAMES, multi_head_attention_backward, multi_head_attention_forward
 
 __all__ = [
@@ -152,6 +152,14 @@ def init_encoder_block_params(d_model, num_heads, d_ff=None, *, seed=None, dtype
     return p
 
 
+def _check_block_options(activation, norm_first):
+    """Validate a block's activation name and placement flag at construction time."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+    if not isinstance(norm_first, (bool, np.bool_)):
+        raise TypeError(f"norm_first must be True or False, got {norm_first!r}")
+
+
 def _ln_params(group, d_model, dtype):
     """``gamma = 1``, ``beta = 0`` for one layer norm."""
     return {f"{group}.gamma": np.ones(d_model, dtype), f"{group}.beta": np.zeros(d_model, dtype)}
@@ -184,6 +192,7 @@ class TransformerEncoderBlock:
 
     def __init__(self, d_model, num_heads, d_ff=None, *, activation="relu", norm_first=False,
                  eps=1e-5, seed=None, dtype=np.float64):
+        _check_block_options(activation, norm_first)
         self.params = init_encoder_block_params(d_model, num_heads, d_ff, seed=seed, dtype=dtype)
         self.num_heads, self.activation, self.norm_first, self.eps = num_heads, activation, norm_first, eps
         self.grads = None

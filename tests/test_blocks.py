@@ -249,6 +249,12 @@ def test_encoder_bad_inputs():
         encoder_block_forward(x, p, 2.0)
     with pytest.raises(RuntimeError, match="before forward"):
         TransformerEncoderBlock(4, 2).backward(np.zeros((3, 4)))
+    with pytest.raises(ValueError, match="activation must be one of"):
+        TransformerEncoderBlock(4, 2, activation="swish")
+    with pytest.raises(TypeError, match="norm_first must be True or False"):
+        TransformerDecoderBlock(4, 2, norm_first="pre")
+    with pytest.raises(ValueError, match="not divisible by num_heads=3"):
+        TransformerDecoderBlock(4, 3)
 
 
 # ---------------------------------------------------------------- decoder block
