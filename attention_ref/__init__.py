@@ -32,6 +32,12 @@ from .separate_heads import (
     multi_head_attention_separate_heads_forward,
 )
 from .softmax import SoftmaxCache, softmax_backward, softmax_forward
+# --- variants (blockwise, local, linear, rotary) ---
+from .flash import FlashAttentionCache, flash_attention_backward, flash_attention_forward
+from .linear_attention import LinearAttentionCache, linear_attention_backward, linear_attention_forward
+from .local import local_window_mask
+from .rope import RopeCache, rope_backward, rope_forward
+# --- end variants ---
 
 __version__ = "0.1.0"
 
@@ -64,4 +70,16 @@ __all__ = [
     "softmax_forward",
     "split_heads",
     "split_heads_backward",
+    # --- variants (blockwise, local, linear, rotary) ---
+    "FlashAttentionCache",
+    "LinearAttentionCache",
+    "RopeCache",
+    "flash_attention_backward",
+    "flash_attention_forward",
+    "linear_attention_backward",
+    "linear_attention_forward",
+    "local_window_mask",
+    "rope_backward",
+    "rope_forward",
+    # --- end variants ---
 ]
