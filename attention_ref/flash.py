@@ -87,8 +87,12 @@ def _structural_keep(qs, qe, ks, ke, n_q, n_k, causal, window):
 
 def _mask_tile(mask, qs, qe, ks, ke):
     """The caller's mask restricted to one tile (axes of size 1 stay broadcast)."""
-    rows = slice(qs, qe) if mask.ndim >= 2 and mask.shape[-2] != 1 else slice(None)
+    if mask.ndim == 0:
+        return mask  # one value for every score
     cols = slice(ks, ke) if mask.shape[-1] != 1 else slice(None)
+    if mask.ndim == 1:
+        return mask[cols]  # (Bk,), one row shared by every query
+    rows = slice(qs, qe) if mask.shape[-2] != 1 else slice(None)
     return mask[..., rows, cols]
 
 
