@@ -177,3 +177,15 @@ def test_bad_inputs():
     _, cache = flash_attention_forward(np.ones((3, 2)), np.ones((4, 2)), np.ones((4, 2)))
     with pytest.raises(ValueError, match=r"dout.*\(3, 2\)"):
         flash_attention_backward(np.ones((2, 2)), cache)
+
+
+def test_scalar_and_huge_float_masks():
+    rng = np.random.default_rng(7)
+    q, k, v = (rng.standard_normal((2, 6, 3)).astype(np.float32) for _ in range(3))
+    out, _ = flash_attention_forward(q, k, v, np.float32(0.5), block_size=4)  # a 0-d mask: the same bias everywhere
+    ref, _ = scaled_dot_product_attention_forward(q, k, v)
+    assert_close(out, ref, rtol=1e-5, atol=1e-6, what="scalar mask")
+    huge = np.where(causal_mask(6), 0.0, -1e300)  # float64 mask; -1e300 overflows float32 to -inf, as meant
+    out, _ = flash_attention_forward(q, k, v, huge, block_size=4)
+    ref, _ = scaled_dot_product_attention_forward(q, k, v, causal_mask(6))
+    assert_close(out, ref, rtol=1e-5, atol=1e-6, what="-1e300 mask")
