@@ -356,8 +356,8 @@ def render_text(width: int = 80) -> str:
     for title, f in claim_groups().items():
         out += ["", title, "=" * min(len(title), width)]
         for r in f():
-            out.append(f"[{r.verdict.upper()}] {r.id}  ({r.source})")
-            for label, text in (("claim", r.claim), ("printed", r.printed), ("computed", r.computed),
+            out.append(f"[{r.verdict.upper()}] {r.id}")
+            for label, text in (("source", r.source), ("claim", r.claim), ("printed", r.printed), ("computed", r.computed),
                                 ("note", r.note)):
                 if text:
                     out += textwrap.wrap(text, width, initial_indent=f"  {label:<9}",
