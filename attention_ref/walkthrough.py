@@ -107,7 +107,7 @@ def example_section() -> str:
 
 def claims_section() -> str:
     """Every checked claim of the five documents."""
-    return "Every checkable claim of the five documents (docs/claims.md)." + render_text(WIDTH)
+    return "Every checkable claim of the five documents (docs/claims.md).\n" + render_text(WIDTH)
 
 
 def gradcheck_cases(seed: int = 0) -> list[tuple]:
