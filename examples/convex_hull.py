@@ -29,9 +29,10 @@ def report() -> list[str]:
         f"hull vertices: {hull_vertices()} (k3 is on the edge k1-k2, not a vertex)",
         f"q = (1, 1) ties k1, k2, k3: scores {fmt(tie)}",
         f"  and the softmax splits the weight: {fmt(softmax_forward(tie)[0], 3)}",
-        f"head 1, q = (1, 0): scores {fmt(s1)};  head 2, q = (0, 1): scores {fmt(s2)}",
+        f"head 1, q = (1, 0): scores {fmt(s1)}",
+        f"head 2, q = (0, 1): scores {fmt(s2)}",
         f"per-token min over the two heads: {fmt(np.minimum(s1, s2))} -> k{int(np.argmax(np.minimum(s1, s2))) + 1}",
-        f"any linear mix a*s1 + b*s2 is one query (a, b): e.g. (1, 1) gives {fmt(s1 + s2)}",
+        f"a*s1 + b*s2 is the single query (a, b): (1, 1) gives {fmt(s1 + s2)}",
     ]
     return lines
 
