@@ -186,7 +186,13 @@ def gradcheck_section() -> tuple[str, bool]:
                      f"{'ok' if report.ok else 'FAIL'}")
         if not report.ok:
             all_ok = False
-            failures.append(f"{name}:\n{report}")
+            failures.append(f"{name}:")
+            for row in report.rows:
+                if not row.ok:
+                    failures.append(f"  {row.name} {row.shape}: " + (row.message or (
+                        f"max abs err {row.max_abs_err:.1e} at {row.worst_index},"
+                        f" max|grad| {row.scale:.3g}")))
+            failures += [f"  {e}" for e in report.errors]
     lines.append("")
     lines.append("all gradients agree" if all_ok else "GRADIENT CHECK FAILED")
     lines += failures
