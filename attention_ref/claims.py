@@ -25,7 +25,7 @@ from . import documents as docs
 from . import experiments as ex
 from .worked_examples import single_token_example, two_head_example
 
-__all__ = ["Claim", "VERDICTS", "all_claims", "claim_groups", "render_markdown", "render_text", "fmt"]
+__all__ = ["Claim", "VERDICTS", "all_claims", "claim_groups", "render_markdown", "render_text", "fmt", "tiny"]
 
 VERDICTS = ("holds", "wrong", "ambiguous")
 
@@ -53,6 +53,11 @@ def fmt(value, digits: int = 4) -> str:
 
 def _close(a, b, tol=1e-9) -> bool:
     return bool(np.allclose(np.asarray(a, float), np.asarray(b, float), atol=tol, rtol=0))
+
+
+def tiny(x: float, bound: float = 1e-12) -> str:
+    """``"< 1e-12"`` for a rounding-level number (machine-independent text), else the value."""
+    return f"< {bound:.0e}" if abs(x) < bound else f"{x:.1e}"
 
 
 def _verdict(ok: bool) -> str:
@@ -162,13 +167,15 @@ def hull_claims() -> list[Claim]:
     vertices = ex.hull_vertices()
     s1, s2 = (ex.hull_scores([q])[0] for q in d["head_queries"])
     best_of_min = int(np.argmax(np.minimum(s1, s2))) + 1
+    from .softmax import softmax_forward
+    share3 = float(softmax_forward(s1)[0][2])  # token 3's weight inside head 1
     n = search["n_queries"]
     return [
         Claim("002-hull-min", "min{k_1, k_2} of each key; k_3 = (5, 5) is the balanced winner", src,
               fmt(d["printed_min"]), fmt(mins),
               _verdict(_close(mins, d["printed_min"]) and int(np.argmax(mins)) + 1 == d["printed_winner"])),
         Claim("002-hull-mean", "k_3 = (k_1 + k_2) / 2, so q.k_3 is always the mean of q.k_1 and q.k_2", src,
-              "identity", f"max deviation {search['mean_identity_error']:.0e} over {n:,} queries",
+              "identity", f"max deviation {tiny(search['mean_identity_error'], 1e-9)} over {n:,} queries",
               _verdict(search["mean_identity_error"] < 1e-9 and _close(keys[2], (keys[0] + keys[1]) / 2))),
         Claim("002-hull-single", "no single query ranks k_3 strictly first", src, "never",
               f"k_3 strictly first for {search['strictly_first'][2]} of {n:,} queries; best margin"
@@ -195,7 +202,9 @@ def hull_claims() -> list[Claim]:
               _verdict(best_of_min == 3),
               "Only through a nonlinearity: any weighted sum a s1 + b s2 is the score of the single query"
               " (a, b), so W^O or any linear layer still cannot rank k_3 first. The heads supply the"
-              " two coordinates; a nonlinear layer (e.g. min, or a ReLU network) must combine them."),
+              " two coordinates; a nonlinear layer (e.g. min, or a ReLU network) must combine them."
+              f" Also, a head passes on weighted values, not scores: inside head 1 token 3 gets only"
+              f" {share3:.2%} of the weight."),
     ]
 
 
@@ -231,11 +240,11 @@ def parameter_claims() -> list[Claim]:
               f" {hd['d_model'] // hd['h'] // hd['h']} would be wrong. We compute d_model / h."),
         Claim("000-strategies", "separate single heads and the weight-split parallel form agree",
               str(docs.PRINTED_VERBAL["strategies"][0]), "same layer",
-              f"max |difference| = {strategies_diff:.1e}", _verdict(strategies_diff < 1e-12),
+              f"max |difference| {tiny(strategies_diff)}", _verdict(strategies_diff < 1e-12),
               "multi_head_attention_separate_heads_forward vs multi_head_attention_forward, batch of 2,"
               " 3 heads, causal mask, non-zero biases."),
         Claim("001-sum-formula", "MultiHead = sum_i softmax(Q_i K_i^T / sqrt d_k) V_i W^O",
-              str(docs.PRINTED_VERBAL["sum_formula"][0]), "sum over heads", f"max |difference| = {sum_diff:.1e}",
+              str(docs.PRINTED_VERBAL["sum_formula"][0]), "sum over heads", f"max |difference| {tiny(sum_diff)}",
               "ambiguous",
               "As printed, head_i (n x d_v) times the whole W^O (h d_v x d_model) does not multiply."
               " Read W^O inside the sum as its i-th block of d_v rows W^O_i, the sum equals"
@@ -297,6 +306,103 @@ def cost_claims() -> list[Claim]:
     ]
 
 
+# ------------------------------------------------------ code, masks, other statements
+def other_claims() -> list[Claim]:
+    """The rest: 004's shapes and mask code, 000 on heads and windows, 001 and 003 on the
+    scale, word order, sparse and linear attention."""
+    from .layer import MultiHeadAttention
+    d = docs.TWO_HEAD
+    c = docs.CODE_AND_MISC
+    x = np.array(d["x"])[None, :]  # (1, 3)
+    layer = MultiHeadAttention(3, 2, d_k=2, d_v=2, bias=False)
+    shape = layer.forward(x).shape
+    try:
+        MultiHeadAttention(3, 2)
+        refused = False
+    except ValueError:
+        refused = True
+    mask = ex.mask_convention_004()
+    cost = ex.head_split_cost(32, 16)
+    ranks = ex.low_rank_products()
+    n, w = 100, 8
+    window = ex.window_pairs(n, w)
+    causal = ex.window_pairs(1000, 1000)
+    var64 = ex.score_variance(64)[0]
+    lin = ex.linear_attention_check()
+    perm = ex.permutation_equivariance()
+    n_sparse = 10_000
+    return [
+        Claim("004-4.2-dims", "d_model=3 with h=2 heads of width 2: W^O maps h d_v = 4 back to 3",
+              str(d["cite"]), "h d_v = 4, d_model = 3",
+              f"MultiHeadAttention(3, 2, d_k=2, d_v=2) runs, output shape {shape}", _verdict(shape == (1, 3)),
+              "h d_k need not equal d_model when the head widths are given explicitly."),
+        Claim("004-code-divisible", "the code's head width is d_model // num_heads", str(c["cite_004_code"]),
+              "d_model // h", f"d_model=3, h=2: 3 // 2 = {3 // 2}, and h x 1 = 2 != 3;"
+              f" MultiHeadAttention(3, 2) {'refuses it (ValueError)' if refused else 'accepts it'}",
+              "ambiguous",
+              "Right when h divides d_model; otherwise the floor division silently drops features."
+              " The code cannot run the document's own 4.2 example. This library refuses the"
+              " combination unless d_k and d_v are given."),
+        Claim("004-code-mask", "masked_fill(mask == 0, -1e9): 1 = may attend, 0 = blocked",
+              str(c["cite_004_code"]), "mask == 0 blocked",
+              f"same weights as a boolean True = may attend mask (max |difference|"
+              f" {tiny(mask['same_where_allowed'])}); a fully blocked row: -1e9 gives"
+              f" {fmt(mask['blocked_row_004'], 2)}, ours {fmt(mask['blocked_row_ours'])}",
+              _verdict(mask["same_where_allowed"] < 1e-12),
+              "The same convention as this library and PyTorch's scaled_dot_product_attention, the"
+              " opposite of nn.MultiheadAttention (True = blocked): passing such a mask inverts it"
+              f" (query 1 then attends to keys 3 and 4 only: {fmt(mask['inverted_row0'], 3)}). The -1e9"
+              " stand-in makes a query with no allowed key attend uniformly to everything."),
+        Claim("000-head-cost", "splitting into low-dimensional heads reduces the computation",
+              str(c["cite_000_heads"]), "less computation",
+              f"N=32, d_model=16: attention multiply-adds {cost[1]['madds']:,} with 1 head and"
+              f" {cost[8]['madds']:,} with 8 ({cost[8]['per_head_madds']:,} per head); weights stored"
+              f" {cost[1]['weights']:,} vs {cost[8]['weights']:,}", "ambiguous",
+              "True per head (each costs 1/h), false for the layer: the total is unchanged and the"
+              " attention weights take h times the memory."),
+        Claim("000-low-rank-product", "each head's weights are not low-rank but their concatenated"
+              " product is", str(c["cite_000_spec"]), "(no number)",
+              f"random weights, d_model=16, h=4: rank of each W_i^Q W_i^K^T = {ranks['per_head']},"
+              f" of W^Q W^K^T = {ranks['full']}", "ambiguous",
+              f"Each per-head product has rank at most d_k = {ranks['d_k']} by construction, so the"
+              " sentence is garbled; the published finding it echoes (heads share a common"
+              " low-dimensional projection in trained models) needs trained weights to check."),
+        Claim("000-window", "local window attention costs O(N W D)", str(c["cite_000_window"]), "O(N W D)",
+              f"N={n}, W={w}: {window:,} pairs scored (counted from the weights) = N W - W(W-1)/2"
+              f" = {n * w - w * (w - 1) // 2:,}", _verdict(window == n * w - w * (w - 1) // 2),
+              "Each query scores at most W keys, each a D-wide dot product."),
+        Claim("000-causal", "a decoder position attends only to itself and earlier positions",
+              str(c["cite_000_causal"]), "j <= i",
+              f"N=1,000 with causal_mask: {causal:,} nonzero weights = N(N+1)/2",
+              _verdict(causal == 1000 * 1001 // 2)),
+        Claim("001-scale-factor", "the scaling factor is d_k", str(c["cite_001_scale"]), "d_k (as extracted)",
+              f"dividing by d_k instead of sqrt(d_k): Var = {fmt(var64 / 64 ** 2, 4)} at d_k=64 (= 1/d_k),"
+              f" by sqrt(d_k): {fmt(var64 / 64, 3)}", "ambiguous",
+              "The page lost its fraction bars and root signs in extraction; we read the factor as"
+              " 1/sqrt(d_k), the only one that gives unit variance."),
+        Claim("001-order", "self-attention alone ignores word order", str(c["cite_001_order"]),
+              "order-insensitive", f"max |MHA(P X) - P MHA(X)| {tiny(perm)} for a random permutation P",
+              _verdict(perm < 1e-12),
+              "Permuting the tokens permutes the outputs the same way (equivariance), hence the need"
+              " for position encodings."),
+        Claim("003-sparse", "sparse attention brings the cost down to O(n sqrt n) or O(n log n)",
+              str(c["cite_003_sparse"]), "O(n sqrt n), O(n log n)",
+              f"n={n_sparse:,}: full {n_sparse ** 2:,} pairs; n sqrt n {n_sparse * math.isqrt(n_sparse):,};"
+              f" n log2 n {round(n_sparse * math.log2(n_sparse)):,}; window of 256: {n_sparse * 256:,}",
+              "ambiguous",
+              "Both bounds exist for particular schemes (strided patterns; hashing), but the examples"
+              " the document gives (a local window, random sampling of a fixed number of keys) are"
+              " O(n w), linear in n."),
+        Claim("003-linear", "Attention(Q, K, V) ~ phi(Q) (phi(K)^T V)", str(c["cite_003_sparse"]),
+              "phi(Q)(phi(K)^T V)",
+              f"regrouping exact (max |difference| {tiny(lin['regrouping_error'], 1e-10)}); n^2 d vs n d^2 work:"
+              f" {lin['madds_left']:,} vs {lin['madds_right']:,} (n=50, d=8); implied row sums"
+              f" {fmt(lin['row_sum_min'], 0)} to {fmt(lin['row_sum_max'], 0)}, not 1", "ambiguous",
+              "Right up to the normaliser: linear attention divides row i by phi(q_i) . sum_j phi(k_j)"
+              " (here phi = elu + 1); the printed formula leaves it out."),
+    ]
+
+
 def claim_groups() -> dict:
     """Group title -> function returning its rows, in table order."""
     return {
@@ -305,6 +411,7 @@ def claim_groups() -> dict:
         "What one head cannot do (002)": hull_claims,
         "Parameters, heads and the two implementations (000, 001, 002, 003)": parameter_claims,
         "Cost, low rank and multi-query attention (000, 001, 002, 003)": cost_claims,
+        "Code listings, masks and other statements (000, 001, 003, 004)": other_claims,
     }
 
 
@@ -345,7 +452,13 @@ def render_markdown() -> str:
             lines.append("| " + " | ".join(_cell(x) for x in (
                 f"`{r.id}`", r.claim, r.source, r.printed, r.computed, f"**{r.verdict}**", r.note)) + " |")
     counts = {v: sum(r.verdict == v for r in rows) for v in VERDICTS}
-    lines += ["", f"{len(rows)} claims: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + ".", ""]
+    lines += ["", f"{len(rows)} claims: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + ".", "",
+              "## Not computed here", "",
+              "Statements that no computation in this project can check (empirical findings about"
+              " trained models, history, and defects of the documents' code listings, which the"
+              " project does not run). Listed so the table is complete.", ""]
+    lines += [f"- {cite}: {text}" for cite, text in docs.NOT_COMPUTED]
+    lines.append("")
     return "\n".join(lines)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 __all__ = [
     "DOCUMENTS", "Citation",
     "SINGLE_TOKEN", "TWO_HEAD", "HULL", "PARAMS", "COST", "HEAD_DIM", "PRINTED_VERBAL",
+    "CODE_AND_MISC", "NOT_COMPUTED",
 ]
 
 from typing import NamedTuple
@@ -166,3 +167,39 @@ PRINTED_VERBAL = {
             "multi-query attention trades a little expressiveness for much less inference"
             " memory traffic"),
 }
+
+# ---------------------------------------------------------------------------------------
+# Sections of the remaining checked statements (the statements are paraphrased in claims).
+# ---------------------------------------------------------------------------------------
+CODE_AND_MISC = {
+    "cite_004_code": Citation(D004, "5 (code example)"),
+    "cite_000_heads": Citation(D000, "2.2 (the mathematics of multi-head attention)"),
+    "cite_000_window": Citation(D000, "6.2 (optimisation techniques)"),
+    "cite_000_spec": Citation(D000, "4.2 (specialisation and interpretability of heads)"),
+    "cite_000_causal": Citation(D000, "5.2 (masked attention in the decoder)"),
+    "cite_001_scale": Citation(D001, "1 (self-attention), computation steps"),
+    "cite_001_order": Citation(D001, "4.2 (position information)"),
+    "cite_003_sparse": Citation(D003, "3.2 (optimisation methods)"),
+}
+
+#: Statements checked by reading only (no computation can check them), paraphrased.
+NOT_COMPUTED = (
+    (Citation(D000, "3.1 (PyTorch implementation)"),
+     "the listing calls math.sqrt but imports only torch and torch.nn, so its forward raises"
+     " NameError; its forward takes no mask, so it cannot do the causal attention of section 5.2"),
+    (Citation(D004, "5 (code example)"),
+     "a comment announces a residual connection and layer normalisation, but the code only applies"
+     " the output projection"),
+    (Citation(D003, "2.2 (code example)"),
+     "the code listing lost its line breaks (one long line) and cannot run as printed"),
+    (Citation(D000, "4.1-4.3 (insights)"),
+     "most heads keep nearly all content information; three head types (positional, syntactic,"
+     " rare-word); pruning over 60% of encoder-decoder heads hurts most: empirical findings about"
+     " trained models"),
+    (Citation(D000, "5.3, 6.2, 7.1"),
+     "the GPT lineage, the growth of context lengths and a 2025 medical-imaging result: history"
+     " and literature, not computation"),
+    (Citation(D001, "1 (self-attention), example"),
+     "in 'The animal didn't cross the street because it was too tired', 'it' attends to 'animal':"
+     " depends on a trained model"),
+)

@@ -207,3 +207,91 @@ def kv_cache_comparison(d_model: int = 64, num_heads: int = 8, steps: int = 16) 
             layer.decode_step(xs[t], cache)
         out[name] = {"kv_heads": hkv, "params": layer.parameter_count(), "cache_bytes": cache.nbytes}
     return out
+
+
+# ------------------------------------------------------------------ more of the documents
+def mask_convention_004(seed: int = 0) -> dict:
+    """004's code fills ``scores`` with -1e9 where ``mask == 0``: 1 means "may attend", the
+    library's boolean convention. Compares its weights with ours for a 0/1 mask that has a
+    fully blocked row, and shows what passing a True = blocked mask does."""
+    rng = np.random.default_rng(seed)
+    q, k, v = rng.standard_normal((3, 4)), rng.standard_normal((4, 4)), rng.standard_normal((4, 2))
+    keep = np.array([[1, 1, 0, 0], [1, 1, 1, 0], [0, 0, 0, 0]])  # (Nq, Nk), last query blocked
+    scores = q @ k.T / math.sqrt(4)  # (Nq, Nk)
+    filled = np.where(keep == 0, -1e9, scores)  # 004's masked_fill(mask == 0, -1e9)
+    theirs, _ = softmax_forward(filled)
+    _, cache = scaled_dot_product_attention_forward(q, k, v, mask=keep.astype(bool))
+    _, inverted = scaled_dot_product_attention_forward(q, k, v, mask=keep == 0)
+    return {
+        "same_where_allowed": float(np.abs(theirs[:2] - cache.weights[:2]).max()),
+        "blocked_row_004": theirs[2],  # uniform 1/4: the -1e9 stand-in attends everywhere
+        "blocked_row_ours": cache.weights[2],  # zeros
+        "inverted_row0": inverted.weights[0],  # True = blocked read as True = may attend
+    }
+
+
+def permutation_equivariance(seed: int = 0) -> float:
+    """Max |MHA(P X) - P MHA(X)| for a random permutation P: without position encodings
+    self-attention does not see word order (001 section 4.2)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((6, 8))  # (N, D)
+    layer = MultiHeadAttention(8, 2, seed=seed)
+    perm = rng.permutation(6)
+    return float(np.abs(layer.forward(x[perm]) - layer.forward(x)[perm]).max())
+
+
+def linear_attention_check(n: int = 50, d: int = 8, seed: int = 0) -> dict:
+    """003's ``phi(Q) (phi(K)^T V)`` with ``phi = elu + 1``: the regrouping is exact, but
+    without dividing row i by ``phi(q_i) . sum_j phi(k_j)`` the implied weights do not sum to 1."""
+    rng = np.random.default_rng(seed)
+    q, k, v = (rng.standard_normal((n, d)) for _ in range(3))  # (N, D) each
+
+    def phi(t):
+        return np.where(t > 0, t + 1.0, np.exp(np.minimum(t, 0.0)))
+
+    left = (phi(q) @ phi(k).T) @ v  # (N, D): n^2 d work
+    right = phi(q) @ (phi(k).T @ v)  # (N, D): n d^2 work
+    row_sums = phi(q) @ phi(k).sum(axis=0)  # (N,)
+    return {"regrouping_error": float(np.abs(left - right).max()),
+            "row_sum_min": float(row_sums.min()), "row_sum_max": float(row_sums.max()),
+            "madds_left": n * n * d * 2, "madds_right": n * d * d * 2}
+
+
+def window_pairs(n: int, w: int) -> int:
+    """Query-key pairs a local (causal) window of ``w`` keys scores: counted from the weights
+    the library's attention actually computes with a banded mask. About ``n w``."""
+    i = np.arange(n)
+    band = (i[:, None] >= i[None, :]) & (i[:, None] - i[None, :] < w)  # (N, N)
+    x = np.ones((n, 1))
+    _, cache = scaled_dot_product_attention_forward(x, x, x, mask=band)
+    return int((cache.weights > 0).sum())
+
+
+def head_split_cost(n: int, d_model: int, heads=(1, 8)) -> dict:
+    """Multiply-adds of the attention core and numbers in the weight tensor for several
+    head counts at a fixed ``d_model`` (000 section 2.2)."""
+    return {h: {"madds": 2 * n * n * (d_model // h) * h, "per_head_madds": 2 * n * n * (d_model // h),
+                "weights": _weights_numbers(n, d_model, h)} for h in heads}
+
+
+def _weights_numbers(n: int, d_model: int, h: int) -> int:
+    """Numbers held in the attention weights of one forward, measured on the library's cache."""
+    x = np.random.default_rng(0).standard_normal((n, d_model))  # (N, D)
+    layer = MultiHeadAttention(d_model, h, seed=0)
+    layer.forward(x)
+    return int(layer.cache.weights.size)
+
+
+def low_rank_products(d_model: int = 16, h: int = 4, seed: int = 0) -> dict:
+    """Ranks of the per-head ``W_i^Q (W_i^K)^T`` and of the full ``W^Q (W^K)^T`` for random
+    weights: each per-head product has rank at most d_k by construction."""
+    layer = MultiHeadAttention(d_model, h, seed=seed, bias=False)
+    W_q, W_k = layer.params["W_q"], layer.params["W_k"]
+    d_k = d_model // h
+    per_head = [int(np.linalg.matrix_rank(W_q[:, i * d_k:(i + 1) * d_k] @ W_k[:, i * d_k:(i + 1) * d_k].T))
+                for i in range(h)]
+    return {"d_k": d_k, "per_head": per_head, "full": int(np.linalg.matrix_rank(W_q @ W_k.T))}
+
+
+__all__ += ["mask_convention_004", "permutation_equivariance", "linear_attention_check", "window_pairs",
+            "head_split_cost", "low_rank_products"]

@@ -222,3 +222,43 @@ def test_multi_query_cache_is_h_times_smaller():
     assert kv["MHA"]["cache_bytes"] == 2 * 4 * 5 * d_k * 8  # keys and values, 4 heads, float64
     assert kv["MQA"]["cache_bytes"] == 2 * 1 * 5 * d_k * 8
     assert kv["MQA"]["params"] == 2 * 16 ** 2 + 2 * 16 * d_k
+
+
+# -------------------------------------------------------------- code, masks, the rest
+@pytest.mark.parametrize("rid, verdict", [
+    ("004-4.2-dims", "holds"), ("004-code-divisible", "ambiguous"), ("004-code-mask", "holds"),
+    ("000-head-cost", "ambiguous"), ("000-low-rank-product", "ambiguous"), ("000-window", "holds"),
+    ("000-causal", "holds"), ("001-scale-factor", "ambiguous"), ("001-order", "holds"),
+    ("003-sparse", "ambiguous"), ("003-linear", "ambiguous"),
+])
+def test_more_verdicts(rid, verdict):
+    assert ROWS[rid].verdict == verdict, ROWS[rid]
+
+
+def test_mask_convention_of_004_by_hand():
+    r = ex.mask_convention_004()
+    assert r["same_where_allowed"] < 1e-12
+    np.testing.assert_array_equal(r["blocked_row_004"], [0.25] * 4)  # -1e9 everywhere: uniform
+    np.testing.assert_array_equal(r["blocked_row_ours"], [0.0] * 4)
+    assert r["inverted_row0"][:2].tolist() == [0.0, 0.0] and r["inverted_row0"].sum() == pytest.approx(1)
+
+
+def test_windows_heads_order_linear_attention():
+    n, w = 30, 5
+    assert ex.window_pairs(n, w) == sum(min(i + 1, w) for i in range(n))
+    assert ex.window_pairs(n, n) == n * (n + 1) // 2
+    cost = ex.head_split_cost(16, 8, heads=(1, 4))
+    assert cost[1]["madds"] == cost[4]["madds"] == 2 * 16 * 16 * 8
+    assert cost[4]["weights"] == 4 * cost[1]["weights"] == 4 * 16 * 16
+    assert ex.permutation_equivariance() < 1e-12
+    lin = ex.linear_attention_check()
+    assert lin["regrouping_error"] < 1e-10 and lin["row_sum_min"] > 1
+    ranks = ex.low_rank_products(d_model=12, h=3)
+    assert ranks["per_head"] == [4, 4, 4] and ranks["full"] == 12
+
+
+def test_not_computed_statements_are_listed():
+    md = claims.render_markdown()
+    assert "## Not computed here" in md
+    for cite, text in documents.NOT_COMPUTED:
+        assert f"- {cite}: {text}" in md
