@@ -142,6 +142,13 @@ def gradcheck_cases(seed: int = 0) -> list[tuple]:
     def merge_b(d, h):
         return merge_heads_backward(d, h)
 
+    def head_mask_f(q, k, v, p, head_mask):
+        return multi_head_attention_forward(q, k, v, p, 2, head_mask=head_mask)
+
+    def head_mask_b(dout, cache):
+        dq, dk, dv, grads = multi_head_attention_backward(dout, cache)
+        return dq, dk, dv, {n: g for n, g in grads.items() if n != "head_mask"}, grads["head_mask"]
+
     return [
         ("linear  y = x W + b", linear_forward, linear_backward,
          (rand(2, 3, 4), rand(4, 5), rand(5)), ["x", "W", "b"]),
@@ -161,6 +168,9 @@ def gradcheck_cases(seed: int = 0) -> list[tuple]:
          multi_head_attention_separate_heads_backward,
          (rand(2, 3, 6), rand(2, 4, 6), rand(2, 4, 6), params(6, 2, 3, 2, 5), 2, bool_mask),
          ["query", "key", "value", "params"]),
+        ("multi-head, head mask", head_mask_f, head_mask_b,
+         (rand(3, 6), rand(4, 6), rand(4, 6), params(6, 2, 3, 3, 6), np.array([0.5, 1.5])),
+         ["query", "key", "value", "params", "head_mask"]),
         ("multi-query (1 kv head)",
          lambda q, k, v, p: multi_head_attention_forward(q, k, v, p, 2, num_kv_heads=1),
          multi_head_attention_backward,
