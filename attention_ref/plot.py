@@ -165,11 +165,14 @@ def singular_value_spectra(temperatures=(0.1, 1.0, 10.0), n: int = 64, d_k: int 
     return fig
 
 
+def _example_heatmaps() -> Figure:
+    tokens, weights = example_attention_weights()
+    return attention_heatmaps(weights, tokens, title="causal self-attention, two heads")
+
+
 #: File name -> function building the figure, for :func:`save_all`.
 FIGURES = {
-    "attention_heads.png": lambda: attention_heatmaps(example_attention_weights()[1],
-                                                      example_attention_weights()[0],
-                                                      title="causal self-attention, two heads"),
+    "attention_heads.png": _example_heatmaps,
     "saturation.png": saturation_curves,
     "convex_hull.png": convex_hull,
     "singular_values.png": singular_value_spectra,

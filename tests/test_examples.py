@@ -42,6 +42,12 @@ def test_scaling_and_saturation(capsys):
     rows = {int(line.split()[0]): line.split() for line in out.splitlines()
             if line.strip() and line.split()[0].isdigit()}
     assert sorted(rows) == [1, 4, 16, 64, 256, 1024]
+    from attention_ref.experiments import saturation, score_variance
+    for d_k, cells in rows.items():  # every printed number is the experiment's, rounded
+        v, vs = score_variance(d_k)
+        raw, scaled = saturation(d_k, False), saturation(d_k, True)
+        assert cells[1:] == [f"{v:.1f}", f"{vs:.3f}", "|", f"{raw.max_weight:.3f}", f"{scaled.max_weight:.3f}",
+                             "|", f"{raw.grad_norm:.1e}", f"{scaled.grad_norm:.3f}"]
     assert float(rows[1024][1]) == pytest.approx(1024, rel=0.05)  # Var(q.k) ~ d_k
     assert float(rows[1024][2]) == pytest.approx(1.0, rel=0.05)  # scaled ~ 1
     assert float(rows[1024][4]) > 0.95 and float(rows[1024][7]) < 1e-4  # saturated, no gradient

@@ -71,11 +71,12 @@ def test_a_wrong_backward_fails_the_command(capsys, monkeypatch):
 
 
 def test_plots_option(capsys, tmp_path, monkeypatch):
-    from attention_ref import plot
-    monkeypatch.setitem(plot.FIGURES, "saturation.png", lambda: plot.saturation_curves(d_ks=(1, 4)))
+    from attention_ref import plot  # every figure renders in test_plot; two cheap ones here
+    monkeypatch.setattr(plot, "FIGURES", {"convex_hull.png": plot.convex_hull,
+                                          "singular_values.png": plot.singular_value_spectra})
     code, out = run(capsys, "--section", "example", "--plots", str(tmp_path))
     assert code == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(plot.FIGURES)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["convex_hull.png", "singular_values.png"]
     assert f"wrote {tmp_path / 'convex_hull.png'}" in out
 
 
