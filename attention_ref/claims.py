@@ -91,8 +91,10 @@ def worked_example_claims() -> list[Claim]:
             rows.append(Claim(
                 f"004-4.2-{name}{i + 1}", f"{name}_{i + 1} = x W_{i + 1}^{name}", src, fmt(d[key][i]),
                 fmt(ours[i]), _verdict(ok),
-                "" if ok else f"First entry: {terms} = {fmt(ours[i][0, 0])}. The printed value matches"
-                " no reading of the matrix (by rows, by columns, or with a bias)."))
+                "" if ok else f"First entry: {terms} = {fmt(ours[i][0, 0])}. Printed minus ours:"
+                f" {fmt(np.subtract(d[key][i], ours[i][0]))}. Not a misread matrix: the block refilled"
+                f" as 2 x 3 gives x W' = {fmt(np.array(d['x']) @ W.reshape(2, 3).T)}, with column-sum"
+                f" biases {fmt(ours[i][0] + W.sum(axis=0))}; neither matches."))
     for i in range(d["h"]):
         ok = _close(r.heads[i], d["printed_head"][i])
         rows.append(Claim(

@@ -88,6 +88,9 @@ def test_two_head_example_by_hand():
             assert by_hand == pytest.approx(values[i], abs=1e-12)
             np.testing.assert_allclose(getattr(r, name)[i][0], by_hand, atol=1e-12)
             assert ROWS[f"004-4.2-{name}{i + 1}"].computed == claims.fmt(values[i])
+            W = np.array(t[f"W_{name}"][i])
+            for misread in (np.array(x) @ W.reshape(2, 3).T, np.array(by_hand) + W.sum(axis=0)):
+                assert not np.allclose(misread, t[f"printed_{name}"][i])
     # one token: each weight is exactly 1 and head_i = V_i
     for i in range(2):
         assert r.weights[i].item() == 1.0
