@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import matplotlib
 
@@ -18,7 +19,7 @@ from attention_ref import plot  # noqa: E402
 
 def test_core_package_does_not_import_matplotlib():
     code = "import sys, attention_ref; assert 'matplotlib' not in sys.modules, 'imported'"
-    subprocess.run([sys.executable, "-c", code], check=True)
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parent.parent)
 
 
 def test_attention_heatmaps_one_panel_per_head(tmp_path):
