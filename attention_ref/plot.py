@@ -9,7 +9,6 @@ and in notebooks (``%matplotlib inline`` displays a returned figure). Save one w
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np

@@ -29,7 +29,7 @@ from .separate_heads import (
     multi_head_attention_separate_heads_forward,
 )
 from .softmax import softmax_backward, softmax_forward
-from .worked_examples import W_O_READINGS, two_head_example, two_head_params
+from .worked_examples import W_O_READINGS, two_head_example
 
 __all__ = ["main", "example_section", "claims_section", "gradcheck_section", "gradcheck_cases",
            "SECTIONS", "WIDTH"]
