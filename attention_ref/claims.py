@@ -50,6 +50,7 @@ def fmt(value, digits: int = 4) -> str:
 
 
 def _close(a, b, tol=1e-9) -> bool:
+    """Whether two numbers or vectors agree to ``tol`` (absolute)."""
     return bool(np.allclose(np.asarray(a, float), np.asarray(b, float), atol=tol, rtol=0))
 
 
@@ -59,6 +60,7 @@ def tiny(x: float, bound: float = 1e-12) -> str:
 
 
 def _verdict(ok: bool) -> str:
+    """``"holds"`` or ``"wrong"``."""
     return "holds" if ok else "wrong"
 
 
@@ -82,6 +84,7 @@ def all_claims() -> list[Claim]:
 
 
 def _cell(s: str) -> str:
+    """Escape a table cell for markdown."""
     return s.replace("|", "\\|").replace("\n", " ")
 
 
