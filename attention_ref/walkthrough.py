@@ -29,7 +29,7 @@ from .separate_heads import (
     multi_head_attention_separate_heads_forward,
 )
 from .softmax import softmax_backward, softmax_forward
-from .worked_examples import W_O_READINGS, two_head_example
+from .worked_examples import W_O_READINGS, single_token_example, two_head_example
 
 __all__ = ["main", "example_section", "claims_section", "gradcheck_section", "gradcheck_cases",
            "SECTIONS", "WIDTH"]
@@ -102,6 +102,13 @@ def example_section() -> str:
     out.append("")
     out.append("  The whole layer at once, multi_head_attention_forward(x, x, x, params, 2):")
     out.append(_value_line("output", r.layer_output))
+    t, printed = single_token_example(), documents.SINGLE_TOKEN
+    out += _heading(f"Also: the single-token example of {printed['cite']}")
+    out.append(f"  q.k = {' + '.join(fmt(p) for p in t.products)} = {fmt(t.dot)}")
+    out.append(_value_line("q.k / sqrt(3)", t.score, printed["printed_score"]))
+    out.append(_value_line("alpha", t.alpha, printed["printed_alpha"]))
+    out.append(_value_line("output", t.output, printed["printed_output"]))
+    out.append("  The printed score is 0.45 / sqrt(3); with one key alpha is 1 regardless.")
     return "\n".join(out)
 
 
