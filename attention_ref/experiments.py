@@ -25,8 +25,9 @@ from .softmax import softmax_backward, softmax_forward
 __all__ = [
     "score_variance", "Saturation", "saturation", "hull_scores", "hull_single_query_search",
     "hull_vertices", "parameter_count", "strategies_max_difference", "sum_formula_difference",
-    "attention_pairs", "attention_cost", "softmax_spectrum", "kv_cache_comparison",
-    "DEFAULT_D_KS",
+    "attention_pairs", "attention_cost", "softmax_spectrum", "energy_rank", "kv_cache_comparison",
+    "mask_convention_004", "permutation_equivariance", "linear_attention_check", "window_pairs",
+    "head_split_cost", "low_rank_products", "DEFAULT_D_KS",
 ]
 
 #: The head widths swept by the variance and saturation experiments.
@@ -190,9 +191,6 @@ def energy_rank(singular_values: np.ndarray, fraction: float = 0.9) -> int:
     return int(np.searchsorted(e, fraction) + 1)
 
 
-__all__.append("energy_rank")
-
-
 # ------------------------------------------------------------------- multi-query attention
 def kv_cache_comparison(d_model: int = 64, num_heads: int = 8, steps: int = 16) -> dict:
     """Parameters and measured key/value cache bytes for MHA, GQA (H/4 kv heads) and MQA,
@@ -292,6 +290,3 @@ def low_rank_products(d_model: int = 16, h: int = 4, seed: int = 0) -> dict:
                 for i in range(h)]
     return {"d_k": d_k, "per_head": per_head, "full": int(np.linalg.matrix_rank(W_q @ W_k.T))}
 
-
-__all__ += ["mask_convention_004", "permutation_equivariance", "linear_attention_check", "window_pairs",
-            "head_split_cost", "low_rank_products"]
