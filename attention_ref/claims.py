@@ -129,14 +129,18 @@ def render_markdown() -> str:
 def render_text(width: int = 80) -> str:
     """The table for a terminal: one block per claim, wrapped to ``width`` columns."""
     import textwrap
-    out = []
+    out, rows = [], []
     for title, f in claim_groups().items():
+        group = f()
         out += ["", title, "=" * min(len(title), width)]
-        for r in f():
+        for r in group:
             out.append(f"[{r.verdict.upper()}] {r.id}")
             for label, text in (("source", r.source), ("claim", r.claim), ("printed", r.printed), ("computed", r.computed),
                                 ("note", r.note)):
                 if text:
                     out += textwrap.wrap(text, width, initial_indent=f"  {label:<9}",
                                          subsequent_indent=" " * 11)
+        rows += group
+    counts = {v: sum(r.verdict == v for r in rows) for v in VERDICTS}
+    out += ["", f"{len(rows)} claims: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + "."]
     return "\n".join(out)

@@ -43,6 +43,7 @@ def test_claims_section(capsys):
                      "[WRONG] 000-space", "1,048,576"):
         assert expected in out, expected
     assert "claims" in out.splitlines()[3]
+    assert out.rstrip().endswith("48 claims: 24 holds, 13 wrong, 11 ambiguous.")
 
 
 def test_gradcheck_section(capsys):
