@@ -29,6 +29,13 @@ from .separate_heads import (
     multi_head_attention_separate_heads_forward,
 )
 from .softmax import softmax_backward, softmax_forward
+from .decoder_block import decoder_block_backward, decoder_block_forward, init_decoder_block_params
+from .encoder_block import encoder_block_backward, encoder_block_forward, init_encoder_block_params
+from .feed_forward import feed_forward_backward, feed_forward_forward
+from .flash import flash_attention_backward, flash_attention_forward
+from .layer_norm import layer_norm_backward, layer_norm_forward
+from .linear_attention import linear_attention_backward, linear_attention_forward
+from .rope import rope_backward, rope_forward
 from .worked_examples import W_O_READINGS, single_token_example, two_head_example
 
 __all__ = ["main", "example_section", "claims_section", "gradcheck_section", "gradcheck_cases",
@@ -134,7 +141,13 @@ def gradcheck_cases(seed: int = 0) -> list[tuple]:
             p["b_" + n] = 0.1 * rand(s[1])
         return p
 
+    def jitter(p):
+        """Initial parameters plus noise, so no bias or gain sits at a special value."""
+        return {n: a + 0.1 * rand(*a.shape) for n, a in p.items()}
+
     bool_mask = causal_mask(3, 4)  # (Nq=3, Nk=4)
+    keep = rng.random((5, 5)) < 0.7  # a random keep-mask for the blockwise path, (5, 5)
+    keep[np.arange(5), np.arange(5)] = True  # every query keeps itself
     pad = padding_mask(np.array([4, 2]), 4)  # (B=2, 1, Nk=4)
     # split and merge keep no cache: adapt them to the (out, cache) protocol
     def split_f(x, h):
@@ -187,6 +200,34 @@ def gradcheck_cases(seed: int = 0) -> list[tuple]:
          multi_head_attention_backward,
          (rand(3, 6), rand(4, 6), rand(4, 6), params(6, 2, 3, 2, 6, hkv=1)),
          ["query", "key", "value", "params"]),
+        ("grouped-query (2 of 4 kv)",
+         lambda q, k, v, p: multi_head_attention_forward(q, k, v, p, 4, num_kv_heads=2),
+         multi_head_attention_backward,
+         (rand(2, 3, 6), rand(2, 4, 6), rand(2, 4, 6), params(6, 4, 2, 3, 6, hkv=2)),
+         ["query", "key", "value", "params"]),
+        ("blockwise, causal, block 2",
+         lambda q, k, v: flash_attention_forward(q, k, v, causal=True, block_size=2),
+         flash_attention_backward, (rand(2, 5, 3), rand(2, 5, 3), rand(2, 5, 2)), ["q", "k", "v"]),
+        ("blockwise, window 1 + mask",
+         lambda q, k, v: flash_attention_forward(q, k, v, mask=keep, block_size=2, window=1),
+         flash_attention_backward, (rand(5, 3), rand(5, 3), rand(5, 4)), ["q", "k", "v"]),
+        ("linear attention, causal",
+         lambda q, k, v: linear_attention_forward(q, k, v, causal=True),
+         linear_attention_backward, (rand(2, 4, 3), rand(2, 4, 3), rand(2, 4, 2)), ["q", "k", "v"]),
+        ("rotary position embedding", rope_forward, rope_backward, (rand(2, 5, 4),), ["x"]),
+        ("layer norm", layer_norm_forward, layer_norm_backward,
+         (rand(2, 3, 5), 1 + 0.1 * rand(5), 0.1 * rand(5)), ["x", "gamma", "beta"]),
+        ("feed-forward, GELU",
+         lambda x, p: feed_forward_forward(x, p, activation="gelu"), feed_forward_backward,
+         (rand(2, 3, 4), {"W_1": rand(4, 6) / 2, "b_1": 0.1 * rand(6), "W_2": rand(6, 4) / 2,
+                          "b_2": 0.1 * rand(4)}), ["x", "params"]),
+        ("encoder block, post-norm",
+         lambda x, p: encoder_block_forward(x, p, 2, causal_mask(3)), encoder_block_backward,
+         (rand(2, 3, 4), jitter(init_encoder_block_params(4, 2, 8, seed=seed))), ["x", "params"]),
+        ("decoder block, pre-norm",
+         lambda x, m, p: decoder_block_forward(x, m, p, 2, norm_first=True), decoder_block_backward,
+         (rand(2, 3, 4), rand(2, 5, 4), jitter(init_decoder_block_params(4, 2, 8, seed=seed))),
+         ["x", "memory", "params"]),
     ]
 
 
