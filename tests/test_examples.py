@@ -86,12 +86,3 @@ def test_claims_script(capsys, tmp_path):
     target.write_text("stale")
     assert load("claims").main(["--check", str(target)]) == 1
     capsys.readouterr()
-
-
-def test_readme_snippet(capsys):
-    """The example proposed for the README prints exactly what it says it prints."""
-    text = (ROOT / "docs" / "README_sections.md").read_text(encoding="utf-8")
-    code = text.split("```python\n", 1)[1].split("```", 1)[0]
-    expected = text.split("prints\n\n```\n", 1)[1].split("```", 1)[0]
-    exec(compile(code, "README snippet", "exec"), {})
-    assert capsys.readouterr().out == expected
