@@ -328,7 +328,7 @@ def test_decoder_bad_inputs():
     x, memory, p = _decoder_setup((2, 3, 4), (2, 5, 6), 2, 6)
     with pytest.raises(ValueError, match=r"cross_attn: key of shape \(2, 5, 4\)"):
         decoder_block_forward(x, memory[..., :4], p, 2)
-    with pytest.raises(ValueError, match=r"cross_attn: mask of shape \(4,\)"):
+    with pytest.raises(ValueError, match=r"memory_mask of shape \(4,\)"):
         decoder_block_forward(x, memory, p, 2, memory_mask=np.ones(4, bool))
     with pytest.raises(ValueError, match=r"memory must have shape \(\.\.\., m, d_memory\)"):
         decoder_block_forward(x, memory[0, 0], p, 2)
