@@ -79,6 +79,7 @@ def gelu_forward(h):
 
 def gelu_backward(da, h):
     """``dh = da * (0.5 (1 + t) + 0.5 h (1 - t^2) s (1 + 3 c h^2))``, ``t`` as in the forward."""
+    da = np.asarray(da).astype(h.dtype, copy=False)  # a float64 da keeps float32 float32
     t, u = _gelu_tanh(h)
     dt_dh = (1.0 - t * t) * _GELU_S * (1.0 + 3.0 * _GELU_C * u * u)  # exactly 0 where |h| >= 10
     return da * (0.5 * (1.0 + t) + 0.5 * h * dt_dh)

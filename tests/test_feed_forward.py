@@ -116,7 +116,8 @@ def test_gelu_huge_inputs_saturate_without_warnings(dtype):
     a, cache = gelu_forward(h)
     assert a.dtype == dtype
     np.testing.assert_array_equal(a, np.concatenate([big, np.zeros_like(big)]))
-    dh = gelu_backward(np.ones_like(h), cache)
+    dh = gelu_backward(np.ones(h.shape), cache)  # a float64 upstream gradient
+    assert dh.dtype == dtype
     np.testing.assert_array_equal(dh, np.concatenate([np.ones_like(big), np.zeros_like(big)]))
     # unchanged where the tanh is not yet saturated, including around the clipping point |h| = 10
     h = np.array([-10.5, -10.0, -9.5, -3.0, 0.5, 9.5, 10.0, 10.5])
