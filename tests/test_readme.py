@@ -36,3 +36,13 @@ def test_linked_files_exist():
     root = README.parent
     for target in re.findall(r"\]\(([^)#]+)\)", TEXT):
         assert (root / target).exists(), target
+
+
+def test_training_line_matches_the_recorded_demo():
+    """The README quotes the demo's final line; the numbers come from the JSON that
+    tests/test_toy_task.py re-trains and checks (seed 0, full length)."""
+    import json
+
+    demo = json.loads((README.parent / "docs" / "training_results.json").read_text())["demo"]
+    line = f"single-head final loss: {demo['single']:.4f}  multi-head final loss: {demo['multi']:.4f}"
+    assert f"`{line}`" in TEXT
