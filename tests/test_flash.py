@@ -106,7 +106,7 @@ def test_cache_holds_nothing_quadratic():
     _, cache = flash_attention_forward(q, k, v, block_size=8)
     for field, value in cache._asdict().items():
         if isinstance(value, np.ndarray):
-            assert value.shape[-1] != 40 or field == "lse", field  # no (.., Nq, Nk) array
+            assert value.shape[-1] != 40 or field in ("row_max", "log_row_sum"), field  # no (.., Nq, Nk) array
     assert cache.lse.shape == (2, 40)
 
 
@@ -189,3 +189,63 @@ def test_scalar_and_huge_float_masks():
     out, _ = flash_attention_forward(q, k, v, huge, block_size=4)
     ref, _ = scaled_dot_product_attention_forward(q, k, v, causal_mask(6))
     assert_close(out, ref, rtol=1e-5, atol=1e-6, what="-1e300 mask")
+
+
+# --- regressions: float masks read tile by tile, extreme masks, memory budget ---
+
+def _forward_peak(q, k, v, mask):
+    """Peak bytes tracemalloc sees during one forward (inputs and mask allocated before)."""
+    tracemalloc.start()
+    try:
+        _, cache = flash_attention_forward(q, k, v, mask, block_size=64)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return peak, cache
+
+
+@pytest.mark.parametrize("mask_dtype", [np.float32, np.float64])
+def test_float_mask_is_not_copied_or_scanned_whole(mask_dtype):
+    """A float mask adds at most a few tiles to the peak: no n_q x n_k array of flash's own."""
+    n, d, block = 1024, 16, 64
+    rng = np.random.default_rng(8)
+    q, k, v = (rng.standard_normal((n, d)).astype(np.float32) for _ in range(3))
+    mask = np.where(causal_mask(n), 0.0, -np.inf).astype(mask_dtype)  # (n, n): 4 or 8 MiB
+    base, _ = _forward_peak(q, k, v, None)
+    peak, cache = _forward_peak(q, k, v, mask)
+    tile = block * block * 8  # one float64 tile: 32 KiB
+    assert peak - base < 8 * tile, f"mask added {(peak - base) / 2**10:.0f} KiB (n x n is {mask.nbytes / 2**10:.0f} KiB)"
+    assert cache.mask is mask  # the caller's array, not a copy
+
+
+@pytest.mark.parametrize("bad, match", [(np.nan, "mask.*NaN"), (np.inf, "mask.*infinity")])
+def test_bad_float_mask_value_raises_naming_mask(bad, match):
+    q = np.random.default_rng(9).standard_normal((10, 3))
+    mask = np.zeros((10, 10))
+    mask[7, 8] = bad  # in the last tile visited for block_size=4
+    with pytest.raises(ValueError, match=match):
+        flash_attention_forward(q, q, q, mask, block_size=4)
+
+
+def test_float_mask_too_large_for_float32_raises():
+    q = np.ones((3, 2), np.float32)
+    with pytest.raises(ValueError, match="mask"):
+        flash_attention_forward(q, q, q, np.full((3, 3), 1e300), block_size=2)
+
+
+@pytest.mark.parametrize("dtype, big", [(np.float32, 3e38), (np.float64, 1e308)])
+def test_extreme_finite_masks_agree_with_plain_path_without_warnings(dtype, big):
+    """Scores near the dtype's limits: s - m and s - lse overflow to -inf (weight 0), silently."""
+    rng = np.random.default_rng(10)
+    q = rng.standard_normal((10, 4)).astype(dtype)
+    masks = [np.where(np.eye(10, dtype=bool), big, -big).astype(dtype),
+             np.where(np.arange(10) % 2 == 0, big / 3, -big).astype(dtype)[None, :].repeat(10, 0)]
+    for mask in masks:
+        out, cache = flash_attention_forward(q, q, q, mask, block_size=3)  # warnings are errors
+        ref, ref_cache = scaled_dot_product_attention_forward(q, q, q, mask)
+        assert np.isfinite(out).all()
+        assert_close(out, ref, rtol=1e-5, atol=1e-6, what="out")
+        dout = rng.standard_normal(out.shape).astype(dtype)
+        for g, r in zip(flash_attention_backward(dout, cache), scaled_dot_product_attention_backward(dout, ref_cache)):
+            assert np.isfinite(g).all()
+            assert_close(g, r, rtol=1e-5, atol=1e-5, what="gradient")
