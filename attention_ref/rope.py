@@ -39,9 +39,9 @@ def rope_angles(positions, d: int, base: float = 10000.0) -> np.ndarray:
     """Angles ``positions[..., None] * base^(-2i / d)`` for ``i = 0 .. d/2 - 1``, float64.
 
     Deliberately float64 whatever the caller's dtype: float32 keeps 24 bits, so an angle
-    ``p * theta`` near 10^4 would be rounded by up to about 5e-4 rad, so the angles (data, not the caller's work)
-    are formed in float64; :func:`rope_forward` casts their cos and sin to ``x``'s dtype
-    before touching ``x``, so float32 work stays float32.
+    ``p * theta`` near 10^4 would be rounded by up to about 5e-4 rad. The angles are data
+    derived from the positions, not the caller's work: :func:`rope_forward` casts their
+    cos and sin to ``x``'s dtype before touching ``x``, so float32 work stays float32.
     """
     theta = base ** (-np.arange(0, d, 2, dtype=np.float64) / d)  # (D/2,)
     return np.asarray(positions, dtype=np.float64)[..., None] * theta  # (..., N, D/2)
