@@ -33,7 +33,7 @@ from ._checks import check_mask_shape, check_positive_int, unbroadcast
 from .attention import check_attention_inputs
 from .local import check_window
 
-__all__ = ["FlashAttentionCache", "flash_attention_forward", "flash_attention_backward"]
+__all__ = ["FlashAttentionCache", "flash_attention_forward", "flash_attention_backward", "visited_tiles"]
 
 
 class FlashAttentionCache(NamedTuple):
@@ -74,6 +74,18 @@ def _key_blocks(qs, qe, n_q, n_k, block, causal, window):
     if lo >= hi:
         return range(0)
     return range((lo // block) * block, hi, block)
+
+
+def visited_tiles(n_q, n_k, block_size=128, causal=False, window=None):
+    """The (query block start, key block start) pairs the forward and backward visit, in order.
+
+    These are exactly the tiles the loops below iterate over (same :func:`_key_blocks`):
+    ``T^2`` for ``T = ceil(n / block_size)`` blocks, ``T (T + 1) / 2`` when causal with
+    ``n_q = n_k``, about ``3 T`` for a window narrower than a block.
+    """
+    causal, window, block = _check_options(causal, window, block_size)
+    return [(qs, ks) for qs in range(0, n_q, block)  # loop over query blocks
+            for ks in _key_blocks(qs, min(qs + block, n_q), n_q, n_k, block, causal, window)]
 
 
 def _structural_keep(qs, qe, ks, ke, n_q, n_k, causal, window):

@@ -272,3 +272,29 @@ def test_memory_budget_of_the_benchmark_claim():
     assert out.dtype == np.float32 and all(g.dtype == np.float32 for g in grads)
     assert peak < 96 * 2**20 * (n / 8192) * (h / 4), f"peak {peak / 2**20:.1f} MiB"
     assert peak >= 4 * q.nbytes  # out and three gradients are allocated: the measurement is live
+
+
+@pytest.mark.parametrize("n_q, n_k, block_size, causal, window, expected",
+                         [(300, 300, 64, False, None, 5 * 5), (300, 300, 64, True, None, 5 * 6 // 2),
+                          (1000, 1000, 50, False, 20, 3 * 20 - 2), (7, 12, 3, True, None, None)])  # 3 per block, 2 at the ends
+def test_visited_tiles_are_the_tiles_computed(monkeypatch, n_q, n_k, block_size, causal, window, expected):
+    """visited_tiles lists exactly the tiles whose scores the forward and the backward compute."""
+    import attention_ref.flash as flash
+
+    computed = []
+    original = flash._scores
+
+    def counting(q_blk, k, mask, qs, qe, ks, ke, *rest):
+        computed.append((qs, ks))
+        return original(q_blk, k, mask, qs, qe, ks, ke, *rest)
+
+    monkeypatch.setattr(flash, "_scores", counting)
+    rng = np.random.default_rng(12)
+    q, k, v = rng.standard_normal((n_q, 2)), rng.standard_normal((n_k, 2)), rng.standard_normal((n_k, 2))
+    out, cache = flash.flash_attention_forward(q, k, v, causal=causal, block_size=block_size, window=window)
+    tiles = flash.visited_tiles(n_q, n_k, block_size, causal, window)
+    assert computed == tiles
+    flash.flash_attention_backward(np.ones_like(out), cache)
+    assert computed == tiles + tiles
+    if expected is not None:
+        assert len(tiles) == expected
