@@ -186,7 +186,10 @@ def flash_attention_forward(q, k, v, mask=None, causal=False, block_size=128, *,
     ----------
     q : array (..., n_q, d_k); k : array (..., n_k, d_k); v : array (..., n_k, d_v)
     mask : None, bool (True = may attend) or float (added to the scaled scores) array
-        broadcastable to (..., n_q, n_k); read one tile at a time
+        broadcastable to (..., n_q, n_k); read one tile at a time and never copied whole:
+        its dtype and shape are checked up front, its values tile by tile, so a NaN or
+        +inf raises ``ValueError`` when its tile is reached (before anything is returned;
+        tiles that ``causal`` / ``window`` skip are never read)
     causal : query ``i`` attends only keys ``j <= i + n_k - n_q``; key blocks entirely in
         the future are never visited
     block_size : rows per query block and per key block
