@@ -17,7 +17,7 @@ Forward, for one query block against key blocks ``b = 1, 2, ...`` (numbered for 
 4. after the last block: ``out = acc / l`` and ``lse = m + log(l)``
 
 Memory beyond inputs and output: O(Bq * Bk) per batch element for one tile, plus the
-(..., Nq) vectors ``m, l, lse``. The backward recomputes ``p = exp(s - lse)`` tile by tile.
+(..., Nq) vectors ``m, l``. The backward recomputes ``p = exp((s - m) - log l)`` tile by tile.
 
 The Python loops below run over *blocks* only (Nq/Bq times Nk/Bk iterations); each
 iteration is vectorised over the batch axes and within the block.
@@ -29,26 +29,38 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._checks import check_positive_int, unbroadcast
+from ._checks import check_mask_shape, check_positive_int, unbroadcast
 from .attention import check_attention_inputs
 from .local import check_window
 
-__all__ = ["FlashAttentionCache", "flash_attention_forward", "flash_attention_backward"]
+__all__ = ["FlashAttentionCache", "flash_attention_forward", "flash_attention_backward", "visited_tiles"]
 
 
 class FlashAttentionCache(NamedTuple):
-    """Inputs, output and row log-sum-exp: nothing of size Nq x Nk (except a caller's mask)."""
+    """Inputs, output and the softmax's row statistics: nothing of size Nq x Nk (except a caller's mask).
+
+    The row log-sum-exp is kept as its two parts, ``lse = m + log(l)``: with extreme float
+    masks (biases near 1e38) ``m + log(l)`` rounds to ``m`` and ``exp(s - lse)`` would be
+    wrong, while ``exp((s - m) - log(l))`` stays exact.
+    """
 
     q: np.ndarray  # (..., Nq, Dk)
     k: np.ndarray  # (..., Nk, Dk)
     v: np.ndarray  # (..., Nk, Dv)
-    mask: np.ndarray | None  # the caller's mask, read block by block
+    mask: np.ndarray | None  # the caller's mask itself (not a copy), read block by block
     out: np.ndarray  # (..., Nq, Dv)
-    lse: np.ndarray  # (..., Nq), +inf for a query with no allowed key
+    row_max: np.ndarray  # (..., Nq), m; 0 for a query with no allowed key
+    log_row_sum: np.ndarray  # (..., Nq), log(l); +inf for a query with no allowed key
     scale: float  # 1 / sqrt(d_k)
     causal: bool
     window: int | None
     block_size: int
+
+    @property
+    def lse(self) -> np.ndarray:
+        """Row log-sum-exp ``m + log(l)`` (..., Nq); +inf for a query with no allowed key."""
+        with np.errstate(over="ignore"):
+            return self.row_max + self.log_row_sum
 
 
 def _key_blocks(qs, qe, n_q, n_k, block, causal, window):
@@ -62,6 +74,18 @@ def _key_blocks(qs, qe, n_q, n_k, block, causal, window):
     if lo >= hi:
         return range(0)
     return range((lo // block) * block, hi, block)
+
+
+def visited_tiles(n_q, n_k, block_size=128, causal=False, window=None):
+    """The (query block start, key block start) pairs the forward and backward visit, in order.
+
+    These are exactly the tiles the loops below iterate over (same :func:`_key_blocks`):
+    ``T^2`` for ``T = ceil(n / block_size)`` blocks, ``T (T + 1) / 2`` when causal with
+    ``n_q = n_k``, about ``3 T`` for a window narrower than a block.
+    """
+    causal, window, block = _check_options(causal, window, block_size)
+    return [(qs, ks) for qs in range(0, n_q, block)  # loop over query blocks
+            for ks in _key_blocks(qs, min(qs + block, n_q), n_q, n_k, block, causal, window)]
 
 
 def _structural_keep(qs, qe, ks, ke, n_q, n_k, causal, window):
@@ -96,6 +120,37 @@ def _mask_tile(mask, qs, qe, ks, ke):
     return mask[..., rows, cols]
 
 
+def _check_mask(mask, scores_shape):
+    """The caller's mask itself (no copy, no scan of its values): dtype and shape only.
+
+    The core's ``as_mask`` would scan (and ``cast_mask`` copy) the whole Nq x Nk array;
+    here the values are checked one tile at a time by :func:`_float_mask_tile`.
+    """
+    if mask is None:
+        return None
+    arr = np.asarray(mask)  # the caller's array when it already is one
+    if arr.dtype.kind in "iu":
+        raise TypeError(f"mask must be boolean (True = may attend) or floating (added to the scores),"
+                        f" got an integer array of dtype {arr.dtype}; use mask.astype(bool) for a keep-mask")
+    if arr.dtype.kind not in "bf":
+        raise TypeError(f"mask must be boolean or floating, got an array of dtype {arr.dtype}")
+    check_mask_shape(arr, scores_shape)
+    return arr
+
+
+def _float_mask_tile(tile, dtype):
+    """One tile of a float mask, validated (no NaN, no +inf) and cast to the scores' dtype."""
+    if np.isnan(tile).any():
+        raise ValueError(f"mask contains NaN (array of dtype {tile.dtype}; found in a tile)")
+    if np.isposinf(tile).any():
+        raise ValueError(f"mask contains infinity (array of dtype {tile.dtype}; found in a tile)")
+    with np.errstate(over="ignore"):  # -1e300 in float32 becomes -inf, as meant
+        tile = tile.astype(dtype, copy=False)
+    if np.isposinf(tile).any():
+        raise ValueError(f"mask holds values too large for {np.dtype(dtype)}")
+    return tile
+
+
 def _scores(q_blk, k, mask, qs, qe, ks, ke, n_q, n_k, causal, window):
     """Step 1 for one tile: scaled scores with every mask applied; ``q_blk`` is pre-scaled."""
     s = q_blk @ k[..., ks:ke, :].swapaxes(-1, -2)  # (..., Bq, Bk)
@@ -107,8 +162,8 @@ def _scores(q_blk, k, mask, qs, qe, ks, ke, n_q, n_k, causal, window):
         if tile.dtype == bool:
             s = np.where(tile, s, -np.inf)
         else:
-            with np.errstate(over="ignore"):  # -1e300 in float32 becomes -inf, as meant
-                s = s + tile.astype(s.dtype, copy=False)
+            with np.errstate(over="ignore"):  # huge finite biases may overflow to +-inf
+                s = s + _float_mask_tile(tile, s.dtype)
     return s
 
 
@@ -131,7 +186,10 @@ def flash_attention_forward(q, k, v, mask=None, causal=False, block_size=128, *,
     ----------
     q : array (..., n_q, d_k); k : array (..., n_k, d_k); v : array (..., n_k, d_v)
     mask : None, bool (True = may attend) or float (added to the scaled scores) array
-        broadcastable to (..., n_q, n_k); read one tile at a time
+        broadcastable to (..., n_q, n_k); read one tile at a time and never copied whole:
+        its dtype and shape are checked up front, its values tile by tile, so a NaN or
+        +inf raises ``ValueError`` when its tile is reached (before anything is returned;
+        tiles that ``causal`` / ``window`` skip are never read)
     causal : query ``i`` attends only keys ``j <= i + n_k - n_q``; key blocks entirely in
         the future are never visited
     block_size : rows per query block and per key block
@@ -142,15 +200,18 @@ def flash_attention_forward(q, k, v, mask=None, causal=False, block_size=128, *,
     Returns
     -------
     out : array (..., n_q, d_v); zero for a query with no allowed key
-    cache : FlashAttentionCache (inputs, output and the (..., n_q) log-sum-exp)
+    cache : FlashAttentionCache (inputs, the caller's mask, output and the (..., n_q) row
+        maximum and log row sum)
     """
     causal, window, block = _check_options(causal, window, block_size)
-    q, k, v, mask, scores_shape = check_attention_inputs(q, k, v, mask)
+    q, k, v, _, scores_shape = check_attention_inputs(q, k, v, None)
+    mask = _check_mask(mask, scores_shape)  # values are checked tile by tile in _scores
     batch, (n_q, n_k), d_v = scores_shape[:-2], scores_shape[-2:], v.shape[-1]
     dtype = q.dtype
     scale = 1.0 / math.sqrt(q.shape[-1])  # Python float: float32 stays float32
     out = np.zeros(batch + (n_q, d_v), dtype)  # (..., Nq, Dv)
-    lse = np.full(batch + (n_q,), np.inf, dtype)  # (..., Nq)
+    row_max = np.zeros(batch + (n_q,), dtype)  # (..., Nq)
+    log_row_sum = np.full(batch + (n_q,), np.inf, dtype)  # (..., Nq)
     for qs in range(0, n_q, block):  # loop over query blocks
         qe = min(qs + block, n_q)
         q_blk = q[..., qs:qe, :] * scale  # (..., Bq, Dk)
@@ -165,24 +226,30 @@ def flash_attention_forward(q, k, v, mask=None, causal=False, block_size=128, *,
             #    uses 0 as its reference so that exp never sees -inf - (-inf)
             m_new = np.maximum(m, s.max(axis=-1))  # (..., Bq)
             m_ref = np.where(np.isfinite(m_new), m_new, 0.0).astype(dtype, copy=False)
-            alpha = np.exp(m - m_ref)  # (..., Bq), 0 while nothing was summed
-            # 3. probabilities of this tile relative to m_new; rescale and accumulate
-            p = np.exp(s - m_ref[..., None])  # (..., Bq, Bk)
+            # with extreme finite float masks (e.g. -3e38 against +3e38) the differences
+            # below overflow to -inf, whose exp is the exact weight 0: not an error
+            with np.errstate(over="ignore"):
+                alpha = np.exp(m - m_ref)  # (..., Bq), 0 while nothing was summed
+                # 3. probabilities of this tile relative to m_new; rescale and accumulate
+                p = np.exp(s - m_ref[..., None])  # (..., Bq, Bk)
             l = alpha * l + p.sum(axis=-1)
             acc = alpha[..., None] * acc + p @ v[..., ks:ke, :]  # (..., Bq, Dv)
             m = m_new
-        # 4. normalise; a row with l = 0 (no allowed key) keeps out = 0 and lse = +inf
+        # 4. normalise; a row with l = 0 (no allowed key) keeps out = 0, m = 0, log(l) = +inf
         seen = l > 0
         np.divide(acc, l[..., None], out=out[..., qs:qe, :], where=seen[..., None])
-        np.add(m, np.log(l, where=seen, out=np.ones_like(l)), out=lse[..., qs:qe], where=seen)
-    return out, FlashAttentionCache(q, k, v, mask, out, lse, scale, causal, window, block)
+        np.copyto(row_max[..., qs:qe], m, where=seen)
+        np.log(l, out=log_row_sum[..., qs:qe], where=seen)
+    cache = FlashAttentionCache(q, k, v, mask, out, row_max, log_row_sum, scale, causal, window, block)
+    return out, cache
 
 
 def flash_attention_backward(dout, cache: FlashAttentionCache):
     """Gradients of :func:`flash_attention_forward`, recomputing the probabilities tile by tile.
 
-    With ``P = exp(S - lse)`` recomputed per tile and ``D_i = rowsum(dout_i * out_i)``
-    (which equals ``sum_j P_ij dP_ij``, so no Nq x Nk reduction is needed):
+    With ``P = exp((S - m) - log(l))`` (that is ``exp(S - lse)``) recomputed per tile and
+    ``D_i = rowsum(dout_i * out_i)`` (which equals ``sum_j P_ij dP_ij``, so no Nq x Nk
+    reduction is needed):
 
     3. ``acc += P v``           gives ``dv += P^T dout`` and ``dP = dout v^T``
     2.-3. softmax               gives ``dS = P * (dP - D)``
@@ -197,7 +264,7 @@ def flash_attention_backward(dout, cache: FlashAttentionCache):
     -------
     dq, dk, dv : arrays shaped like q, k and v
     """
-    q, k, v, mask, out, lse, scale, causal, window, block = cache
+    q, k, v, mask, out, row_max, log_row_sum, scale, causal, window, block = cache
     dout = np.asarray(dout)
     if dout.shape != out.shape:
         raise ValueError(f"dout must have shape {out.shape} (the forward output), got {dout.shape}")
@@ -212,13 +279,15 @@ def flash_attention_backward(dout, cache: FlashAttentionCache):
         q_blk = q[..., qs:qe, :] * scale  # (..., Bq, Dk)
         dout_blk = dout[..., qs:qe, :]  # (..., Bq, Dv)
         D_blk = D[..., qs:qe, None]  # (..., Bq, 1)
-        lse_blk = lse[..., qs:qe, None]  # (..., Bq, 1)
+        m_blk = row_max[..., qs:qe, None]  # (..., Bq, 1)
+        log_l_blk = log_row_sum[..., qs:qe, None]  # (..., Bq, 1)
         dq_blk = np.zeros(batch + (qe - qs, q.shape[-1]), out.dtype)  # (..., Bq, Dk)
         for ks in _key_blocks(qs, qe, n_q, n_k, block, causal, window):  # loop over key blocks
             ke = min(ks + block, n_k)
             # 1.-3. recompute this tile's probabilities from the saved log-sum-exp
             s = _scores(q_blk, k, mask, qs, qe, ks, ke, n_q, n_k, causal, window)  # (..., Bq, Bk)
-            p = np.exp(s - lse_blk)  # (..., Bq, Bk); 0 for blocked keys and empty rows
+            with np.errstate(over="ignore"):  # s - m may overflow to -inf: weight 0, as in the forward
+                p = np.exp((s - m_blk) - log_l_blk)  # (..., Bq, Bk); 0 for blocked keys and empty rows
             # 3. acc += P v
             dv[..., ks:ke, :] += p.swapaxes(-1, -2) @ dout_blk  # (..., Bk, Dv)
             dp = dout_blk @ v[..., ks:ke, :].swapaxes(-1, -2)  # (..., Bq, Bk)

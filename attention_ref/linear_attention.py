@@ -21,7 +21,15 @@ Forward, numbered so the backward can walk it in reverse:
 1. features ``fq = phi(q)`` (..., Nq, Dk), ``fk = phi(k)`` (..., Nk, Dk)
 2. key summaries ``S`` (..., Dk, Dv) and ``z`` (..., Dk) (prefix sums when causal)
 3. ``num = fq S`` (..., Nq, Dv), ``den = fq . z`` (..., Nq)
-4. ``out = num / den``
+4. ``out = num / (den + DEN_EPS)``
+
+``DEN_EPS`` floors the normaliser: ``phi > 0`` makes ``den > 0`` in exact arithmetic, but
+in floating point ``phi(q) . phi(k)`` underflows to 0 for very negative inputs (about -50
+in float32, -370 in float64 with ``elu + 1``), and with no keys at all the sum is 0; the
+plain formula would then give 0 / 0 = NaN. Adding a small constant to the normaliser is
+what linear-attention implementations usually do (Katharopoulos et al. 2020 use 1e-6);
+it changes a normal-range output by a relative ``DEN_EPS / den`` (``den`` is typically of
+order ``n_k``) and turns the degenerate cases into ``out = 0``.
 """
 from __future__ import annotations
 
@@ -32,7 +40,11 @@ import numpy as np
 from ._checks import unbroadcast
 from .attention import check_attention_inputs
 
-__all__ = ["FEATURE_MAPS", "LinearAttentionCache", "linear_attention_forward", "linear_attention_backward"]
+__all__ = ["DEN_EPS", "FEATURE_MAPS", "LinearAttentionCache", "linear_attention_forward", "linear_attention_backward"]
+
+#: Floor added to the normaliser ``den = phi(q) . sum_j phi(k_j)`` (see the module docstring);
+#: a Python float, so float32 stays float32.
+DEN_EPS = 1e-6
 
 
 def _elu_plus_one(x):
@@ -69,14 +81,14 @@ class LinearAttentionCache(NamedTuple):
     fk: np.ndarray  # (..., Nk, Dk), phi(k)
     S: np.ndarray  # (..., Dk, Dv), or (..., Nq, Dk, Dv) prefix sums when causal
     z: np.ndarray  # (..., Dk), or (..., Nq, Dk) when causal
-    den: np.ndarray  # (..., Nq)
+    den: np.ndarray  # (..., Nq), the floored normaliser phi(q) . z + DEN_EPS
     out: np.ndarray  # (..., Nq, Dv)
     causal: bool
     feature_map: str
 
 
 def linear_attention_forward(q, k, v, causal=False, feature_map="elu"):
-    """Linear attention ``out_i = phi(q_i)^T S / (phi(q_i)^T z)``.
+    """Linear attention ``out_i = phi(q_i)^T S / (phi(q_i)^T z + DEN_EPS)``.
 
     Parameters
     ----------
@@ -119,7 +131,9 @@ def linear_attention_forward(q, k, v, causal=False, feature_map="elu"):
         # 3. numerator and normaliser
         num = fq @ S  # (..., Nq, Dv)
         den = (fq * z[..., None, :]).sum(axis=-1)  # (..., Nq)
-    # 4. normalise (den > 0 because phi > 0)
+    # 4. normalise: plain formula num / den, floored as num / (den + DEN_EPS) because den
+    #    (> 0 in exact arithmetic) underflows to 0 for very negative q, k, or when n_k = 0
+    den = den + DEN_EPS  # (..., Nq); stored floored, so the backward differentiates this
     out = num / den[..., None]  # (..., Nq, Dv)
     return out, LinearAttentionCache(q, k, v, fq, fk, S, z, den, out, bool(causal), feature_map)
 
@@ -127,7 +141,7 @@ def linear_attention_forward(q, k, v, causal=False, feature_map="elu"):
 def linear_attention_backward(dout, cache: LinearAttentionCache):
     """Gradients of :func:`linear_attention_forward` with respect to q, k and v.
 
-    4. ``out = num / den``  gives ``dnum = dout / den``, ``dden = -rowsum(dout * out) / den``
+    4. ``out = num / den`` (``den`` already holds ``+ DEN_EPS``)  gives ``dnum = dout / den``, ``dden = -rowsum(dout * out) / den``
     3. ``num = fq S``, ``den = fq . z``  gives ``dfq = dnum S^T + dden z``,
        ``dS = fq^T dnum``, ``dz = fq^T dden``
     2. ``S = fk^T v``, ``z = sum_j fk_j``  gives ``dfk = v dS^T + dz``, ``dv = fk dS``; when

@@ -301,7 +301,7 @@ ROWS = [
     ("Rotary positions (RoPE)", "`rope_forward`", "rotates feature pairs by position; q.k depends on m - n",
      "O(n d)", "O(n d)", None, "relative positions inside a plain dot product"),
     ("Head mask", "`head_mask=` on the multi-head forward", "scales each head's output; "
-     "`grads['head_mask']` is each head's importance", "O(n d)", "O(h)", None, "pruning studies"),
+     "`grads['head_mask']` is each head's first-order sensitivity", "O(n d)", "O(h)", None, "pruning studies"),
 ]
 
 

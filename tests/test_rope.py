@@ -7,11 +7,15 @@ from tests._helpers import assert_close, check_gradients
 
 
 def loop_rope(x, positions, base=10000.0):
-    """Rotate pair (2i, 2i+1) of the vector at position p by p * base^(-2i/d), scalar by scalar."""
+    """Rotate pair (2i, 2i+1) of the vector at position p by p * base^(-2i/d), scalar by scalar.
+
+    ``positions`` is broadcast against ``x.shape[:-1]``: (n,) or batched such as (..., n).
+    """
     y = np.empty_like(x)
     d = x.shape[-1]
+    positions = np.broadcast_to(positions, x.shape[:-1])
     for idx in np.ndindex(x.shape[:-1]):
-        p = positions[idx[-1]]
+        p = positions[idx]
         for i in range(d // 2):
             angle = p * base ** (-2 * i / d)
             a, b = x[idx + (2 * i,)], x[idx + (2 * i + 1,)]
@@ -92,3 +96,29 @@ def test_bad_inputs():
     _, cache = rope_forward(np.ones((3, 4)))
     with pytest.raises(ValueError, match="dy"):
         rope_backward(np.ones((3, 6)), cache)
+
+
+@pytest.mark.parametrize("shape, positions_shape", [((2, 3, 6, 8), (2, 1, 6)), ((2, 3, 6, 8), (3, 6)),
+                                                    ((4, 5, 2), (4, 5)), ((2, 3, 6, 8), (1, 6))])
+def test_batched_positions_match_loop(shape, positions_shape):
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal(shape)
+    positions = rng.uniform(-5, 200, positions_shape)
+    y, cache = rope_forward(x, positions)
+    assert_close(y, loop_rope(x, positions), what="rotated x")
+    dy = rng.standard_normal(shape)
+    assert_close(rope_backward(dy, cache), loop_rope(dy, -positions), what="dx = R(-p) dy")
+
+
+@pytest.mark.parametrize("bad_shape", [(2, 3, 4), (1, 3, 4), (3, 2), (4, 4)])
+def test_backward_rejects_gradients_of_another_shape(bad_shape):
+    _, cache = rope_forward(np.ones((3, 4)))
+    with pytest.raises(ValueError, match=r"dy must have shape \(3, 4\)"):
+        rope_backward(np.ones(bad_shape), cache)
+
+
+def test_float32_stays_float32_with_float64_positions():
+    """Angles are computed in float64 (accuracy at large positions); cos, sin and y are float32."""
+    x = np.ones((3, 4), np.float32)
+    y, cache = rope_forward(x, np.array([0.5, 1e5, 3.0]))
+    assert y.dtype == cache.cos.dtype == cache.sin.dtype == np.float32
