@@ -23,7 +23,7 @@ import numpy as np
 
 from . import documents as docs
 
-__all__ = ["Claim", "VERDICTS", "all_claims", "claim_groups", "render_markdown", "render_text", "fmt", "tiny"]
+__all__ = ["Claim", "VERDICTS", "readings_verdict", "all_claims", "claim_groups", "render_markdown", "render_text", "fmt", "tiny"]
 
 VERDICTS = ("holds", "wrong", "ambiguous")
 
@@ -64,10 +64,18 @@ def _verdict(ok: bool) -> str:
     return "holds" if ok else "wrong"
 
 
+def _readings(truth: dict) -> str:
+    """Verdict from the claim's truth under each defensible reading (name -> bool):
+    ``"holds"`` if true under all, ``"wrong"`` if under none, else ``"ambiguous"``."""
+    values = [bool(v) for v in truth.values()]
+    return "holds" if all(values) else "wrong" if not any(values) else "ambiguous"
+
+
 def claim_groups() -> dict:
     """Group title -> function returning its rows, in table order."""
     from .claims_design import cost_claims, other_claims, parameter_claims  # the rows import
     from .claims_examples import hull_claims, scaling_claims, worked_example_claims  # Claim from here
+    from .claims_more import more_claims
     return {
         "Worked examples (004)": worked_example_claims,
         "The sqrt(d_k) scale (002)": scaling_claims,
@@ -75,6 +83,7 @@ def claim_groups() -> dict:
         "Parameters, heads and the two implementations (000, 001, 002, 003)": parameter_claims,
         "Cost, low rank and multi-query attention (000, 001, 002, 003)": cost_claims,
         "Code listings, masks and other statements (000, 001, 003, 004)": other_claims,
+        "Paths, blockwise and linear attention, positions, Add & Norm (000-004)": more_claims,
     }
 
 
@@ -144,3 +153,6 @@ def render_text(width: int = 80) -> str:
     counts = {v: sum(r.verdict == v for r in rows) for v in VERDICTS}
     out += ["", f"{len(rows)} claims: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + "."]
     return "\n".join(out)
+
+
+readings_verdict = _readings

@@ -8,7 +8,8 @@ import numpy as np
 
 from . import documents as docs
 from . import experiments as ex
-from .claims import Claim, _close, _verdict, fmt, tiny
+from . import experiments_more as exm
+from .claims import Claim, _close, _readings, _verdict, fmt, tiny
 from .worked_examples import single_token_example, two_head_example
 
 __all__ = ["worked_example_claims", "scaling_claims", "hull_claims"]
@@ -22,9 +23,10 @@ def worked_example_claims() -> list[Claim]:
     rows = [
         Claim("004-4.1-score", "score = q.k / sqrt(3) for q=[0.1,0.2,0.3], k=[0.4,0.5,0.6]", src1,
               fmt(d1["printed_score"]), fmt(r1.score), _verdict(_close(r1.score, d1["printed_score"], 5e-5)),
-              f"q.k = 0.04 + 0.10 + 0.18 = {fmt(r1.dot)}, and {fmt(r1.dot)} / 1.7321 = {fmt(r1.score)}."
-              f" The printed 0.2598 is 0.45 / sqrt(3): the numerator is wrong, the rest of the"
-              f" example does not depend on it."),
+              f"q.k = {' + '.join(fmt(t) for t in r1.products)} = {fmt(r1.dot)}, and {fmt(r1.dot)} /"
+              f" {fmt(np.sqrt(d1['d_k']))} = {fmt(r1.score)}. The printed {fmt(d1['printed_score'])} is"
+              f" {fmt(d1['printed_score'] * np.sqrt(d1['d_k']), 2)} / sqrt({d1['d_k']}): the numerator is"
+              " wrong, the rest of the example does not depend on it."),
         Claim("004-4.1-alpha", "alpha = softmax(score) = 1 (one key)", src1, fmt(d1["printed_alpha"]),
               fmt(r1.alpha), _verdict(_close(r1.alpha, d1["printed_alpha"])),
               "A softmax over a single score is exactly 1 whatever the score, so the wrong score is harmless."),
@@ -33,6 +35,7 @@ def worked_example_claims() -> list[Claim]:
     ]
     d, r = docs.TWO_HEAD, two_head_example()
     src = str(d["cite"])
+    lsq = exm.input_least_squares()
     for name, key, ours in (("Q", "printed_Q", r.Q), ("K", "printed_K", r.K), ("V", "printed_V", r.V)):
         for i in range(d["h"]):
             W = np.array(d[f"W_{name}"][i])
@@ -43,8 +46,12 @@ def worked_example_claims() -> list[Claim]:
                 fmt(ours[i]), _verdict(ok),
                 "" if ok else f"First entry: {terms} = {fmt(ours[i][0, 0])}. Printed minus ours:"
                 f" {fmt(np.subtract(d[key][i], ours[i][0]))}. Not a misread matrix: the block refilled"
-                f" as 2 x 3 gives x W' = {fmt(np.array(d['x']) @ W.reshape(2, 3).T)}, with column-sum"
-                f" biases {fmt(ours[i][0] + W.sum(axis=0))}; neither matches."))
+                f" as 2 x 3 gives x W' = {fmt(np.array(d['x']) @ W.reshape(2, 3).T)}; adding the column"
+                f" sums of W (which is the input x + 1) gives {fmt(ours[i][0] + W.sum(axis=0))}; neither"
+                f" matches. No single input reproduces all printed Q, K, V: the least-squares x' ="
+                f" {fmt(lsq['both']['x'], 2)} misses by up to {fmt(lsq['both']['worst'], 2)}; head 2's six"
+                f" numbers alone are reproduced (within {fmt(lsq['head2']['worst'], 3)}) by x' ="
+                f" {fmt(lsq['head2']['x'], 2)}, head 1's are not (miss {fmt(lsq['head1']['worst'], 2)})."))
     for i in range(d["h"]):
         ok = _close(r.heads[i], d["printed_head"][i])
         rows.append(Claim(
@@ -58,19 +65,23 @@ def worked_example_claims() -> list[Claim]:
         _verdict(_close(r.concat, d["printed_concat"])),
         "The concatenation itself is done right; it inherits the wrong heads."))
     printed_WO = np.array(d["W_O_as_printed"])
+    outputs = (r.output, r.output_row_major, r.output_from_printed_concat, r.output_from_printed_concat_row_major)
     rows.append(Claim(
         "004-4.2-WO-shape", "W^O in R^{h d_v x d_model} multiplies the 1 x 4 concatenation", src,
         f"typeset {printed_WO.shape[0]} x {printed_WO.shape[1]}; declared {d['W_O_declared_shape'][0]} x"
-        f" {d['W_O_declared_shape'][1]}", f"needs {r.concat.shape[1]} x {d['d_model']}", "ambiguous",
+        f" {d['W_O_declared_shape'][1]}", f"needs {r.concat.shape[1]} x {d['d_model']}",
+        _readings({"as typeset": printed_WO.shape[0] == r.concat.shape[1],
+                   "transposed (declared shape)": printed_WO.T.shape == tuple(d["W_O_declared_shape"])}),
         "A 1 x 4 row times a 3 x 4 matrix is undefined. We use the transpose of the typeset matrix:"
         " it has the declared shape h d_v x d_model = 4 x 3 and equals the column-vector reading"
         " W^O concat. The other defensible reading refills the 12 numbers row by row into 4 x 3."))
     rows.append(Claim(
         "004-4.2-output", "MultiHead = Concat(head_1, head_2) W^O", src, fmt(d["printed_output"]),
-        fmt(r.output), "wrong",
+        fmt(r.output), _verdict(any(_close(o[0], d["printed_output"], 0.05) for o in outputs)),
         f"With W^O transposed (our reading): {fmt(r.output)}; refilled row by row: {fmt(r.output_row_major)};"
-        f" even the printed concatenation times W^O^T gives {fmt(r.output_from_printed_concat)}."
-        " No reading reproduces the printed value. The whole layer through"
+        f" the printed concatenation times W^O^T gives {fmt(r.output_from_printed_concat)}, times the"
+        f" row-major W^O {fmt(r.output_from_printed_concat_row_major)}. None is within print precision"
+        " (0.05) of the printed value. The whole layer through"
         f" multi_head_attention_forward gives {fmt(r.layer_output)}."))
     return rows
 
@@ -93,7 +104,9 @@ def scaling_claims() -> list[Claim]:
               "10,000 samples per d_k, N(0,1) components. Exact: Var(q_l k_l) = E[q_l^2] E[k_l^2] = 1"
               " needs q and k independent (for k = q it is 2)."),
         Claim("002-var-scaled", "Var(q.k / sqrt(d_k)) = 1", src, "1",
-              ", ".join(f"{fmt(var[d][1], 3)} at d_k={d}" for d in d_ks), _verdict(scaled_ok)),
+              ", ".join(f"{fmt(var[d][1], 3)} at d_k={d}" for d in d_ks), _verdict(scaled_ok),
+              "The same reason for the scale is given in " + ", ".join(str(c) for c in docs.MORE["cite_scale"])
+              + "."),
         Claim("002-saturation", "unscaled, large d_k saturates the softmax and its gradient vanishes;"
               " the scale prevents it", str(docs.PRINTED_VERBAL["saturation"][0]), "(no number)",
               "largest weight (8 keys) unscaled "
@@ -119,6 +132,8 @@ def hull_claims() -> list[Claim]:
     vertices = ex.hull_vertices()
     s1, s2 = (ex.hull_scores([q])[0] for q in d["head_queries"])
     best_of_min = int(np.argmax(np.minimum(s1, s2))) + 1
+    k31, k21 = keys[2] - keys[0], keys[1] - keys[0]
+    on_edge = bool(abs(k31[0] * k21[1] - k31[1] * k21[0]) < 1e-12)  # k_3 on the segment k_1-k_2
     from .softmax import softmax_forward
     share3 = float(softmax_forward(s1)[0][2])  # token 3's weight inside head 1
     n = search["n_queries"]
@@ -138,7 +153,9 @@ def hull_claims() -> list[Claim]:
         Claim("002-hull-geometry", "a single query can only pick out vertices of the keys' convex hull,"
               " never an interior point like k_3", src, "k_3 interior",
               f"hull vertices: {', '.join(f'k_{v}' for v in vertices)}; k_3 lies on the edge k_1-k_2;"
-              f" k_4 = (2, 2) is strictly first for {search['strictly_first'][3]:,} queries", "ambiguous",
+              f" k_4 = (2, 2) is strictly first for {search['strictly_first'][3]:,} queries",
+              _readings({"conclusion (k_3 never strictly first)": search["strictly_first"][2] == 0,
+                         "geometry (k_3 interior)": 3 not in vertices and not on_edge}),
               "The conclusion holds; the geometry is loosely worded. k_3 is not interior: it is on the"
               " hull's boundary, between the vertices k_1 and k_2, which is why it can only tie. k_4,"
               " which looks 'inside', is a vertex and wins for queries such as (-1, -1)."),
@@ -152,9 +169,11 @@ def hull_claims() -> list[Claim]:
               "(no number)", f"argmax_j min(s1_j, s2_j) = k_{best_of_min}; each head alone still ranks"
               f" k_{int(np.argmax(s1)) + 1} / k_{int(np.argmax(s2)) + 1} first",
               _verdict(best_of_min == 3),
-              "Only through a nonlinearity: any weighted sum a s1 + b s2 is the score of the single query"
-              " (a, b), so W^O or any linear layer still cannot rank k_3 first. The heads supply the"
-              " two coordinates; a nonlinear layer (e.g. min, or a ReLU network) must combine them."
+              "Only through a nonlinearity, and not inside the attention layer: a weighted sum"
+              " a s1 + b s2 of the two heads' scores is the score of the single query (a, b), which"
+              " cannot rank k_3 first; but W^O never sees scores anyway: it mixes the heads' weighted"
+              " values, after each head's softmax. A later non-linear layer (e.g. a ReLU feed-forward"
+              " network) can compute something like min(s1, s2) from features that carry both."
               f" Also, a head passes on weighted values, not scores: inside head 1 token 3 gets only"
               f" {share3:.2%} of the weight."),
     ]

@@ -16,7 +16,7 @@ from __future__ import annotations
 __all__ = [
     "DOCUMENTS", "Citation",
     "SINGLE_TOKEN", "TWO_HEAD", "HULL", "PARAMS", "COST", "HEAD_DIM", "PRINTED_VERBAL",
-    "CODE_AND_MISC", "NOT_COMPUTED",
+    "CODE_AND_MISC", "NOT_COMPUTED", "MORE",
 ]
 
 from typing import NamedTuple
@@ -182,6 +182,27 @@ CODE_AND_MISC = {
     "cite_003_sparse": Citation(D003, "3.2 (optimisation methods)"),
 }
 
+# ---------------------------------------------------------------------------------------
+# Further checked statements (paraphrased in attention_ref.claims_more).
+# ---------------------------------------------------------------------------------------
+MORE = {
+    "cite_000_direct": Citation(D000, "1 (introduction: every position reaches every other directly)"),
+    "cite_000_strategies": Citation(D000, "3.2 (two implementation strategies)"),
+    "cite_000_opt": Citation(D000, "6.2 (optimisation techniques)"),
+    "cite_001_rope": Citation(D001, "4.2 (position information)"),
+    "cite_002_softmax": Citation(D002, "attention as a conversation: query, key and value"),
+    "cite_002_moe": Citation(D002, "a committee of experts: the power of many heads"),
+    "cite_002_eff": Citation(D002, "the subtle efficiency of the multi-head design"),
+    "cite_003_block": Citation(D003, "3.2 (optimisation methods)"),
+    "cite_003_ckpt": Citation(D003, "3.3 (practical advice)"),
+    "cite_004_addnorm": Citation(D004, "3 (algorithm steps), step 4"),
+    #: where the 1/sqrt(d_k) scale is motivated (besides 002)
+    "cite_scale": (Citation(D000, "1 (introduction)"), Citation(D001, "1 (self-attention), computation steps"),
+                   Citation(D003, "1.1 (mathematical definition)"), Citation(D004, "4.1 (scaled dot-product attention)")),
+    #: listings whose head width is d_model // num_heads (besides 004)
+    "cite_divisible": (Citation(D000, "3.1 (PyTorch implementation)"), Citation(D003, "2.2 (code example)")),
+}
+
 #: Statements checked by reading only (no computation can check them), paraphrased.
 NOT_COMPUTED = (
     (Citation(D000, "3.1 (PyTorch implementation)"),
@@ -202,4 +223,14 @@ NOT_COMPUTED = (
     (Citation(D001, "1 (self-attention), example"),
      "in 'The animal didn't cross the street because it was too tired', 'it' attends to 'animal':"
      " depends on a trained model"),
+    (Citation(D001, "2 (multi-head attention), advantages"),
+     "different heads specialise in different relations, and many heads make the model more robust"
+     " (less reliance on one attention pattern, less overfitting): empirical claims about training"),
+    (Citation(D001, "4.1 (computational cost)"),
+     "local windows as in Longformer, chunked computation as in Reformer: attributions to published"
+     " models (Reformer is better known for hashing-based attention), literature not computation"),
+    (Citation(D004, "1 (background)"),
+     "the Transformer was proposed in 2017 for machine translation: history"),
+    (Citation(D004, "2.3 (Transformer architecture)"),
+     "the Transformer is the first model built entirely on attention: history"),
 )

@@ -175,12 +175,12 @@ def attention_cost(n: int, d_model: int, num_heads: int) -> dict:
 
 
 # -------------------------------------------------------------------------- low rank
-def softmax_spectrum(n: int = 64, d_k: int = 16, temperature: float = 1.0, seed: int = 0) -> np.ndarray:
-    """Singular values (descending) of ``P = softmax(temperature * Q K^T / sqrt(d_k))``
+def softmax_spectrum(n: int = 64, d_k: int = 16, scale: float = 1.0, seed: int = 0) -> np.ndarray:
+    """Singular values (descending) of ``P = softmax(scale * Q K^T / sqrt(d_k))``
     for random N(0, 1) queries and keys, computed with the library's attention."""
     rng = np.random.default_rng(seed)
-    q = rng.standard_normal((n, d_k)) * math.sqrt(temperature)  # (N, Dk)
-    k = rng.standard_normal((n, d_k)) * math.sqrt(temperature)  # (N, Dk)
+    q = rng.standard_normal((n, d_k)) * math.sqrt(scale)  # (N, Dk)
+    k = rng.standard_normal((n, d_k)) * math.sqrt(scale)  # (N, Dk)
     _, cache = scaled_dot_product_attention_forward(q, k, np.zeros((n, 1)))
     return np.linalg.svd(cache.weights, compute_uv=False)  # (N,)
 

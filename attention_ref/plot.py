@@ -147,13 +147,13 @@ def convex_hull(show_heads: bool = True) -> Figure:
     return fig
 
 
-def singular_value_spectra(temperatures=(0.1, 1.0, 10.0), n: int = 64, d_k: int = 16) -> Figure:
+def singular_value_spectra(scales=(0.1, 1.0, 10.0), n: int = 64, d_k: int = 16) -> Figure:
     """Singular values of ``softmax(t Q K^T / sqrt(d_k))`` for random Q, K at several
     score scales ``t``; the dashed line is ``Q K^T``'s rank ``d_k``."""
     fig = Figure(figsize=(6.5, 4), layout="constrained")
     ax = fig.subplots()
-    for t in temperatures:
-        sv = ex.softmax_spectrum(n=n, d_k=d_k, temperature=t)
+    for t in scales:
+        sv = ex.softmax_spectrum(n=n, d_k=d_k, scale=t)
         ax.semilogy(np.arange(1, n + 1), sv, "o-", ms=3,
                     label=f"score scale {t:g}: 90% energy in {ex.energy_rank(sv)}")
     ax.axvline(d_k, color="gray", ls="--", label=f"rank of Q K^T = d_k = {d_k}")

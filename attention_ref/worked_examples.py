@@ -91,6 +91,7 @@ class TwoHead(NamedTuple):
     output: np.ndarray     # (1, 3)
     output_row_major: np.ndarray  # (1, 3), the other reading of W^O
     output_from_printed_concat: np.ndarray  # printed concat times the chosen W^O, (1, 3)
+    output_from_printed_concat_row_major: np.ndarray  # printed concat times the row-major W^O, (1, 3)
     layer_output: np.ndarray  # the same through multi_head_attention_forward, (1, 3)
 
 
@@ -113,6 +114,7 @@ def two_head_example() -> TwoHead:
     output = linear_forward(concat, p["W_o"])[0]  # (1, 3)
     output_rm = linear_forward(concat, two_head_params("row-major")["W_o"])[0]
     from_printed = linear_forward(np.array(d["printed_concat"])[None, :], p["W_o"])[0]
+    from_printed_rm = linear_forward(np.array(d["printed_concat"])[None, :], two_head_params("row-major")["W_o"])[0]
     layer_output, _ = multi_head_attention_forward(x, x, x, p, d["h"])
     return TwoHead(x, Q, K, V, dots, scores, weights, heads, concat, p["W_o"], output,
-                   output_rm, from_printed, layer_output)
+                   output_rm, from_printed, from_printed_rm, layer_output)

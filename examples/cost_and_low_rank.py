@@ -31,7 +31,7 @@ def report() -> list[str]:
                      f" {c['weights_numbers']:>9,} {c['qkv_numbers']:>7,}")
     lines += ["", "singular values of softmax(t Q K^T / sqrt(d_k)), 64 x 64, d_k = 16:"]
     for t in (0.1, 1.0, 10.0):
-        s = softmax_spectrum(temperature=t)
+        s = softmax_spectrum(scale=t)
         lines.append(f"  t = {t:>4}: top 3 {np.round(s[:3], 3).tolist()}, 90% energy in"
                      f" {energy_rank(s)}, nonzero {int((s > 1e-12).sum())}")
     lines += ["", "d_model = 64, 8 heads, 16 decoded tokens (no biases):"]

@@ -62,7 +62,7 @@ def test_convex_hull_and_spectra(tmp_path):
     left, right = fig.axes
     scores = [line.get_ydata() for line in right.get_lines()]
     np.testing.assert_allclose(scores[2], (scores[0] + scores[1]) / 2, atol=1e-12)  # k3 = mean
-    fig = plot.singular_value_spectra(temperatures=(1.0,), n=16, d_k=4)
+    fig = plot.singular_value_spectra(scales=(1.0,), n=16, d_k=4)
     sv = fig.axes[0].get_lines()[0].get_ydata()
     assert len(sv) == 16 and np.all(np.diff(sv) <= 1e-12)
 
