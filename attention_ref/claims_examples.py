@@ -36,6 +36,11 @@ def worked_example_claims() -> list[Claim]:
     d, r = docs.TWO_HEAD, two_head_example()
     src = str(d["cite"])
     lsq = exm.input_least_squares()
+    lsq_note = (f"Nor a different input: no x' reproduces all twelve printed Q, K, V numbers (least squares"
+                f" x' = {fmt(lsq['both']['x'], 2)} misses by up to {fmt(lsq['both']['worst'], 2)}); head 2's six"
+                f" numbers alone are reproduced (within {fmt(lsq['head2']['worst'], 3)}, below the print"
+                f" precision 0.05) by x' = {fmt(lsq['head2']['x'], 2)}, head 1's are not (miss"
+                f" {fmt(lsq['head1']['worst'], 2)}).")
     for name, key, ours in (("Q", "printed_Q", r.Q), ("K", "printed_K", r.K), ("V", "printed_V", r.V)):
         for i in range(d["h"]):
             W = np.array(d[f"W_{name}"][i])
@@ -48,10 +53,7 @@ def worked_example_claims() -> list[Claim]:
                 f" {fmt(np.subtract(d[key][i], ours[i][0]))}. Not a misread matrix: the block refilled"
                 f" as 2 x 3 gives x W' = {fmt(np.array(d['x']) @ W.reshape(2, 3).T)}; adding the column"
                 f" sums of W (which is the input x + 1) gives {fmt(ours[i][0] + W.sum(axis=0))}; neither"
-                f" matches. No single input reproduces all printed Q, K, V: the least-squares x' ="
-                f" {fmt(lsq['both']['x'], 2)} misses by up to {fmt(lsq['both']['worst'], 2)}; head 2's six"
-                f" numbers alone are reproduced (within {fmt(lsq['head2']['worst'], 3)}) by x' ="
-                f" {fmt(lsq['head2']['x'], 2)}, head 1's are not (miss {fmt(lsq['head1']['worst'], 2)})."))
+                " matches. " + (lsq_note if (name, i) == ("Q", 0) else "Nor a different input (see 004-4.2-Q1).")))
     for i in range(d["h"]):
         ok = _close(r.heads[i], d["printed_head"][i])
         rows.append(Claim(

@@ -51,10 +51,11 @@ def _heading(title: str) -> list[str]:
 
 
 def _value_line(label: str, ours, printed=None) -> str:
-    """``label = ours``, plus the document's value when it differs."""
+    """``label = ours``, plus the document's value (saying whether it agrees) when printed."""
     line = f"  {label:<14} = {fmt(ours)}"
-    if printed is not None and not np.allclose(np.ravel(ours), np.ravel(printed), atol=1e-9):
-        note = f"document: {fmt(printed)} (differs)"
+    if printed is not None:
+        agrees = np.allclose(np.ravel(ours), np.ravel(printed), atol=1e-9)
+        note = f"document: {fmt(printed)} ({'agrees' if agrees else 'differs'})"
         if len(line) < 42 and 44 + len(note) <= WIDTH:
             return f"{line:<44}{note}"
         return f"{line}\n{'':<19}{note}"
@@ -105,6 +106,7 @@ def example_section() -> str:
     out.append(_value_line("output", r.output, d["printed_output"]))
     out.append(f"  other reading, W^O refilled row by row: {fmt(r.output_row_major)}")
     out.append(f"  the document's concat times our W^O:    {fmt(r.output_from_printed_concat)}")
+    out.append(f"  ... times W^O refilled row by row:      {fmt(r.output_from_printed_concat_row_major)}")
     out.append("  No reading of W^O reproduces the document's output.")
     out.append("")
     out.append("  The whole layer at once, multi_head_attention_forward(x, x, x, params, 2):")
@@ -115,7 +117,9 @@ def example_section() -> str:
     out.append(_value_line("q.k / sqrt(3)", t.score, printed["printed_score"]))
     out.append(_value_line("alpha", t.alpha, printed["printed_alpha"]))
     out.append(_value_line("output", t.output, printed["printed_output"]))
-    out.append("  The printed score is 0.45 / sqrt(3); with one key alpha is 1 regardless.")
+    numerator = printed["printed_score"] * np.sqrt(printed["d_k"])
+    out.append(f"  The printed score is {fmt(numerator, 2)} / sqrt({printed['d_k']}); with one key alpha is 1"
+               " regardless.")
     return "\n".join(out)
 
 
