@@ -60,12 +60,56 @@ def test_notebook_uses_the_package_and_is_committed_with_outputs(path):
     assert "assert " in source, f"{path.name} asserts none of the numbers it shows"
 
 
+_VOLATILE = [
+    (re.compile(r"0x[0-9a-fA-F]+"), "0x?"),                                    # memory addresses
+    (re.compile(r"\d+(\.\d+)?(e[-+]?\d+)?\s?(s|ms|µs|us|ns|seconds?)\b"), "<time>"),  # timings
+]
+
+
+def text_outputs(cell) -> str:
+    """A code cell's text as a reader sees it: streams joined (however they were chunked),
+    then text/plain results and error names; volatile parts normalised."""
+    streams, results = {}, []
+    for out in cell.get("outputs", []):
+        if out.output_type == "stream":
+            streams[out.name] = streams.get(out.name, "") + out.text
+        elif out.output_type in ("execute_result", "display_data"):
+            results.append(out.get("data", {}).get("text/plain", ""))
+        elif out.output_type == "error":
+            results.append(out.ename)
+    text = "".join(f"[{name}]\n{streams[name]}" for name in sorted(streams) if name == "stdout")
+    text += "".join(f"[result]\n{r}\n" for r in results)
+    for pattern, repl in _VOLATILE:
+        text = pattern.sub(repl, text)
+    return text
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_executes(path):
+def test_notebook_executes_and_its_committed_outputs_are_current(path):
     nb = nbformat.read(path, as_version=4)
+    committed = [text_outputs(c) for c in code_cells(nb)]
     client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
                                      resources={"metadata": {"path": str(path.parent)}})
     try:
         client.execute()
     except nbclient.exceptions.CellExecutionError as err:
         pytest.fail(f"{path.name}: a cell failed:\n{err}", pytrace=False)
+    fresh = [text_outputs(c) for c in code_cells(nb)]
+    for i, (old, new) in enumerate(zip(committed, fresh)):
+        assert old == new, (f"{path.name}, code cell {i}: the committed output is stale; re-execute the"
+                            f" notebook.\ncommitted:\n{old}\nfresh:\n{new}")
+
+
+def test_stale_output_is_detected():
+    cell = nbformat.v4.new_code_cell("print(1)")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="1\n")]
+    other = nbformat.v4.new_code_cell("print(1)")
+    other.outputs = [nbformat.v4.new_output("stream", name="stdout", text="1"),
+                     nbformat.v4.new_output("stream", name="stdout", text="\n")]
+    assert text_outputs(cell) == text_outputs(other)            # chunking does not matter
+    other.outputs[0].text = "2"
+    assert text_outputs(cell) != text_outputs(other)            # a changed number does
+    fig = nbformat.v4.new_output("execute_result", data={"text/plain": "<Figure at 0x7f3a>"})
+    fig2 = nbformat.v4.new_output("execute_result", data={"text/plain": "<Figure at 0x7f3b>"})
+    cell.outputs, other.outputs = [fig], [fig2]
+    assert text_outputs(cell) == text_outputs(other)
