@@ -231,7 +231,8 @@ def other_claims() -> list[Claim]:
               " product is", str(c["cite_000_spec"]), "(no number)",
               f"random weights, d_model=16, h=4: rank of each W_i^Q W_i^K^T = {ranks['per_head']},"
               f" of W^Q W^K^T = {ranks['full']}",
-              _readings({"per-head part (rank d_k: full within the head)": all(r == ranks["d_k"] for r in ranks["per_head"]),
+              _readings({"per-head part (rank d_k: full within the head)":
+                         all(r == ranks["d_k"] for r in ranks["per_head"]),
                          "product part (rank < d_model for these weights)": ranks["full"] < 16}),
               f"Each per-head product has rank at most d_k = {ranks['d_k']} by construction, so the"
               " sentence is garbled; the published finding it echoes (heads share a common"
@@ -271,7 +272,8 @@ def other_claims() -> list[Claim]:
               f"regrouping exact (max |difference| {tiny(lin['regrouping_error'], 1e-10)}); n^2 d vs n d^2 work:"
               f" {lin['madds_left']:,} vs {lin['madds_right']:,} (n=50, d=8); implied row sums"
               f" {fmt(lin['row_sum_min'], 0)} to {fmt(lin['row_sum_max'], 0)}, not 1",
-              _readings({"as printed (no normaliser)": abs(lin["row_sum_min"] - 1) < 1e-9 and abs(lin["row_sum_max"] - 1) < 1e-9,
+              _readings({"as printed (no normaliser)":
+                         abs(lin["row_sum_min"] - 1) < 1e-9 and abs(lin["row_sum_max"] - 1) < 1e-9,
                          "normaliser implied": lin["regrouping_error"] < 1e-10}),
               "Right up to the normaliser: linear attention divides row i by phi(q_i) . sum_j phi(k_j)"
               " (here phi = elu + 1); the printed formula leaves it out."),

@@ -50,7 +50,8 @@ def test_example_section_scores_match_numpy(capsys):
     _, out = run(capsys, "--section", "example")
     for i in range(2):
         dot = float((x @ np.array(t["W_Q"][i])) @ (x @ np.array(t["W_K"][i])))
-        expected = f"head {i + 1}: Q_{i + 1} K_{i + 1}^T = {round(dot, 4):g}, / sqrt(2) = {round(dot / math.sqrt(2), 4):g}"
+        expected = (f"head {i + 1}: Q_{i + 1} K_{i + 1}^T = {round(dot, 4):g},"
+                    f" / sqrt(2) = {round(dot / math.sqrt(2), 4):g}")
         assert expected in out, expected
     assert "Q_1 K_1^T = 30.68, / sqrt(2) = 21.694" in out and "Q_2 K_2^T = 449.72, / sqrt(2) = 318.0001" in out
 
