@@ -4,8 +4,8 @@ growth exponents of time and memory, the argmax limit of the softmax spectrum, 0
 statements of 000-004 about paths, blockwise and linear attention, RoPE, convex
 combinations, head width and Add & Norm.
 
-Deterministic (fixed seeds) except :func:`strategies_timing`, which measures time;
-everything attention-related goes through the library's own functions.
+Deterministic (fixed seeds, counts from shapes; nothing is timed); everything
+attention-related goes through the library's own functions.
 
 Symbols: N sequence length, D = d_model, H heads, Dk head width, T repeats.
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import re
-import time
 
 import numpy as np
 
@@ -29,7 +28,7 @@ from .separate_heads import multi_head_attention_separate_heads_forward
 
 __all__ = [
     "params_001_readings", "big_o_exponents", "growth_exponents", "argmax_spectrum", "view_004",
-    "input_least_squares", "direct_path", "strategies_timing", "blockwise_and_linear",
+    "input_least_squares", "direct_path", "strategies_work", "blockwise_and_linear",
     "rope_relative", "convex_combination", "head_width_efficiency", "add_norm_statistics",
 ]
 
@@ -167,22 +166,22 @@ def direct_path(n: int = 16, d: int = 4, seed: int = 0) -> float:
     return float(np.abs((dq + dk + dv)[n - 1]).sum())
 
 
-def strategies_timing(batch: int = 8, n: int = 32, d_model: int = 64, h: int = 16, repeats: int = 7) -> dict:
-    """Best-of-``repeats`` wall time of separate single heads (one projection per head,
-    000's strategy one) and of the weight-split parallel form, same layer and input."""
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((batch, n, d_model))  # (B, N, D)
-    p = MultiHeadAttention(d_model, h, seed=0).params
-    times = {}
-    for name, f in (("separate", multi_head_attention_separate_heads_forward),
-                    ("parallel", multi_head_attention_forward)):
-        best = math.inf
-        for _ in range(repeats):  # repeats of a measurement, not the main path
-            t0 = time.perf_counter()
-            f(x, x, x, p, h)
-            best = min(best, time.perf_counter() - t0)
-        times[name] = best
-    return times
+def strategies_work(batch: int = 8, n: int = 32, d_model: int = 64, h: int = 16) -> dict:
+    """Arithmetic and matrix-product count of 000's two strategies for one forward.
+
+    Both do the same multiply-adds: per head ``3 N D d_head`` for the projections,
+    ``2 N^2 d_head`` for scores and weighted values, then ``N D D`` for ``W^O``. Strategy
+    one issues them as ``5 h + 1`` separate products (3 projections and 2 attention
+    products per head, then ``W^O``); the parallel form as 6 (3 projections for all heads,
+    2 batched attention products, ``W^O``). Counted from the shapes, not timed, so the
+    verdict cannot depend on the machine; measured times are in benchmarks/bench_mha.py.
+    """
+    d_head = d_model // h
+    per_head = batch * (3 * n * d_model * d_head + 2 * n * n * d_head)
+    madds = h * per_head + batch * n * d_model * d_model
+    return {"madds_separate": madds, "madds_parallel": madds,
+            "products_separate": 5 * h + 1, "products_parallel": 6,
+            "batch": batch, "n": n, "d_model": d_model, "h": h}
 
 
 # ------------------------------------------------- 000 6.2 / 003 3.2-3.3: blockwise, linear

@@ -234,7 +234,7 @@ def test_multi_query_cache_is_h_times_smaller():
     ("000-head-cost", "ambiguous"), ("000-low-rank-product", "ambiguous"), ("000-window", "holds"),
     ("000-causal", "holds"), ("001-scale-factor", "ambiguous"), ("001-order", "holds"),
     ("003-sparse", "ambiguous"), ("003-linear", "ambiguous"),
-    ("000-direct-path", "holds"), ("000-strategy-speed", "holds"), ("000-blockwise", "holds"),
+    ("000-direct-path", "holds"), ("000-strategy-speed", "ambiguous"), ("000-blockwise", "holds"),
     ("000-linear", "ambiguous"), ("001-rope", "holds"), ("002-softmax-sum", "holds"), ("002-convex", "holds"),
     ("002-width", "holds"), ("003-blockwise", "holds"), ("003-checkpointing", "holds"), ("004-add-norm", "holds"),
 ])
