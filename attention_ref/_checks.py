@@ -154,3 +154,13 @@ def unbroadcast(grad: np.ndarray, shape: tuple) -> np.ndarray:
         extra + i for i, n in enumerate(shape) if n == 1 and grad.shape[extra + i] != 1
     )
     return grad.sum(axis=axes).reshape(shape)
+
+
+def as_upstream(grad, shape: tuple, dtype, name: str = "dout") -> np.ndarray:
+    """An upstream gradient checked against the forward output's shape, in its dtype."""
+    grad = np.asarray(grad)
+    if grad.shape != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)} (the forward output's), got {grad.shape}")
+    if grad.dtype.kind not in "fiu":
+        raise TypeError(f"{name} must hold real numbers, got dtype {grad.dtype}")
+    return grad.astype(dtype, copy=False)

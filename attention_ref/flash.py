@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._checks import check_mask_shape, check_positive_int, unbroadcast
+from ._checks import as_upstream, check_mask_shape, check_positive_int, unbroadcast
 from .attention import check_attention_inputs
 from .local import check_window
 
@@ -265,10 +265,7 @@ def flash_attention_backward(dout, cache: FlashAttentionCache):
     dq, dk, dv : arrays shaped like q, k and v
     """
     q, k, v, mask, out, row_max, log_row_sum, scale, causal, window, block = cache
-    dout = np.asarray(dout)
-    if dout.shape != out.shape:
-        raise ValueError(f"dout must have shape {out.shape} (the forward output), got {dout.shape}")
-    dout = dout.astype(out.dtype, copy=False)
+    dout = as_upstream(dout, out.shape, out.dtype)
     batch, n_q, n_k = out.shape[:-2], q.shape[-2], k.shape[-2]
     D = (dout * out).sum(axis=-1)  # (..., Nq)
     dq = np.zeros(batch + q.shape[-2:], out.dtype)  # (..., Nq, Dk)

@@ -37,7 +37,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._checks import unbroadcast
+from ._checks import as_upstream, unbroadcast
 from .attention import check_attention_inputs
 
 __all__ = ["DEN_EPS", "FEATURE_MAPS", "LinearAttentionCache", "linear_attention_forward", "linear_attention_backward"]
@@ -158,10 +158,7 @@ def linear_attention_backward(dout, cache: LinearAttentionCache):
     dq, dk, dv : arrays shaped like q, k and v
     """
     q, k, v, fq, fk, S, z, den, out, causal, feature_map = cache
-    dout = np.asarray(dout)
-    if dout.shape != out.shape:
-        raise ValueError(f"dout must have shape {out.shape} (the forward output), got {dout.shape}")
-    dout = dout.astype(out.dtype, copy=False)
+    dout = as_upstream(dout, out.shape, out.dtype)
     _, phi_grad = FEATURE_MAPS[feature_map]
     # 4. out = num / den
     dnum = dout / den[..., None]  # (..., Nq, Dv)

@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._checks import as_real_array, require_ndim
+from ._checks import as_real_array, as_upstream, require_ndim
 
 __all__ = ["RopeCache", "rope_forward", "rope_backward", "rope_angles"]
 
@@ -116,7 +116,4 @@ def rope_backward(dy, cache: RopeCache):
     dx : array (..., n, d)
     """
     cos, sin, x_shape = cache
-    dy = np.asarray(dy)
-    if dy.shape != x_shape:
-        raise ValueError(f"dy must have shape {x_shape} (the forward output's), got {dy.shape}")
-    return _rotate(dy.astype(cos.dtype, copy=False), cos, -sin)
+    return _rotate(as_upstream(dy, x_shape, cos.dtype, "dy"), cos, -sin)
