@@ -32,6 +32,41 @@ from .separate_heads import (
     multi_head_attention_separate_heads_forward,
 )
 from .softmax import SoftmaxCache, softmax_backward, softmax_forward
+# --- blocks: layer norm, feed-forward, Add & Norm, encoder/decoder blocks, optimisers ---
+from .blocks import (
+    AddNormCache,
+    ResidualCache,
+    add_norm_backward,
+    add_norm_forward,
+    residual_backward,
+    residual_forward,
+)
+from .decoder_block import (
+    DecoderBlockCache,
+    TransformerDecoderBlock,
+    decoder_block_backward,
+    decoder_block_forward,
+    init_decoder_block_params,
+)
+from .encoder_block import (
+    EncoderBlockCache,
+    TransformerEncoderBlock,
+    encoder_block_backward,
+    encoder_block_forward,
+    init_encoder_block_params,
+)
+from .feed_forward import (
+    FeedForwardCache,
+    feed_forward_backward,
+    feed_forward_forward,
+    gelu_backward,
+    gelu_forward,
+    relu_backward,
+    relu_forward,
+)
+from .layer_norm import LayerNormCache, layer_norm_backward, layer_norm_forward
+from .optim import SGD, Adam
+# --- end blocks ---
 
 __version__ = "0.1.0"
 
@@ -64,4 +99,34 @@ __all__ = [
     "softmax_forward",
     "split_heads",
     "split_heads_backward",
+    # --- blocks ---
+    "AddNormCache",
+    "ResidualCache",
+    "add_norm_backward",
+    "add_norm_forward",
+    "residual_backward",
+    "residual_forward",
+    "DecoderBlockCache",
+    "TransformerDecoderBlock",
+    "decoder_block_backward",
+    "decoder_block_forward",
+    "init_decoder_block_params",
+    "EncoderBlockCache",
+    "TransformerEncoderBlock",
+    "encoder_block_backward",
+    "encoder_block_forward",
+    "init_encoder_block_params",
+    "FeedForwardCache",
+    "feed_forward_backward",
+    "feed_forward_forward",
+    "gelu_backward",
+    "gelu_forward",
+    "relu_backward",
+    "relu_forward",
+    "LayerNormCache",
+    "layer_norm_backward",
+    "layer_norm_forward",
+    "SGD",
+    "Adam",
+    # --- end blocks ---
 ]

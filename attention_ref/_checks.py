@@ -115,6 +115,21 @@ def as_mask(mask, name: str = "mask") -> np.ndarray | None:
     return as_real_array(arr, name, allow_neg_inf=True)
 
 
+def cast_mask(mask: np.ndarray | None, dtype, name: str = "mask") -> np.ndarray | None:
+    """A float mask in the computation's dtype; boolean masks are returned unchanged.
+
+    Very negative values that fall below the dtype's range become ``-inf`` (blocked, as
+    meant); positive values that overflow it are an error.
+    """
+    if mask is None or mask.dtype == bool:
+        return mask
+    with np.errstate(over="ignore"):
+        out = mask.astype(dtype, copy=False)
+    if np.isposinf(out).any():
+        raise ValueError(f"{name} holds values too large for {np.dtype(dtype)} (largest {mask.max():g})")
+    return out
+
+
 def check_mask_shape(mask: np.ndarray | None, target: tuple, name: str = "mask") -> None:
     """Raise unless ``mask`` broadcasts to ``target`` (the scores' shape) without growing it."""
     if mask is None:

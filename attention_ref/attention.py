@@ -22,6 +22,7 @@ from ._checks import (
     as_real_array,
     broadcast_batch,
     cast,
+    cast_mask,
     check_mask_shape,
     common_dtype,
     require_ndim,
@@ -67,6 +68,8 @@ def check_attention_inputs(q, k, v, mask, names=("q", "k", "v")):
             f"{k_name} and {v_name} must have the same length n_k (axis -2): {k_name} has"
             f" shape {k.shape}, {v_name} has shape {v.shape}"
         )
+    if q.shape[-1] == 0:
+        raise ValueError(f"d_k must be positive: {q_name} has shape {q.shape}")
     batch = broadcast_batch(
         [(q_name, q.shape[:-2]), (k_name, k.shape[:-2]), (v_name, v.shape[:-2])],
         what="batch dimensions (all but the last two axes)",
@@ -75,7 +78,7 @@ def check_attention_inputs(q, k, v, mask, names=("q", "k", "v")):
     mask = as_mask(mask)
     check_mask_shape(mask, scores_shape)
     dtype = common_dtype(q, k, v)
-    return cast(q, dtype), cast(k, dtype), cast(v, dtype), mask, scores_shape
+    return cast(q, dtype), cast(k, dtype), cast(v, dtype), cast_mask(mask, dtype), scores_shape
 
 
 def scaled_dot_product_attention_forward(q, k, v, mask=None):
@@ -105,11 +108,14 @@ def _attention_forward(q, k, v, mask):
     #    n_q * d_k numbers instead of n_q * n_k.
     scores = (q * scale) @ k.swapaxes(-1, -2)  # (..., Nq, Nk)
     # 2. masking
-    if mask is not None and mask.dtype == bool:
-        np.copyto(scores, -np.inf, where=~mask)  # blocked keys get weight exactly 0
-    elif mask is not None:
-        with np.errstate(over="ignore"):  # e.g. -1e300 in float32 becomes -inf, as meant
-            scores += mask.astype(scores.dtype, copy=False)
+    if mask is not None:
+        full = np.broadcast_shapes(scores.shape, mask.shape)
+        if full != scores.shape:  # the mask carries batch axes of v only: widen the scores
+            scores = np.broadcast_to(scores, full).copy()  # (..., Nq, Nk)
+        if mask.dtype == bool:
+            np.copyto(scores, -np.inf, where=~mask)  # blocked keys get weight exactly 0
+        else:
+            scores += mask  # already in the scores' dtype (see cast_mask)
     # 3. weights = softmax(scores), in place: nobody else holds `scores`
     weights = _softmax(scores, axis=-1, out=scores)  # (..., Nq, Nk)
     # 4. out = weights v
@@ -163,7 +169,8 @@ def _attention_backward(dout, cache: AttentionCache):
 
 def _softmax_rows_backward(dweights, weights, D):
     """``dS = P * (dP - D)`` written over ``dP`` (a fresh array nobody else holds)."""
-    if dweights.shape != weights.shape or not (dweights.flags.c_contiguous and weights.flags.c_contiguous):
+    if (dweights.shape != weights.shape or not dweights.size
+            or not (dweights.flags.c_contiguous and weights.flags.c_contiguous)):
         dweights -= D  # plain form for broadcast or strided layouts
         dweights *= weights
         return dweights

@@ -133,7 +133,10 @@ def _compare(name, analytic, numerical, atol, rtol) -> GradcheckRow:
     shape = numerical.shape
     if analytic is None:
         return GradcheckRow(name, shape, False, message="missing gradient (backward returned None)")
-    analytic = np.asarray(analytic)
+    try:
+        analytic = np.asarray(analytic)
+    except ValueError as exc:  # ragged nested lists
+        return GradcheckRow(name, shape, False, message=f"gradient is not an array: {exc}")
     if analytic.dtype.kind not in "fiu":
         return GradcheckRow(name, shape, False, message=f"gradient has dtype {analytic.dtype}")
     if analytic.shape != shape:
@@ -186,13 +189,15 @@ def gradcheck(forward, backward, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, seed=0
     if n_diff == 0:
         raise TypeError("gradcheck needs at least one leading floating-point array (or dict of them)")
     names = list(names) if names is not None else [f"input {i}" for i in range(n_diff)]
-    base = [_private_copy(x) for x in inputs]
+    # float64 copies of the differentiable inputs; the rest keep their types (copied arrays)
+    base = [_private_copy(x) if i < n_diff else
+            (np.array(x) if isinstance(x, np.ndarray) else x) for i, x in enumerate(inputs)]
 
     out, cache = forward(*base)
     out = np.asarray(out, dtype=np.float64)
     dout = np.random.default_rng(seed).standard_normal(out.shape)
     analytic = backward(dout, cache)
-    if n_diff == 1 and not isinstance(analytic, tuple):
+    if n_diff == 1 and not isinstance(analytic, (tuple, list)):
         analytic = (analytic,)
     analytic = tuple(analytic) if isinstance(analytic, (tuple, list)) else (analytic,)
     errors = []
@@ -206,7 +211,7 @@ def gradcheck(forward, backward, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, seed=0
     def loss_with(position, key=None):
         """L as a function of one input (or one dict entry), the others fixed."""
         def f(x):
-            args = [_private_copy(a) for a in base]
+            args = [_private_copy(a) if j < n_diff else a for j, a in enumerate(base)]
             if key is None:
                 args[position] = x
             else:

@@ -18,6 +18,14 @@ from ._checks import check_positive_int
 __all__ = ["split_heads", "merge_heads", "split_heads_backward", "merge_heads_backward"]
 
 
+def _numeric(x) -> np.ndarray:
+    """``x`` as an array of numbers, or ``TypeError``."""
+    x = np.asarray(x)
+    if x.dtype.kind not in "fiu":
+        raise TypeError(f"x must hold real numbers, got dtype {x.dtype}")
+    return x
+
+
 def split_heads(x, num_heads: int) -> np.ndarray:
     """Split the last axis into heads: (..., N, H*Dh) -> (..., H, N, Dh).
 
@@ -32,7 +40,7 @@ def split_heads(x, num_heads: int) -> np.ndarray:
         ``heads[..., i, :, :] == x[..., i*d_head:(i+1)*d_head]``
     """
     num_heads = check_positive_int(num_heads, "num_heads")
-    x = np.asarray(x)
+    x = _numeric(x)
     if x.ndim < 2:
         raise ValueError(f"x must have shape (..., n, num_heads * d_head), got shape {x.shape}")
     if x.shape[-1] % num_heads:
@@ -61,7 +69,7 @@ def merge_heads(x) -> np.ndarray:
     merged : array (..., n, num_heads * d_head); the inverse and transpose of
         :func:`split_heads`
     """
-    x = np.asarray(x)
+    x = _numeric(x)
     if x.ndim < 3:
         raise ValueError(f"x must have shape (..., num_heads, n, d_head), got shape {x.shape}")
     return _merge(x)

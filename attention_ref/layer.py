@@ -62,10 +62,15 @@ class KVCache:
             cap = max(16, k_new.shape[-2])
             self._k = np.empty(k_new.shape[:-2] + (cap, k_new.shape[-1]), k_new.dtype)
             self._v = np.empty(v_new.shape[:-2] + (cap, v_new.shape[-1]), v_new.dtype)
-        elif k_new.shape[:-2] != self._k.shape[:-2] or k_new.shape[-1] != self._k.shape[-1]:
-            raise ValueError(
-                f"new keys of shape {k_new.shape} do not match the cached keys of shape"
-                f" {self.keys.shape} (the batch shape must stay the same across steps)")
+        else:
+            for name, new, old in (("keys", k_new, self._k), ("values", v_new, self._v)):
+                if new.shape[:-2] != old.shape[:-2] or new.shape[-1] != old.shape[-1]:
+                    raise ValueError(
+                        f"new {name} of shape {new.shape} do not match the cached {name} of shape"
+                        f" {old[..., : self.length, :].shape} (batch, heads and width must stay"
+                        " the same across steps)")
+                if new.dtype != old.dtype:
+                    raise TypeError(f"new {name} have dtype {new.dtype}, the cache holds {old.dtype}")
         end = self.length + k_new.shape[-2]
         if end > self._k.shape[-2]:  # grow by doubling
             cap = max(end, 2 * self._k.shape[-2])
@@ -104,7 +109,8 @@ class MultiHeadAttention:
     ----------
     params : dict ``W_q, b_q, W_k, b_k, W_v, b_v, W_o, b_o`` as in
         :func:`attention_ref.multi_head_attention_forward`
-    grads : dict with the same keys after :meth:`backward`
+    grads : dict with the same keys after :meth:`backward` (plus ``"head_mask"`` when the
+        forward was given a head mask)
     cache : the last forward's cache (``cache.weights`` are the attention probabilities)
     """
 
@@ -163,7 +169,7 @@ class MultiHeadAttention:
         ``key``). Returns the output (..., n_q, d_model) and keeps the cache for
         :meth:`backward`.
         """
-        self._self_attention = key is None and value is None
+        self_attention = key is None and value is None
         key = query if key is None else key
         value = key if value is None else value
         fwd, _ = _STRATEGIES[self.strategy]
@@ -173,6 +179,7 @@ class MultiHeadAttention:
         elif head_mask is not None:
             raise ValueError("head_mask is supported by strategy='parallel' only")
         out, self.cache = fwd(query, key, value, self.params, self.num_heads, mask, **kwargs)
+        self._self_attention = self_attention  # only once the forward has succeeded
         return out
 
     __call__ = forward

@@ -3,9 +3,9 @@
 **Boolean masks: ``True`` means "this query may attend to this key".**
 This is the convention of PyTorch's ``torch.nn.functional.scaled_dot_product_attention``.
 It is the *opposite* of ``torch.nn.MultiheadAttention``'s ``attn_mask`` and
-``key_padding_mask``, where ``True`` means "blocked"; the code in document 004 uses a
-third spelling, ``masked_fill(mask == 0, -1e9)`` (0 = blocked). To bring a
-``torch.nn.MultiheadAttention``-style mask here, pass ``~mask``.
+``key_padding_mask``, where ``True`` means "blocked". The code in document 004
+(``masked_fill(mask == 0, -1e9)``) agrees with us: 1/True keeps, 0/False blocks. To bring
+a ``torch.nn.MultiheadAttention``-style mask here, pass ``~mask``.
 
 **Float masks are added to the scaled scores** ``q k^T / sqrt(d_k)`` before the softmax;
 ``-inf`` blocks a key exactly, ``0`` leaves it alone, other values bias it.
@@ -41,6 +41,8 @@ def causal_mask(n: int, n_k: int | None = None) -> np.ndarray:
     """
     n = check_positive_int(n, "n")
     n_k = n if n_k is None else check_positive_int(n_k, "n_k")
+    if n_k < n:
+        raise ValueError(f"n_k={n_k} < n={n}: the first queries would see no key at all")
     return np.tri(n, n_k, k=n_k - n, dtype=bool)  # (Nq, Nk)
 
 
@@ -72,4 +74,6 @@ def mask_to_additive(mask: np.ndarray, dtype=np.float64) -> np.ndarray:
     mask = np.asarray(mask)
     if mask.dtype.kind != "b":
         raise TypeError(f"mask must be boolean, got dtype {mask.dtype}")
+    if np.dtype(dtype).kind != "f":
+        raise TypeError(f"dtype must be a floating type (to hold -inf), got {np.dtype(dtype)}")
     return np.where(mask, 0.0, -np.inf).astype(dtype)

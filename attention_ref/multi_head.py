@@ -31,6 +31,7 @@ from ._checks import (
     as_real_array,
     broadcast_batch,
     cast,
+    cast_mask,
     check_mask_shape,
     check_positive_int,
     common_dtype,
@@ -59,7 +60,7 @@ class MultiHeadCache(NamedTuple):
     q_proj: LinearCache  # step 1, query
     k_proj: LinearCache  # step 1, key
     v_proj: LinearCache  # step 1, value
-    attention: AttentionCache  # step 3, arrays laid out (..., Hkv, G, N, D)
+    attention: AttentionCache  # step 3: q (..., Hkv, G, Nq, Dk), k and v (..., Hkv, 1, Nk, D)
     heads: np.ndarray  # (..., H, Nq, Dv), head outputs before the head mask
     head_mask: np.ndarray | None  # (H,), step 4
     o_proj: LinearCache  # step 6
@@ -98,6 +99,8 @@ def _check_params(params, num_heads, num_kv_heads, dims):
     if width_q % h:
         fail(f"params['W_q'] has {width_q} columns, not divisible by num_heads={h}")
     d_k = width_q // h
+    if d_k == 0:
+        fail("params['W_q'] has no columns (d_k = 0)")
     if width_k != hkv * d_k:
         fail(f"params['W_k'] must have num_kv_heads*d_k = {hkv}*{d_k} = {hkv * d_k} columns"
              f" to match params['W_q'], got {width_k}")
@@ -149,9 +152,9 @@ def check_multi_head_inputs(query, key, value, params, num_heads, mask=None,
         head_mask = as_real_array(head_mask, "head_mask")
         if head_mask.shape != (num_heads,):
             raise ValueError(f"head_mask must have shape (num_heads,) = ({num_heads},), got {head_mask.shape}")
-    dtype = common_dtype(query, key, value, head_mask, *p.values())
+    dtype = common_dtype(query, key, value, *p.values())  # head_mask follows, never leads
     p = {n: cast(a, dtype) for n, a in p.items()}
-    return (cast(query, dtype), cast(key, dtype), cast(value, dtype), p, mask,
+    return (cast(query, dtype), cast(key, dtype), cast(value, dtype), p, cast_mask(mask, dtype),
             cast(head_mask, dtype), num_heads, num_kv_heads)
 
 
@@ -252,8 +255,8 @@ def multi_head_attention_backward(dout, cache: MultiHeadCache):
         dheads = dmasked
     else:
         # d head_mask_i = sum over batch, positions and features of dmasked_i * heads_i
-        dhm = (dmasked * c.heads).reshape(-1, h, c.heads.shape[-2] * c.heads.shape[-1])
-        grads["head_mask"] = dhm.sum(axis=(0, 2))  # (H,)
+        dhm = (dmasked * c.heads).sum(axis=(-2, -1))  # (..., H)
+        grads["head_mask"] = dhm.reshape(-1, h).sum(axis=0)  # (H,)
         dheads = dmasked * c.head_mask[:, None, None]
     # 3. attention per (key/value head, query head in its group)
     do = dheads.reshape(dheads.shape[:-3] + (hkv, h // hkv) + dheads.shape[-2:])  # (..., Hkv, G, Nq, Dv)

@@ -77,6 +77,9 @@ def multi_head_attention_separate_heads_backward(dout, cache: SeparateHeadsCache
     :func:`multi_head_attention_backward`. Each head's weight gradient fills its own
     column block of ``dW_q``, ``dW_k``, ``dW_v``; the input gradients add up over heads."""
     dout = np.asarray(dout, dtype=cache.o_proj.x.dtype)
+    expected = cache.o_proj.x.shape[:-1] + (cache.o_proj.W.shape[1],)
+    if dout.shape != expected:
+        raise ValueError(f"dout must have the forward output's shape {expected}, got {dout.shape}")
     dconcat, dW_o, db_o = linear_backward(dout, cache.o_proj)  # (..., Nq, H*Dv)
     h = len(cache.head_caches)
     d_v = dconcat.shape[-1] // h

@@ -1,0 +1,76 @@
+"""Figures for the two-heads training demo: loss curves and the heads' attention maps.
+
+Matplotlib is imported here only (never by the core package), with the non-interactive
+Agg backend; the functions return figures and never call ``show()``. Save them with
+``fig.savefig(path)``; in a notebook they display by themselves.
+
+Symbols: E epochs, B examples shown, N tokens, H heads.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["plot_loss_curves", "plot_attention_maps"]
+
+
+def _pyplot():
+    """matplotlib.pyplot on the Agg backend (imported on first use)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_loss_curves(curves, *, title="Training loss (mean squared error)"):
+    """One line per model: ``curves`` maps a label to its per-epoch losses (E,).
+
+    The y axis is logarithmic, so a loss that keeps falling stays visible next to one
+    that has stalled. Returns the figure.
+    """
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for label, losses in curves.items():
+        losses = np.asarray(losses)
+        ax.plot(np.arange(1, len(losses) + 1), losses, marker="o", markersize=3, label=label)
+    ax.set_yscale("log")
+    ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("loss")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def plot_attention_maps(maps, x, *, title="Where the summary token looks"):
+    """Heat maps of the summary token's attention, one panel per head.
+
+    Parameters
+    ----------
+    maps : dict mapping a panel title (e.g. ``"2 heads: head 0"``) to weights (B, N), the
+        summary token's attention over the N tokens of B examples
+    x : array (B, N, 3), the examples; the token with the largest ``a`` is marked with a
+        circle, the one with the largest ``b`` with a cross
+
+    Returns the figure.
+    """
+    plt = _pyplot()
+    x = np.asarray(x)
+    a_max, b_max = x[..., 0].argmax(axis=1), x[..., 1].argmax(axis=1)  # (B,), (B,)
+    rows = np.arange(x.shape[0])
+    fig, axes = plt.subplots(1, len(maps), figsize=(3.2 * len(maps), 3.4), squeeze=False)
+    for ax, (label, w) in zip(axes[0], maps.items()):
+        image = ax.imshow(np.asarray(w), vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto")
+        ax.scatter(a_max, rows, marker="o", s=60, facecolors="none", edgecolors="red", label="largest a")
+        ax.scatter(b_max, rows, marker="X", s=45, facecolors="white", edgecolors="black",
+                   linewidths=0.6, label="largest b")
+        ax.set_title(label, fontsize=10)
+        ax.set_xlabel("token")
+    axes[0][0].set_ylabel("example")
+    axes[0][0].legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=8)
+    fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8, label="attention weight")
+    fig.suptitle(title)
+    return fig

@@ -1,0 +1,195 @@
+"""scaled_dot_product_attention_forward / _backward."""
+import math
+
+import numpy as np
+import pytest
+
+from attention_ref import (
+    causal_mask,
+    gradcheck,
+    padding_mask,
+    scaled_dot_product_attention_backward as sdpa_backward,
+    scaled_dot_product_attention_forward as sdpa_forward,
+)
+from _helpers import assert_close, check_gradients
+from _reference import loop_attention
+
+# (q shape, k shape, v shape): unbatched, batched, n_q != n_k, d_k != d_v, broadcast batch
+CASES = [
+    ((3, 4), (3, 4), (3, 4)),
+    ((2, 3, 4), (2, 5, 4), (2, 5, 2)),
+    ((2, 2, 1, 3), (2, 2, 4, 3), (2, 2, 4, 5)),
+    ((2, 3, 4), (5, 4), (5, 3)),  # keys/values shared across the batch
+]
+
+
+def _inputs(shapes, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s) for s in shapes]
+
+
+def _masks(q_shape, k_shape, rng):
+    n_q, n_k = q_shape[-2], k_shape[-2]
+    bool_mask = rng.random((n_q, n_k)) < 0.7
+    bool_mask[:, 0] = True  # every query keeps one key
+    float_mask = np.where(rng.random((n_q, n_k)) < 0.3, -np.inf, rng.standard_normal((n_q, n_k)))
+    float_mask[:, 0] = 0.5
+    return [None, bool_mask, float_mask]
+
+
+@pytest.mark.parametrize("shapes", CASES)
+def test_forward_matches_loop(shapes):
+    q, k, v = _inputs(shapes)
+    for mask in _masks(q.shape, k.shape, np.random.default_rng(1)):
+        out, cache = sdpa_forward(q, k, v, mask)
+        ref_out, ref_w = loop_attention(q, k, v, mask)
+        assert_close(out, ref_out, what=f"attention output, mask {None if mask is None else mask.dtype}")
+        assert_close(cache.weights, ref_w, what="attention weights")
+
+
+@pytest.mark.parametrize("shapes", CASES)
+def test_backward_gradcheck(shapes):
+    q, k, v = _inputs(shapes, seed=2)
+    for mask in _masks(q.shape, k.shape, np.random.default_rng(3)):
+        check_gradients(lambda q, k, v: sdpa_forward(q, k, v, mask), sdpa_backward, q, k, v,
+                        names=["q", "k", "v"])
+
+
+def test_mask_passed_as_trailing_input_to_gradcheck():
+    q, k, v = _inputs(CASES[1], seed=4)
+    check_gradients(sdpa_forward, sdpa_backward, q, k, v, causal_mask(3, 5))
+
+
+def test_batched_padding_mask():
+    q, k, v = _inputs(((2, 4, 3), (2, 4, 3), (2, 4, 2)), seed=5)
+    mask = padding_mask([4, 2], 4)  # (2, 1, 4)
+    out, cache = sdpa_forward(q, k, v, mask)
+    assert (cache.weights[1, :, 2:] == 0).all()
+    assert_close(out, loop_attention(q, k, v, mask)[0])
+    check_gradients(lambda q, k, v: sdpa_forward(q, k, v, mask), sdpa_backward, q, k, v)
+
+
+def test_fully_masked_query_gives_zeros_everywhere():
+    q, k, v = _inputs(((3, 2), (4, 2), (4, 3)), seed=6)
+    mask = np.ones((3, 4), dtype=bool)
+    mask[1] = False  # query 1 may attend to nothing
+    out, cache = sdpa_forward(q, k, v, mask)
+    assert (out[1] == 0).all() and (cache.weights[1] == 0).all()
+    dq, dk, dv = sdpa_backward(np.ones_like(out), cache)
+    assert (dq[1] == 0).all() and np.isfinite(dq).all()
+    float_mask = np.where(mask, 0.0, -np.inf)
+    out_f, _ = sdpa_forward(q, k, v, float_mask)
+    assert_close(out_f, out)
+    check_gradients(lambda q, k, v: sdpa_forward(q, k, v, mask), sdpa_backward, q, k, v)
+
+
+def test_causal_outputs_ignore_future_tokens():
+    q, k, v = _inputs(((5, 3), (5, 3), (5, 2)), seed=7)
+    out, _ = sdpa_forward(q, k, v, causal_mask(5))
+    k2, v2 = k.copy(), v.copy()
+    k2[3:] += 10.0
+    v2[3:] -= 5.0
+    out2, _ = sdpa_forward(q, k2, v2, causal_mask(5))
+    assert_close(out2[:3], out[:3], what="outputs before the changed tokens")
+    assert not np.allclose(out2[3:], out[3:])
+
+
+def test_permutation_equivariance_without_mask():
+    q, k, v = _inputs(((6, 3), (6, 3), (6, 2)), seed=8)
+    perm = np.random.default_rng(9).permutation(6)
+    out, _ = sdpa_forward(q, k, v)
+    out_qperm, _ = sdpa_forward(q[perm], k, v)
+    out_kvperm, _ = sdpa_forward(q, k[perm], v[perm])
+    assert_close(out_qperm, out[perm], what="permuting queries permutes outputs")
+    assert_close(out_kvperm, out, what="permuting key/value pairs changes nothing")
+
+
+def test_scale_is_one_over_sqrt_dk():
+    q, k, v = _inputs(((2, 4), (3, 4), (3, 1)), seed=10)
+    _, cache = sdpa_forward(q, k, v)
+    scores = q @ k.T / math.sqrt(4)
+    expected = np.exp(scores - scores.max(-1, keepdims=True))
+    assert_close(cache.weights, expected / expected.sum(-1, keepdims=True))
+
+
+def test_large_scores_stay_finite():
+    q, k, v = _inputs(((2, 4, 8), (2, 4, 8), (2, 4, 8)), seed=11)
+    for dtype in (np.float64, np.float32):
+        out, cache = sdpa_forward((q * 1e4).astype(dtype), (k * 1e4).astype(dtype), v.astype(dtype))
+        grads = sdpa_backward(np.ones_like(out), cache)
+        assert np.isfinite(out).all() and all(np.isfinite(g).all() for g in grads)
+
+
+def test_dtypes_and_no_mutation():
+    q, k, v = _inputs(CASES[1], seed=12)
+    copies = [a.copy() for a in (q, k, v)]
+    mask = causal_mask(3, 5)
+    mask_copy = mask.copy()
+    out, cache = sdpa_forward(q, k, v, mask)
+    sdpa_backward(np.ones_like(out), cache)
+    for a, c in zip((q, k, v, mask), copies + [mask_copy]):
+        np.testing.assert_array_equal(a, c)
+    out32, cache32 = sdpa_forward(*(a.astype(np.float32) for a in (q, k, v)), mask)
+    assert out32.dtype == np.float32 and cache32.weights.dtype == np.float32
+    assert all(g.dtype == np.float32 for g in sdpa_backward(np.ones_like(out32), cache32))
+    assert_close(out32, out, rtol=1e-5, atol=1e-5)
+    out_int, _ = sdpa_forward(np.ones((2, 2), int), np.ones((2, 2), int), np.ones((2, 2), int))
+    assert out_int.dtype == np.float64
+
+
+def test_gradcheck_catches_missing_scale_and_ignored_mask():
+    q, k, v = _inputs(((3, 4), (4, 4), (4, 2)), seed=13)
+    mask = causal_mask(3, 4)
+
+    def backward_without_scale(dout, cache):
+        dq, dk, dv = sdpa_backward(dout, cache)
+        return dq / cache.scale, dk / cache.scale, dv  # forgets the 1/sqrt(d_k)
+
+    def backward_ignoring_mask(dout, cache):
+        # recomputes the weights without the mask: masked keys wrongly get gradient
+        _, unmasked = sdpa_forward(cache.q, cache.k, cache.v)
+        return sdpa_backward(dout, unmasked)
+
+    assert not gradcheck(sdpa_forward, backward_without_scale, q, k, v, mask).ok
+    assert not gradcheck(sdpa_forward, backward_ignoring_mask, q, k, v, mask).ok
+    assert gradcheck(sdpa_forward, sdpa_backward, q, k, v, mask).ok
+
+
+@pytest.mark.parametrize("shapes, mask, error, words", [
+    (((3, 4), (3, 5), (3, 4)), None, ValueError, ["q", "(3, 4)", "k", "(3, 5)", "d_k"]),
+    (((3, 4), (3, 4), (2, 4)), None, ValueError, ["k", "v", "n_k", "(2, 4)"]),
+    (((4,), (3, 4), (3, 4)), None, ValueError, ["q", "(4,)"]),
+    (((2, 3, 4), (3, 3, 4), (3, 3, 4)), None, ValueError, ["batch", "(2,)", "(3,)"]),
+    (((3, 4), (5, 4), (5, 2)), np.ones((3, 4), bool), ValueError, ["mask", "(3, 4)", "(3, 5)"]),
+    (((3, 4), (5, 4), (5, 2)), np.ones((2, 3, 5), bool), ValueError, ["mask", "(2, 3, 5)"]),
+    (((3, 4), (5, 4), (5, 2)), np.ones((3, 5), int), TypeError, ["mask", "astype(bool)"]),
+    (((3, 4), (5, 4), (5, 2)), np.full((3, 5), np.nan), ValueError, ["mask", "NaN"]),
+    (((3, 4), (5, 4), (5, 2)), np.full((3, 5), np.inf), ValueError, ["mask", "infinity"]),
+])
+def test_bad_input(shapes, mask, error, words):
+    q, k, v = _inputs(shapes)
+    with pytest.raises(error) as info:
+        sdpa_forward(q, k, v, mask)
+    for w in words:
+        assert w in str(info.value), str(info.value)
+
+
+def test_bad_values():
+    q, k, v = _inputs(((3, 4), (3, 4), (3, 4)))
+    with pytest.raises(ValueError, match="k contains NaN"):
+        sdpa_forward(q, np.where(k > 0, np.nan, k), v)
+    with pytest.raises(TypeError, match="v"):
+        sdpa_forward(q, k, v.astype(complex))
+    with pytest.raises(TypeError, match="q"):
+        sdpa_forward([["a"]], k, v)
+    _, cache = sdpa_forward(q, k, v)
+    with pytest.raises(ValueError, match="dout"):
+        sdpa_backward(np.ones((2, 4)), cache)
+
+
+def test_float64_mask_on_float32_scores_does_not_warn_or_upcast():
+    q, k, v = (a.astype(np.float32) for a in _inputs(((3, 4), (5, 4), (5, 2)), seed=14))
+    mask = np.zeros((3, 5))
+    mask[:, 3:] = -1e300  # becomes -inf in float32: blocked, as meant, and no overflow warning
+    out, cache = sdpa_forward(q, k, v, mask)
+    assert out.dtype == np.float32 and (cache.weights[:, 3:] == 0).all()

@@ -1,0 +1,158 @@
+"""gradcheck and numerical_gradient: they must pass correct pairs and catch real mistakes."""
+import numpy as np
+import pytest
+
+from attention_ref import (
+    GradcheckError,
+    gradcheck,
+    linear_backward,
+    linear_forward,
+    multi_head_attention_backward,
+    multi_head_attention_forward,
+    numerical_gradient,
+)
+from _helpers import random_params
+
+
+def test_numerical_gradient_of_known_function():
+    x = np.array([[1.0, -2.0], [0.5, 3.0]])
+    g = numerical_gradient(lambda z: np.sum(z ** 3) + z[0, 1] * z[1, 0], x)
+    expected = 3 * x ** 2 + np.array([[0, 0.5], [-2.0, 0]])
+    np.testing.assert_allclose(g, expected, rtol=1e-8)
+    assert x.tolist() == [[1.0, -2.0], [0.5, 3.0]]  # untouched
+
+
+def test_report_table_and_raise():
+    rng = np.random.default_rng(0)
+    x, W = rng.standard_normal((3, 4)), rng.standard_normal((4, 2))
+    good = gradcheck(linear_forward, linear_backward, x, W, names=["x", "W"])
+    assert good.ok and bool(good)
+    text = str(good)
+    assert "max abs err" in text and "x" in text and "(4, 2)" in text and "ok" in text
+    good.raise_if_failed()  # no exception
+
+    def transposed_weight_product(dy, cache):
+        """dW = dy^T x (shape (2, 4)) instead of x^T dy: a shape mistake, not a crash."""
+        dx, dW, db = linear_backward(dy, cache)
+        return dx, (dy.reshape(-1, 2).T @ cache.x.reshape(-1, 4)), db
+
+    bad = gradcheck(linear_forward, transposed_weight_product, x, W, names=["x", "W"])
+    assert not bad.ok and "shape (2, 4), expected (4, 2)" in str(bad)
+    with pytest.raises(GradcheckError, match="W"):
+        bad.raise_if_failed()
+
+
+def test_catches_transposed_weight_product_with_square_weight():
+    """With a square W the transposed product has the right shape but wrong values."""
+    rng = np.random.default_rng(1)
+    x, W = rng.standard_normal((5, 3)), rng.standard_normal((3, 3))
+
+    def wrong(dy, cache):
+        dx, dW, db = linear_backward(dy, cache)
+        return dy @ cache.W, dW, db  # dx = dy W instead of dy W^T
+
+    report = gradcheck(linear_forward, wrong, x, W, names=["x", "W"])
+    assert not report.ok
+    assert [r.ok for r in report.rows] == [False, True]
+
+
+def test_missing_and_extra_gradients_fail_clearly():
+    rng = np.random.default_rng(2)
+    x, W = rng.standard_normal((3, 4)), rng.standard_normal((4, 2))
+    missing = gradcheck(linear_forward, lambda dy, c: (linear_backward(dy, c)[0], None), x, W)
+    assert not missing.ok and "missing gradient" in str(missing)
+    too_few = gradcheck(linear_forward, lambda dy, c: linear_backward(dy, c)[0], x, W)
+    assert not too_few.ok and "1 gradients for 2" in str(too_few)
+    extra = gradcheck(linear_forward, lambda dy, c: linear_backward(dy, c)[:2] + (np.ones(1),), x, W)
+    assert not extra.ok and "not None" in str(extra)
+
+
+def test_same_array_for_several_inputs_is_perturbed_independently():
+    """Self-attention passes one x three times; each gets its own gradient."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 4, 6))
+    params = random_params(rng, 6, 2, 3, 3)
+    report = gradcheck(multi_head_attention_forward, multi_head_attention_backward, x, x, x, params, 2,
+                       atol=1e-8, rtol=1e-7)
+    assert report.ok, str(report)
+
+    def summed_backward(dout, cache):  # returns dx = dq + dk + dv for each: wrong per input
+        dq, dk, dv, grads = multi_head_attention_backward(dout, cache)
+        total = dq + dk + dv
+        return total, total, total, grads
+
+    assert not gradcheck(multi_head_attention_forward, summed_backward, x, x, x, params, 2).ok
+
+
+def test_dict_inputs_get_dict_gradients():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((3, 6))
+    params = random_params(rng, 6, 2, 3, 3)
+    params["b_k"] = None  # a None entry is skipped
+
+    def forward(x, p):
+        return multi_head_attention_forward(x, x, x, p, 2)
+
+    def backward(dout, cache):
+        dq, dk, dv, grads = multi_head_attention_backward(dout, cache)
+        return dq + dk + dv, grads
+
+    report = gradcheck(forward, backward, x, params, names=["x", "params"])
+    assert report.ok, str(report)
+    assert [r.name for r in report.rows] == ["x"] + [f"params[{k}]" for k in params if params[k] is not None]
+
+    def backward_bad_dict(dout, cache):
+        dx, grads = backward(dout, cache)
+        grads = dict(grads)
+        grads["W_v"] = grads["W_v"] * 1.01
+        del grads["W_o"]
+        return dx, grads
+
+    bad = gradcheck(forward, backward_bad_dict, x, params, names=["x", "params"])
+    failed = {r.name for r in bad.rows if not r.ok}
+    assert failed == {"params[W_v]", "params[W_o]"}
+
+
+def test_inputs_are_never_modified():
+    rng = np.random.default_rng(5)
+    x32 = rng.standard_normal((3, 4)).astype(np.float32)
+    W = rng.standard_normal((4, 2))
+    before = (x32.copy(), W.copy())
+
+    def mutating_forward(x, W):
+        x += 1.0  # a badly behaved forward mutates what it is given
+        return linear_forward(x, W)
+
+    gradcheck(mutating_forward, linear_backward, x32, W)
+    np.testing.assert_array_equal(x32, before[0])
+    np.testing.assert_array_equal(W, before[1])
+
+
+def test_checks_in_float64_even_for_float32_inputs():
+    rng = np.random.default_rng(6)
+    x, W = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal((4, 2)).astype(np.float32)
+    report = gradcheck(linear_forward, linear_backward, x, W, atol=1e-8, rtol=1e-7)
+    assert report.ok, str(report)
+
+
+def test_zero_gradient_is_not_flagged():
+    x = np.random.default_rng(7).standard_normal((3, 4))
+    report = gradcheck(lambda x: (np.zeros(2) * x.sum(), None), lambda d, c: np.zeros((3, 4)), x)
+    assert report.ok and "-" in str(report)
+
+
+def test_needs_a_differentiable_input():
+    with pytest.raises(TypeError, match="floating-point"):
+        gradcheck(lambda n: (np.ones(1), None), lambda d, c: None, 3)
+
+
+def test_detects_a_small_error_and_tolerates_none_bias():
+    rng = np.random.default_rng(8)
+    x, W = rng.standard_normal((3, 4)), rng.standard_normal((4, 2))
+
+    def slightly_off(dy, cache):
+        dx, dW, db = linear_backward(dy, cache)
+        return dx, dW * (1 + 1e-5), db
+
+    assert gradcheck(linear_forward, slightly_off, x, W).ok  # within default rtol=1e-3
+    assert not gradcheck(linear_forward, slightly_off, x, W, atol=1e-8, rtol=1e-7).ok

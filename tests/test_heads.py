@@ -1,0 +1,46 @@
+"""split_heads / merge_heads: inverse and transpose of each other."""
+import numpy as np
+import pytest
+
+from attention_ref import gradcheck, merge_heads, merge_heads_backward, split_heads, split_heads_backward
+
+
+def test_split_matches_column_blocks():
+    x = np.random.default_rng(0).standard_normal((2, 5, 6))
+    heads = split_heads(x, 3)
+    assert heads.shape == (2, 3, 5, 2)
+    for i in range(3):
+        np.testing.assert_array_equal(heads[:, i], x[..., 2 * i:2 * i + 2])
+
+
+@pytest.mark.parametrize("shape, h", [((5, 6), 3), ((2, 5, 6), 2), ((2, 3, 4, 8), 4), ((4, 3), 1)])
+def test_merge_inverts_split(shape, h):
+    x = np.random.default_rng(1).standard_normal(shape)
+    np.testing.assert_array_equal(merge_heads(split_heads(x, h)), x)
+
+
+def test_split_and_merge_are_each_others_transpose():
+    """<split(x), y> == <x, merge(y)> for all x, y: the adjoint of a split is a merge."""
+    rng = np.random.default_rng(2)
+    x, y = rng.standard_normal((2, 5, 6)), rng.standard_normal((2, 3, 5, 2))
+    assert np.isclose(np.sum(split_heads(x, 3) * y), np.sum(x * merge_heads(y)), rtol=1e-13)
+
+
+def test_backwards_pass_gradcheck():
+    rng = np.random.default_rng(3)
+    x, y = rng.standard_normal((2, 5, 6)), rng.standard_normal((2, 3, 5, 2))
+    assert gradcheck(lambda x: (split_heads(x, 3), None), lambda d, _: split_heads_backward(d), x).ok
+    assert gradcheck(lambda y: (merge_heads(y), None), lambda d, _: merge_heads_backward(d, 3), y).ok
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="not divisible by num_heads=4"):
+        split_heads(np.ones((3, 6)), 4)
+    with pytest.raises(ValueError, match=r"\(6,\)"):
+        split_heads(np.ones(6), 2)
+    with pytest.raises(ValueError, match="num_heads"):
+        split_heads(np.ones((3, 6)), 0)
+    with pytest.raises(TypeError, match="num_heads"):
+        split_heads(np.ones((3, 6)), 2.0)
+    with pytest.raises(ValueError, match=r"\(3, 6\)"):
+        merge_heads(np.ones((3, 6)))

@@ -1,0 +1,108 @@
+"""Layer norm: forward against a plain loop, backward against finite differences, input checks."""
+import numpy as np
+import pytest
+
+from attention_ref import layer_norm_backward, layer_norm_forward
+from tests._helpers import assert_close, check_gradients
+
+
+def _layer_norm_loop(x, gamma, beta, eps):
+    """Straight from the formula, one row at a time."""
+    x = np.asarray(x, dtype=np.float64)
+    rows = x.reshape(-1, x.shape[-1])
+    out = np.empty_like(rows)
+    d = rows.shape[1]
+    for r in range(rows.shape[0]):
+        mu = sum(rows[r]) / d
+        var = sum((v - mu) ** 2 for v in rows[r]) / d
+        for j in range(d):
+            out[r, j] = gamma[j] * (rows[r, j] - mu) / np.sqrt(var + eps) + beta[j]
+    return out.reshape(x.shape)
+
+
+SHAPES = [(5,), (3, 4), (2, 3, 6), (2, 1, 3, 5)]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_forward_matches_loop(shape):
+    rng = np.random.default_rng(0)
+    x = 3.0 * rng.standard_normal(shape) + 1.0
+    gamma, beta = rng.standard_normal(shape[-1]), rng.standard_normal(shape[-1])
+    y, _ = layer_norm_forward(x, gamma, beta, eps=1e-3)
+    assert_close(y, _layer_norm_loop(x, gamma, beta, 1e-3), what="layer_norm_forward")
+
+
+def test_normalised_rows_have_zero_mean_unit_variance():
+    x = np.random.default_rng(1).standard_normal((4, 7)) * 5 + 2
+    y, _ = layer_norm_forward(x, np.ones(7), np.zeros(7), eps=0.0 + 1e-12)
+    assert_close(y.mean(axis=-1), np.zeros(4), atol=1e-12, what="row means")
+    assert_close(y.var(axis=-1), np.ones(4), atol=1e-9, what="row variances")
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_backward_gradcheck(shape):
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(shape)
+    gamma, beta = rng.standard_normal(shape[-1]), rng.standard_normal(shape[-1])
+    check_gradients(lambda x, g, b: layer_norm_forward(x, g, b), layer_norm_backward,
+                    x, gamma, beta, names=["x", "gamma", "beta"])
+
+
+def test_dx_is_orthogonal_to_shift_and_scale():
+    # shifting a row or (with eps -> 0) scaling it about its mean does not change y, so dx
+    # has zero row mean and zero dot product with x_hat
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((3, 6))
+    y, cache = layer_norm_forward(x, rng.standard_normal(6), rng.standard_normal(6), eps=1e-14)
+    dx, _, _ = layer_norm_backward(rng.standard_normal(y.shape), cache)
+    assert_close(dx.sum(axis=-1), np.zeros(3), atol=1e-12, what="row sums of dx")
+    assert_close((dx * cache.x_hat).sum(axis=-1), np.zeros(3), atol=1e-12, what="dx . x_hat")
+
+
+def test_eps_is_used():
+    x = np.array([[0.0, 1e-3]])  # variance 2.5e-7, comparable to eps
+    y_small, _ = layer_norm_forward(x, np.ones(2), np.zeros(2), eps=1e-12)
+    y_big, _ = layer_norm_forward(x, np.ones(2), np.zeros(2), eps=1e-5)
+    assert_close(y_small, _layer_norm_loop(x, np.ones(2), np.zeros(2), 1e-12), rtol=1e-9, what="small eps")
+    assert_close(y_big, _layer_norm_loop(x, np.ones(2), np.zeros(2), 1e-5), what="default eps")
+    assert abs(y_big[0, 1]) < 0.2 < abs(y_small[0, 1])
+
+
+def test_float32_stays_float32():
+    x = np.random.default_rng(4).standard_normal((2, 5)).astype(np.float32)
+    g, b = np.ones(5, np.float32), np.zeros(5, np.float32)
+    y, cache = layer_norm_forward(x, g, b)
+    dx, dg, db = layer_norm_backward(np.ones_like(y), cache)
+    assert {a.dtype for a in (y, dx, dg, db)} == {np.dtype(np.float32)}
+    assert_close(y, _layer_norm_loop(x, g, b, 1e-5), rtol=1e-5, atol=1e-5, what="float32")
+
+
+def test_inputs_not_modified():
+    rng = np.random.default_rng(5)
+    x, g, b = rng.standard_normal((3, 4)), rng.standard_normal(4), rng.standard_normal(4)
+    copies = [a.copy() for a in (x, g, b)]
+    y, cache = layer_norm_forward(x, g, b)
+    dy = rng.standard_normal(y.shape)
+    dy_copy = dy.copy()
+    layer_norm_backward(dy, cache)
+    for a, c in zip((x, g, b, dy), copies + [dy_copy]):
+        np.testing.assert_array_equal(a, c)
+
+
+def test_bad_inputs():
+    x = np.zeros((2, 4))
+    with pytest.raises(ValueError, match=r"gamma must have shape \(4,\).*\(2, 4\)"):
+        layer_norm_forward(x, np.ones(3), np.zeros(4))
+    with pytest.raises(ValueError, match=r"beta must have shape \(4,\)"):
+        layer_norm_forward(x, np.ones(4), np.zeros((1, 4)))
+    with pytest.raises(ValueError, match="eps must be a positive"):
+        layer_norm_forward(x, np.ones(4), np.zeros(4), eps=0.0)
+    with pytest.raises(TypeError, match="eps"):
+        layer_norm_forward(x, np.ones(4), np.zeros(4), eps="small")
+    with pytest.raises(TypeError, match="x must hold real numbers"):
+        layer_norm_forward(np.zeros((2, 4), bool), np.ones(4), np.zeros(4))
+    with pytest.raises(ValueError, match="x contains NaN"):
+        layer_norm_forward(np.full((2, 4), np.nan), np.ones(4), np.zeros(4))
+    _, cache = layer_norm_forward(x + np.arange(4), np.ones(4), np.zeros(4))
+    with pytest.raises(ValueError, match=r"dy must have the forward output's shape \(2, 4\)"):
+        layer_norm_backward(np.zeros((4, 2)), cache)

@@ -1,0 +1,73 @@
+"""linear_forward / linear_backward: y = x W + b."""
+import numpy as np
+import pytest
+
+from attention_ref import linear_backward, linear_forward
+from _helpers import assert_close, check_gradients
+from _reference import loop_linear
+
+SHAPES = [(3,), (4, 3), (2, 4, 3), (2, 1, 5, 3)]
+
+
+@pytest.mark.parametrize("x_shape", SHAPES)
+@pytest.mark.parametrize("bias", [True, False])
+def test_forward_matches_loop(x_shape, bias):
+    rng = np.random.default_rng(1)
+    x, W = rng.standard_normal(x_shape), rng.standard_normal((3, 2))
+    b = rng.standard_normal(2) if bias else None
+    y, _ = linear_forward(x, W, b)
+    assert_close(y, loop_linear(x, W, b), what="linear forward")
+
+
+@pytest.mark.parametrize("x_shape", SHAPES)
+def test_backward_gradcheck_with_bias(x_shape):
+    rng = np.random.default_rng(2)
+    x, W, b = rng.standard_normal(x_shape), rng.standard_normal((3, 2)), rng.standard_normal(2)
+    check_gradients(linear_forward, linear_backward, x, W, b, names=["x", "W", "b"])
+
+
+def test_backward_without_bias_returns_none_db():
+    rng = np.random.default_rng(3)
+    x, W = rng.standard_normal((4, 3)), rng.standard_normal((3, 5))
+    y, cache = linear_forward(x, W)
+    dx, dW, db = linear_backward(np.ones_like(y), cache)
+    assert db is None and dx.shape == x.shape and dW.shape == W.shape
+    check_gradients(linear_forward, linear_backward, x, W, names=["x", "W"])
+
+
+def test_dtypes():
+    rng = np.random.default_rng(4)
+    x32, W32 = rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal((3, 2)).astype(np.float32)
+    y, cache = linear_forward(x32, W32, np.zeros(2, np.float32))
+    assert y.dtype == np.float32
+    assert all(g.dtype == np.float32 for g in linear_backward(np.ones_like(y), cache))
+    y_int, _ = linear_forward(np.arange(6).reshape(2, 3), np.ones((3, 2), dtype=int))
+    assert y_int.dtype == np.float64 and y_int.tolist() == [[3.0, 3.0], [12.0, 12.0]]
+
+
+def test_inputs_not_modified():
+    rng = np.random.default_rng(5)
+    x, W, b = rng.standard_normal((4, 3)), rng.standard_normal((3, 2)), rng.standard_normal(2)
+    copies = [a.copy() for a in (x, W, b)]
+    y, cache = linear_forward(x, W, b)
+    linear_backward(np.ones_like(y), cache)
+    for a, c in zip((x, W, b), copies):
+        np.testing.assert_array_equal(a, c)
+
+
+@pytest.mark.parametrize("args, error, words", [
+    ((np.ones((4, 3)), np.ones((2, 2))), ValueError, ["x", "(4, 3)", "W", "(2, 2)"]),
+    ((np.ones((4, 3)), np.ones(3)), ValueError, ["W", "(d_in, d_out)"]),
+    ((np.ones((4, 3)), np.ones((3, 2)), np.ones(3)), ValueError, ["b", "(2,)"]),
+    ((np.ones((4, 3)), np.ones((3, 2)), np.ones((1, 2))), ValueError, ["b"]),
+    ((np.array([["a", "b", "c"]]), np.ones((3, 2))), TypeError, ["x"]),
+    ((np.ones((4, 3)) * 1j, np.ones((3, 2))), TypeError, ["x", "complex"]),
+    ((np.ones((4, 3), dtype=bool), np.ones((3, 2))), TypeError, ["x", "boolean"]),
+    ((np.full((4, 3), np.nan), np.ones((3, 2))), ValueError, ["x", "NaN"]),
+    ((np.ones((4, 3)), np.full((3, 2), np.inf)), ValueError, ["W", "infinity"]),
+])
+def test_bad_input(args, error, words):
+    with pytest.raises(error) as info:
+        linear_forward(*args)
+    for w in words:
+        assert w in str(info.value)

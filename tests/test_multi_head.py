@@ -1,0 +1,244 @@
+"""multi_head_attention_forward / _backward, both strategies, and the layer class."""
+import numpy as np
+import pytest
+
+from attention_ref import (
+    MultiHeadAttention,
+    causal_mask,
+    multi_head_attention_backward as mha_backward,
+    multi_head_attention_forward as mha_forward,
+    multi_head_attention_separate_heads_backward as sep_backward,
+    multi_head_attention_separate_heads_forward as sep_forward,
+    padding_mask,
+)
+from _helpers import assert_close, check_gradients, random_params
+from _reference import loop_multi_head
+
+# name: (query shape, key shape, value shape, num_heads, d_k, d_v, mask kind, bias)
+CONFIGS = {
+    "self, unbatched, 1 head": ((4, 6), (4, 6), (4, 6), 1, 6, 6, None, True),
+    "self, batched, 3 heads, causal": ((2, 4, 6), (2, 4, 6), (2, 4, 6), 3, 2, 2, "causal", True),
+    "cross, n_q != n_k, widths differ": ((2, 3, 6), (2, 5, 4), (2, 5, 7), 2, 3, 2, None, True),
+    "d_k != d_v, no bias, padding": ((2, 4, 5), (2, 4, 5), (2, 4, 5), 2, 3, 4, "padding", False),
+    "document shape d_model=3 h=2": ((1, 3), (1, 3), (1, 3), 2, 2, 2, None, False),
+    "float mask, 4-d batch": ((2, 1, 3, 4), (2, 1, 3, 4), (2, 1, 3, 4), 2, 2, 3, "float", True),
+}
+
+
+def _setup(name, seed=0):
+    q_shape, k_shape, v_shape, h, d_k, d_v, mask_kind, bias = CONFIGS[name]
+    rng = np.random.default_rng(seed)
+    query = rng.standard_normal(q_shape)
+    key = query if q_shape == k_shape == v_shape and name.startswith("self") else rng.standard_normal(k_shape)
+    value = key if name.startswith("self") else rng.standard_normal(v_shape)
+    params = random_params(rng, q_shape[-1], h, d_k, d_v, kdim=k_shape[-1], vdim=v_shape[-1], bias=bias)
+    n_q, n_k = q_shape[-2], k_shape[-2]
+    if mask_kind == "causal":
+        mask = causal_mask(n_q, n_k)
+    elif mask_kind == "padding":
+        mask = padding_mask([n_k, 2], n_k)  # (2, 1, n_k): the second sequence has 2 tokens
+    elif mask_kind == "float":
+        mask = np.where(rng.random((n_q, n_k)) < 0.3, -np.inf, rng.standard_normal((n_q, n_k)))
+        mask[:, 0] = 0.0
+    else:
+        mask = None
+    return query, key, value, params, h, mask
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_forward_matches_loop(name):
+    query, key, value, params, h, mask = _setup(name)
+    out, cache = mha_forward(query, key, value, params, h, mask)
+    ref_out, ref_w = loop_multi_head(query, key, value, params, h, mask)
+    assert_close(out, ref_out, what="multi-head output")
+    assert_close(cache.weights, ref_w, what="multi-head weights")
+    assert cache.weights.shape == np.broadcast_shapes(query.shape[:-2], key.shape[:-2]) + (h, query.shape[-2], key.shape[-2])
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_backward_gradcheck(name):
+    query, key, value, params, h, mask = _setup(name, seed=1)
+    check_gradients(mha_forward, mha_backward, query, key, value, params, h, mask,
+                    names=["query", "key", "value", "params"])
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_separate_heads_strategy_agrees(name):
+    query, key, value, params, h, mask = _setup(name, seed=2)
+    out, cache = mha_forward(query, key, value, params, h, mask)
+    out_sep, cache_sep = sep_forward(query, key, value, params, h, mask)
+    assert_close(out_sep, out, what="separate-heads vs parallel output")
+    assert_close(cache_sep.weights, cache.weights, what="separate-heads vs parallel weights")
+    dout = np.random.default_rng(3).standard_normal(out.shape)
+    for a, b in zip(mha_backward(dout, cache)[:3], sep_backward(dout, cache_sep)[:3]):
+        assert_close(a, b, what="input gradients of the two strategies")
+    ga, gb = mha_backward(dout, cache)[3], sep_backward(dout, cache_sep)[3]
+    assert ga.keys() == gb.keys() == params.keys()
+    for n in ga:
+        assert_close(ga[n], gb[n], what=f"grads[{n}] of the two strategies")
+    check_gradients(sep_forward, sep_backward, query, key, value, params, h, mask)
+
+
+def test_key_bias_gradient_is_zero():
+    """b_k shifts every score of a query row by the same q.b_k, which softmax ignores."""
+    query, key, value, params, h, mask = _setup("self, batched, 3 heads, causal", seed=4)
+    out, cache = mha_forward(query, key, value, params, h, mask)
+    grads = mha_backward(np.random.default_rng(5).standard_normal(out.shape), cache)[3]
+    assert np.abs(grads["b_k"]).max() < 1e-12 * np.abs(grads["b_q"]).max()
+    shifted = dict(params, b_k=params["b_k"] + 3.0)
+    assert_close(mha_forward(query, key, value, shifted, h, mask)[0], out, rtol=1e-10, atol=1e-12)
+
+
+def test_grads_mirror_params_keys_including_none_biases():
+    query, key, value, params, h, _ = _setup("cross, n_q != n_k, widths differ", seed=6)
+    params = dict(params, b_q=None)
+    del params["b_o"]
+    out, cache = mha_forward(query, key, value, params, h)
+    grads = mha_backward(np.ones_like(out), cache)[3]
+    assert list(grads) == list(params) and grads["b_q"] is None
+
+
+def test_mask_applies_to_every_head():
+    query, key, value, params, h, _ = _setup("self, batched, 3 heads, causal", seed=7)
+    _, cache = mha_forward(query, key, value, params, h, causal_mask(4))
+    upper = ~causal_mask(4)
+    assert (cache.weights[..., upper] == 0).all()
+    np.testing.assert_allclose(cache.weights.sum(-1), 1.0, rtol=1e-12)
+
+
+def test_self_attention_is_permutation_equivariant():
+    query, _, _, params, h, _ = _setup("self, batched, 3 heads, causal", seed=8)
+    perm = np.random.default_rng(9).permutation(4)
+    out, _ = mha_forward(query, query, query, params, h)
+    out_p, _ = mha_forward(query[:, perm], query[:, perm], query[:, perm], params, h)
+    assert_close(out_p, out[:, perm])
+
+
+def test_float32_stays_float32_and_nothing_is_modified():
+    query, key, value, params, h, mask = _setup("cross, n_q != n_k, widths differ", seed=10)
+    p32 = {n: a.astype(np.float32) for n, a in params.items()}
+    before = {n: a.copy() for n, a in p32.items()}
+    q32 = query.astype(np.float32)
+    q_before = q32.copy()
+    out, cache = mha_forward(q32, key.astype(np.float32), value.astype(np.float32), p32, h)
+    dq, dk, dv, grads = mha_backward(np.ones_like(out), cache)
+    assert out.dtype == np.float32 and dq.dtype == dk.dtype == dv.dtype == np.float32
+    assert all(g.dtype == np.float32 for g in grads.values())
+    np.testing.assert_array_equal(q32, q_before)
+    for n in p32:
+        np.testing.assert_array_equal(p32[n], before[n])
+    out64, _ = mha_forward(query, key, value, params, h)
+    assert_close(out, out64, rtol=1e-4, atol=1e-4)
+
+
+def test_large_inputs_stay_finite():
+    query, key, value, params, h, mask = _setup("self, batched, 3 heads, causal", seed=11)
+    out, cache = mha_forward(query * 1e4, query * 1e4, query * 1e4, params, h, mask)
+    grads = mha_backward(np.ones_like(out), cache)
+    assert np.isfinite(out).all() and all(np.isfinite(g).all() for g in grads[:3])
+
+
+def _good():
+    rng = np.random.default_rng(12)
+    return rng.standard_normal((2, 3, 6)), random_params(rng, 6, 2, 3, 3)
+
+
+@pytest.mark.parametrize("change, error, words", [
+    (lambda x, p: (x, x, x, p, 4), ValueError, ["W_q", "num_heads=4"]),
+    (lambda x, p: (x, x[..., :5], x, p, 2), ValueError, ["key", "(2, 3, 5)", "W_k"]),
+    (lambda x, p: (x, x, x[:, :2], p, 2), ValueError, ["key", "value", "n_k"]),
+    (lambda x, p: (x, x, x, dict(p, W_o=p["W_o"][:4]), 2), ValueError, ["W_o", "rows"]),
+    (lambda x, p: (x, x, x, dict(p, W_k=p["W_k"][:, :4]), 2), ValueError, ["W_k", "columns"]),
+    (lambda x, p: (x, x, x, dict(p, b_v=p["b_v"][:2]), 2), ValueError, ["b_v", "(6,)"]),
+    (lambda x, p: (x, x, x, dict(p, Wq=p["W_q"]), 2), ValueError, ["unknown", "Wq"]),
+    (lambda x, p: (x, x, x, {k: v for k, v in p.items() if k != "W_v"}, 2), ValueError, ["missing", "W_v"]),
+    (lambda x, p: (x, x, x, [p["W_q"]], 2), TypeError, ["params"]),
+    (lambda x, p: (x, x, x, p, 0), ValueError, ["num_heads"]),
+    (lambda x, p: (x, x, x, p, 2.0), TypeError, ["num_heads"]),
+    (lambda x, p: (x, x, x, p, 2, np.ones((3, 4), bool)), ValueError, ["mask", "(3, 4)", "(2, 3, 3)"]),
+    (lambda x, p: (x[0, 0], x, x, p, 2), ValueError, ["query", "(6,)"]),
+    (lambda x, p: (x, x[:1].repeat(3, 0), x[:1].repeat(3, 0), p, 2), ValueError, ["batch", "(2,)", "(3,)"]),
+    (lambda x, p: (x.astype(str), x, x, p, 2), TypeError, ["query"]),
+    (lambda x, p: (x, x, x * np.nan, p, 2), ValueError, ["value", "NaN"]),
+    (lambda x, p: (x, x, x, dict(p, W_q=p["W_q"] * np.inf), 2), ValueError, ["params['W_q']", "infinity"]),
+    (lambda x, p: (x, x, x, dict(p, b_o=p["b_o"] * 1j), 2), TypeError, ["params['b_o']"]),
+])
+def test_bad_input(change, error, words):
+    x, p = _good()
+    with pytest.raises(error) as info:
+        mha_forward(*change(x, p))
+    for w in words:
+        assert w in str(info.value), str(info.value)
+
+
+def test_bad_input_to_separate_heads_strategy_is_checked_the_same_way():
+    x, p = _good()
+    with pytest.raises(ValueError, match="num_heads=4"):
+        sep_forward(x, x, x, p, 4)
+
+
+class TestLayer:
+    def test_seeded_initialisation_is_deterministic(self):
+        a = MultiHeadAttention(8, 2, seed=3)
+        b = MultiHeadAttention(8, 2, seed=3)
+        c = MultiHeadAttention(8, 2, seed=4)
+        assert all(np.array_equal(a.params[n], b.params[n]) for n in a.params)
+        assert not np.array_equal(a.params["W_q"], c.params["W_q"])
+        assert a.parameter_count() == 4 * 8 * 8 + 4 * 8
+        assert MultiHeadAttention(8, 4, bias=False).parameter_count() == 4 * 8 * 8
+
+    def test_self_attention_backward_returns_dx_and_stores_grads(self):
+        layer = MultiHeadAttention(6, 3, seed=0)
+        x = np.random.default_rng(1).standard_normal((2, 4, 6))
+        out = layer.forward(x, mask=causal_mask(4))
+        dout = np.random.default_rng(2).standard_normal(out.shape)
+        dx = layer.backward(dout)
+        out_f, cache = mha_forward(x, x, x, layer.params, 3, causal_mask(4))
+        dq, dk, dv, grads = mha_backward(dout, cache)
+        assert_close(out, out_f)
+        assert_close(dx, dq + dk + dv)
+        assert layer.grads.keys() == layer.params.keys()
+        check_gradients(lambda x: (layer.forward(x), None), lambda d, _: layer.backward(d), x)
+
+    def test_cross_attention_backward_returns_three_gradients(self):
+        layer = MultiHeadAttention(6, 2, kdim=4, vdim=5, d_k=3, d_v=2, seed=0)
+        rng = np.random.default_rng(3)
+        q, k, v = rng.standard_normal((3, 6)), rng.standard_normal((5, 4)), rng.standard_normal((5, 5))
+        out = layer(q, k, v)
+        assert out.shape == (3, 6)
+        grads = layer.backward(np.ones_like(out))
+        assert [g.shape for g in grads] == [(3, 6), (5, 4), (5, 5)]
+
+    def test_strategies_agree(self):
+        x = np.random.default_rng(4).standard_normal((2, 5, 8))
+        par = MultiHeadAttention(8, 4, seed=9)
+        sep = MultiHeadAttention(8, 4, seed=9, strategy="separate")
+        assert_close(sep.forward(x, mask=causal_mask(5)), par.forward(x, mask=causal_mask(5)))
+        dout = np.ones((2, 5, 8))
+        assert_close(sep.backward(dout), par.backward(dout))
+        for n in par.grads:
+            assert_close(sep.grads[n], par.grads[n])
+
+    def test_float32_layer(self):
+        layer = MultiHeadAttention(4, 2, seed=0, dtype=np.float32)
+        out = layer.forward(np.ones((3, 4), np.float32))
+        assert out.dtype == np.float32 and layer.backward(np.ones_like(out)).dtype == np.float32
+
+    @pytest.mark.parametrize("kwargs, error, word", [
+        ({"d_model": 5, "num_heads": 2}, ValueError, "not divisible"),
+        ({"d_model": 4, "num_heads": 0}, ValueError, "num_heads"),
+        ({"d_model": 4, "num_heads": 2, "strategy": "fast"}, ValueError, "strategy"),
+        ({"d_model": 4, "num_heads": 2, "dtype": int}, TypeError, "dtype"),
+        ({"d_model": 4, "num_heads": 4, "num_kv_heads": 3}, ValueError, "num_kv_heads"),
+    ])
+    def test_bad_construction(self, kwargs, error, word):
+        with pytest.raises(error, match=word):
+            MultiHeadAttention(**kwargs)
+
+    def test_d_model_not_divisible_is_fine_with_explicit_head_widths(self):
+        layer = MultiHeadAttention(5, 2, d_k=3, d_v=2, seed=0)
+        assert layer.forward(np.ones((2, 5))).shape == (2, 5)
+
+    def test_backward_before_forward(self):
+        with pytest.raises(RuntimeError, match="before forward"):
+            MultiHeadAttention(4, 2).backward(np.ones((1, 4)))
