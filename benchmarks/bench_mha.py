@@ -143,7 +143,79 @@ def numpy_worker(configs, dtypes, repeats, D, h, peak_n):
             row["separate_heads"] = median_time(separate, repeats)
             row["naive"] = median_time(lambda: naive_fwd_bwd(np, x, dout, p, h), max(1, repeats // 2))
             result["rows"].append(row)
+    N = max(n for _, n in configs)
+    result["tricks"] = {"N": N, **{dtype: tricks_worker(np, N, D, h, dtype, repeats) for dtype in dtypes}}
     return result
+
+
+def tricks_worker(np, N, D, h, dtype, repeats):
+    """Each trick of the core measured alone, "before" against "after", on (1, h, N, N)
+    scores; returns ``[(trick, before seconds, after seconds), ...]``."""
+    from attention_ref import _parallel
+    from attention_ref.attention import _softmax_rows_backward
+    from attention_ref.softmax import _softmax, _softmax_plain
+
+    rng = np.random.default_rng(1)
+    d_k = D // h
+    x = rng.standard_normal((N, D)).astype(dtype)
+    W = [(rng.standard_normal((D, D)) / D ** 0.5).astype(dtype) for _ in range(3)]
+    W_qkv = np.concatenate(W, axis=1)  # (D, 3D)
+    q, k, v, dout = (rng.standard_normal((1, h, N, d_k)).astype(dtype) for _ in range(4))
+    q_strided = (x @ W[0]).reshape(N, h, d_k).transpose(1, 0, 2)[None]  # a split-heads view
+    scale = 1.0 / d_k ** 0.5
+    S = (q * scale) @ k.swapaxes(-1, -2)
+    P = _softmax(S.copy(), -1, out=None)
+    dP = dout @ v.swapaxes(-1, -2)
+    out = P @ v
+    rows = []
+
+    def pair(name, before, after, n=repeats):
+        rows.append((name, median_time(before, n)["median"], median_time(after, n)["median"]))
+
+    pair("scale folded into q: (q / sqrt(d_k)) k^T instead of (q k^T) / sqrt(d_k)",
+         lambda: (q @ k.swapaxes(-1, -2)) * scale, lambda: (q * scale) @ k.swapaxes(-1, -2))
+    pair("D_i = rowsum(dout_i * out_i) instead of rowsum(P_i * dP_i)",
+         lambda: (P * dP).sum(axis=-1, keepdims=True), lambda: (dout * out).sum(axis=-1, keepdims=True))
+
+    def scores():
+        return (q * scale) @ k.swapaxes(-1, -2)
+
+    pair("softmax in place (out=scores) instead of into new arrays",
+         lambda: _softmax_plain(scores(), -1), lambda: _softmax_plain(S1 := scores(), -1, out=S1))
+    pair("Python float scale instead of np.float64 scalar (float32 input: no upcast)",
+         lambda: _softmax_plain(T := (q * np.float64(scale)) @ k.swapaxes(-1, -2), -1, out=T),
+         lambda: _softmax_plain(T := scores(), -1, out=T))
+    buf = np.empty_like(S)
+
+    def softmax_fresh(f):
+        np.copyto(buf, S)  # the same copy in "before" and "after"
+        f(buf, -1, out=buf)
+
+    dP_buf = np.empty_like(dP)
+
+    def ds_fresh(f):
+        np.copyto(dP_buf, dP)
+        f(dP_buf, P, D_row)
+
+    def ds_plain(dP_, P_, D_):
+        dP_ -= D_
+        dP_ *= P_
+
+    D_row = (dout * out).sum(axis=-1, keepdims=True)
+    with _parallel.num_threads(1):
+        pair("softmax over cache-sized row blocks, 1 thread (vs one pass per step)",
+             lambda: softmax_fresh(_softmax_plain), lambda: softmax_fresh(_softmax))
+        pair("dS = P * (dP - D) over row blocks, 1 thread", lambda: ds_fresh(ds_plain),
+             lambda: ds_fresh(_softmax_rows_backward))
+    pair(f"softmax over row blocks, {_parallel.get_num_threads()} threads (vs one plain pass)",
+         lambda: softmax_fresh(_softmax_plain), lambda: softmax_fresh(_softmax))
+    pair(f"dS = P * (dP - D) over row blocks, {_parallel.get_num_threads()} threads",
+         lambda: ds_fresh(ds_plain), lambda: ds_fresh(_softmax_rows_backward))
+    pair("contiguous q for q k^T (a copy) instead of the split-heads view",
+         lambda: q_strided @ k.swapaxes(-1, -2), lambda: np.ascontiguousarray(q_strided) @ k.swapaxes(-1, -2))
+    pair("one fused x W_qkv (D, 3D) instead of x W_q, x W_k, x W_v",
+         lambda: [x @ w for w in W], lambda: x @ W_qkv)
+    return rows
 
 
 # --------------------------------------------------------------------------- torch side
@@ -219,6 +291,15 @@ def make_table(numpy_result, torch_result) -> str:
                  f" {numpy_result['threads']} elementwise threads"
                  + (f"; PyTorch {torch_result['torch']} ({torch_result['threads']} threads)"
                     if torch_result else "; PyTorch not installed") + ".")
+    tricks = numpy_result.get("tricks")
+    if tricks:
+        lines += ["", f"Each trick alone, at B = 1, h = {r['h']}, N = {tricks['N']}, d_k = {r['D'] // r['h']}"
+                  " (median ms, before -> after):", "",
+                  "| trick | " + " | ".join(f"{d} before | {d} after" for d in DTYPES if d in tricks) + " |",
+                  "|---|" + "---|---|" * sum(d in tricks for d in DTYPES)]
+        for i, (name, _, _) in enumerate(tricks[DTYPES[0]]):
+            cells = [f"{tricks[d][i][1] * 1e3:.1f} | {tricks[d][i][2] * 1e3:.1f}" for d in DTYPES if d in tricks]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
