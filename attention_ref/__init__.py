@@ -67,6 +67,9 @@ from .feed_forward import (
 from .layer_norm import LayerNormCache, layer_norm_backward, layer_norm_forward
 from .optim import SGD, Adam
 # --- end blocks ---
+# --- performance: threads for the elementwise (..., Nq, Nk) work ---
+from ._parallel import get_num_threads, set_num_threads
+# --- end performance ---
 
 __version__ = "0.1.0"
 
@@ -129,4 +132,8 @@ __all__ = [
     "SGD",
     "Adam",
     # --- end blocks ---
+    # --- performance ---
+    "get_num_threads",
+    "set_num_threads",
+    # --- end performance ---
 ]

@@ -42,7 +42,9 @@ def _default_threads() -> int:
     """ATTENTION_REF_NUM_THREADS if set, else the number of cores (at most 8)."""
     env = os.environ.get("ATTENTION_REF_NUM_THREADS")
     if env:
-        return max(1, int(env))
+        if not env.strip().isdigit() or int(env) < 1:
+            raise ValueError(f"ATTENTION_REF_NUM_THREADS must be a positive integer, got {env!r}")
+        return int(env)
     return max(1, min(8, os.cpu_count() or 1))
 
 

@@ -175,3 +175,15 @@ def test_errors_in_a_block_propagate(tiny_blocks):
 
     with pytest.raises(RuntimeError, match="block"):
         _parallel.for_each_row_block(fn, 10, 3)
+
+
+def test_environment_switch(monkeypatch):
+    monkeypatch.setenv("ATTENTION_REF_NUM_THREADS", "1")
+    assert _parallel._default_threads() == 1
+    for bad in ("0", "two", "-3"):
+        monkeypatch.setenv("ATTENTION_REF_NUM_THREADS", bad)
+        with pytest.raises(ValueError, match="ATTENTION_REF_NUM_THREADS"):
+            _parallel._default_threads()
+    monkeypatch.delenv("ATTENTION_REF_NUM_THREADS")
+    assert 1 <= _parallel._default_threads() <= 8
+    assert ar.get_num_threads is _parallel.get_num_threads
