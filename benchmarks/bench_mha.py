@@ -303,11 +303,41 @@ def make_table(numpy_result, torch_result) -> str:
     return "\n".join(lines) + "\n"
 
 
+def make_plot(numpy_result, torch_result, path):
+    """Bars of forward+backward time per configuration, one group per (dtype, B, N)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    torch_rows = {(r["dtype"], r["B"], r["N"]): r for r in (torch_result or {}).get("rows", [])}
+    series = [("ours", "attention_ref"), ("ours_pool_off", "attention_ref, pool off"),
+              ("separate_heads", "separate heads"), ("naive", "naive NumPy")]
+    if torch_rows:
+        series += [("torch", "torch MHA"), ("torch_no_weights", "torch MHA, need_weights=False")]
+    rows = numpy_result["rows"]
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    width = 0.8 / len(series)
+    for j, (key, label) in enumerate(series):
+        ys = [(torch_rows.get((r["dtype"], r["B"], r["N"]), {}) if key.startswith("torch") else r)
+              .get(key, {"median": float("nan")})["median"] * 1e3 for r in rows]
+        ax.bar([i + (j - len(series) / 2 + 0.5) * width for i in range(len(rows))], ys, width, label=label)
+    ax.set_xticks(range(len(rows)), [f"{r['dtype']}\nB={r['B']} N={r['N']}" for r in rows])
+    ax.set_yscale("log")
+    ax.set_ylabel("forward + backward, ms (median, log scale)")
+    ax.set_title(f"Multi-head attention, D = {rows[0]['D']}, h = {rows[0]['h']}, biases on")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes, a few seconds")
     parser.add_argument("--repeats", type=int, default=None, help="timed runs per case")
     parser.add_argument("--out", default=None, help="markdown output (default docs/performance_table.md)")
+    parser.add_argument("--plot", action="store_true", help="also plot in --quick mode")
     parser.add_argument("--no-torch", action="store_true", help="skip PyTorch even if installed")
     parser.add_argument("--worker", choices=("numpy", "torch"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -329,6 +359,8 @@ def main(argv=None):
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(table)
     out.with_suffix(".json").write_text(json.dumps({"numpy": numpy_result, "torch": torch_result}, indent=1))
+    if args.plot or not args.quick:
+        make_plot(numpy_result, torch_result, out.with_suffix(".png"))
     return 0
 
 
