@@ -361,7 +361,20 @@ def main(argv=None):
     out.with_suffix(".json").write_text(json.dumps({"numpy": numpy_result, "torch": torch_result}, indent=1))
     if args.plot or not args.quick:
         make_plot(numpy_result, torch_result, out.with_suffix(".png"))
+    if args.out is None and not args.quick:
+        _update_doc(ROOT / "docs" / "performance.md", table)
     return 0
+
+
+def _update_doc(doc, table):
+    """Replace the text between the BEGIN/END bench_mha markers of ``doc``, if both exist."""
+    begin, end = "<!-- BEGIN bench_mha -->", "<!-- END bench_mha -->"
+    if not doc.exists():
+        return
+    text = doc.read_text()
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        doc.write_text(head + begin + "\n" + table + rest[rest.index(end):])
 
 
 if __name__ == "__main__":

@@ -54,3 +54,11 @@ def test_quick_run_writes_the_table(tmp_path):
     raw = json.loads(out.with_suffix(".json").read_text())
     assert {r["flops"] for r in raw["numpy"]["rows"]} == {bench.mha_flops(B, N, 16, 2) for B, N in bench.QUICK_CONFIGS}
     assert raw["torch"] is None
+
+
+def test_update_doc_replaces_only_the_marked_block(tmp_path):
+    bench = _load()
+    doc = tmp_path / "performance.md"
+    doc.write_text("intro\n<!-- BEGIN bench_mha -->\nold table\n<!-- END bench_mha -->\noutro\n")
+    bench._update_doc(doc, "| new |\n")
+    assert doc.read_text() == "intro\n<!-- BEGIN bench_mha -->\n| new |\n<!-- END bench_mha -->\noutro\n"
