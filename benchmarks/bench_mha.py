@@ -36,7 +36,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FULL_CONFIGS = [(8, 128), (4, 512), (1, 2048)]  # (B, N) with D = 512, h = 8
-QUICK_CONFIGS = [(2, 16), (1, 32)]
+QUICK_CONFIGS = [(2, 16)]
 DTYPES = ("float32", "float64")
 
 
@@ -109,7 +109,7 @@ def naive_fwd_bwd(np, x, dout, p, h):
     return out, dx, grads
 
 
-def numpy_worker(configs, dtypes, repeats, D, h, peak_n):
+def numpy_worker(configs, dtypes, repeats, D, h, peak_n, tricks=True):
     """Time attention_ref (and BLAS) in this process; return a JSON-able dict."""
     import numpy as np
 
@@ -136,13 +136,16 @@ def numpy_worker(configs, dtypes, repeats, D, h, peak_n):
                 out, cache = ar.multi_head_attention_separate_heads_forward(x, x, x, p, h)
                 return ar.multi_head_attention_separate_heads_backward(dout, cache)
 
-            row = {"dtype": dtype, "B": B, "N": N, "D": D, "h": h, "flops": mha_flops(B, N, D, h)}
+            row = {"dtype": dtype, "B": B, "N": N, "D": D, "h": h, "flops": mha_flops(B, N, D, h),
+                   "peak": result["peak"][dtype]}  # measured in this process, just before
             row["ours"] = median_time(parallel, repeats)
             with _parallel.num_threads(1):
                 row["ours_pool_off"] = median_time(parallel, repeats)
             row["separate_heads"] = median_time(separate, repeats)
             row["naive"] = median_time(lambda: naive_fwd_bwd(np, x, dout, p, h), max(1, repeats // 2))
             result["rows"].append(row)
+    if not tricks:
+        return result
     N = max(n for _, n in configs)
     result["tricks"] = {"N": N, **{dtype: tricks_worker(np, N, D, h, dtype, repeats) for dtype in dtypes}}
     return result
@@ -245,10 +248,10 @@ def torch_worker(configs, dtypes, repeats, D, h):
 
 
 # --------------------------------------------------------------------------- driver
-def _run_worker(kind, args):
+def _run_worker(kind, args, extra=()):
     """Run one library's measurements in a fresh Python process; None if it cannot run."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", kind,
-           "--repeats", str(args.repeats)] + (["--quick"] if args.quick else [])
+           "--repeats", str(args.repeats), *extra] + (["--quick"] if args.quick else [])
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     if proc.returncode != 0:
         if kind == "torch" and "ModuleNotFoundError" in proc.stderr:
@@ -273,7 +276,7 @@ def make_table(numpy_result, torch_result) -> str:
     for r in numpy_result["rows"]:
         t = r["ours"]["median"]
         gflops = r["flops"] / t / 1e9
-        peak = numpy_result["peak"][r["dtype"]]
+        peak = r.get("peak", numpy_result["peak"][r["dtype"]])
         tr = torch_rows.get((r["dtype"], r["B"], r["N"]))
         torch_cols = ["-", "-", "-", "-"]
         if tr:
@@ -285,7 +288,8 @@ def make_table(numpy_result, torch_result) -> str:
             _ms(r["naive"]), *torch_cols]) + " |")
     peaks = ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in numpy_result["peak"].items())
     lines.append("")
-    lines.append(f"Matmul peak measured in the same run ({peaks}); D = {r['D']}, h = {r['h']},"
+    lines.append(f"Matmul peak measured in the same run, in the same process just before each"
+                 f" case (last: {peaks}); D = {r['D']}, h = {r['h']},"
                  f" biases on; forward+backward FLOPs = 24*B*N*D^2 + 12*B*N^2*D; median of the"
                  f" timed runs after one warm-up; NumPy {numpy_result['numpy']},"
                  f" {numpy_result['threads']} elementwise threads"
@@ -316,7 +320,7 @@ def make_plot(numpy_result, torch_result, path):
     if torch_rows:
         series += [("torch", "torch MHA"), ("torch_no_weights", "torch MHA, need_weights=False")]
     rows = numpy_result["rows"]
-    fig, ax = plt.subplots(figsize=(10, 4.5))
+    fig, ax = plt.subplots(figsize=(12, 4.5))
     width = 0.8 / len(series)
     for j, (key, label) in enumerate(series):
         ys = [(torch_rows.get((r["dtype"], r["B"], r["N"]), {}) if key.startswith("torch") else r)
@@ -326,7 +330,7 @@ def make_plot(numpy_result, torch_result, path):
     ax.set_yscale("log")
     ax.set_ylabel("forward + backward, ms (median, log scale)")
     ax.set_title(f"Multi-head attention, D = {rows[0]['D']}, h = {rows[0]['h']}, biases on")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -340,19 +344,48 @@ def main(argv=None):
     parser.add_argument("--plot", action="store_true", help="also plot in --quick mode")
     parser.add_argument("--no-torch", action="store_true", help="skip PyTorch even if installed")
     parser.add_argument("--worker", choices=("numpy", "torch"), help=argparse.SUPPRESS)
+    parser.add_argument("--case", help=argparse.SUPPRESS)  # dtype:B:N, one case per worker
+    parser.add_argument("--tricks", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.repeats is None:
         args.repeats = 2 if args.quick else 7
     configs = QUICK_CONFIGS if args.quick else FULL_CONFIGS
     D, h = (16, 2) if args.quick else (512, 8)
+    if args.case:  # a worker measures one (dtype, B, N) case
+        dtype, B, N = args.case.split(":")
+        configs, dtypes = [(int(B), int(N))], (dtype,)
+    else:
+        dtypes = DTYPES
     if args.worker == "numpy":
-        print(json.dumps(numpy_worker(configs, DTYPES, args.repeats, D, h, 64 if args.quick else 2048)))
+        print(json.dumps(numpy_worker(configs, dtypes, args.repeats, D, h,
+                                      64 if args.quick else 2048, tricks=args.tricks)))
         return 0
     if args.worker == "torch":
-        print(json.dumps(torch_worker(configs, DTYPES, args.repeats, D, h)))
+        print(json.dumps(torch_worker(configs, dtypes, args.repeats, D, h)))
         return 0
-    numpy_result = _run_worker("numpy", args)
-    torch_result = None if args.no_torch else _run_worker("torch", args)
+    # One fresh process per library AND per case, alternating NumPy and PyTorch, so a
+    # change in the machine's load during the run hits both sides of each ratio alike.
+    numpy_result, torch_result, torch_ok = None, None, not args.no_torch
+    for dtype in DTYPES:
+        for B, N in configs:
+            case = ["--case", f"{dtype}:{B}:{N}"]
+            r = _run_worker("numpy", args, case)
+            if numpy_result is None:
+                numpy_result = r
+            else:
+                numpy_result["rows"] += r["rows"]
+                numpy_result["peak"].update(r["peak"])
+            t = _run_worker("torch", args, case) if torch_ok else None
+            torch_ok = t is not None  # not installed: stop trying
+            if t is not None and torch_result is None:
+                torch_result = t
+            elif t is not None:
+                torch_result["rows"] += t["rows"]
+    n_tricks = configs[-1][1]  # each trick alone at the longest sequence, B = 1
+    numpy_result["tricks"] = {"N": n_tricks}
+    for dtype in DTYPES:
+        r = _run_worker("numpy", args, ["--tricks", "--case", f"{dtype}:1:{n_tricks}"])
+        numpy_result["tricks"][dtype] = r["tricks"][dtype]
     table = make_table(numpy_result, torch_result)
     print(table)
     out = Path(args.out) if args.out else ROOT / "docs" / "performance_table.md"
