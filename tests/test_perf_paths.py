@@ -187,3 +187,18 @@ def test_environment_switch(monkeypatch):
     monkeypatch.delenv("ATTENTION_REF_NUM_THREADS")
     assert 1 <= _parallel._default_threads() <= 8
     assert ar.get_num_threads is _parallel.get_num_threads
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_folded_rows_product_matches_batched_product(dtype):
+    from attention_ref.linear import _matmul_rows
+
+    rng = np.random.default_rng(7)
+    W = rng.standard_normal((6, 5)).astype(dtype)
+    x = rng.standard_normal((3, 4, 7, 6)).astype(dtype)
+    for arr in (x, x.swapaxes(0, 1), x[:, :, ::2], x[0, 0], np.empty((0, 3, 6), dtype)):
+        got = _matmul_rows(arr, W)
+        assert got.dtype == dtype and got.shape == arr.shape[:-1] + (5,)
+        ref = np.einsum("...i,ij->...j", arr.astype(np.float64), W.astype(np.float64))
+        tol = 1e-12 if dtype == np.float64 else 1e-5
+        assert_close(got, ref, rtol=tol, atol=tol, what="x @ W")
