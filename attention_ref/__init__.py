@@ -67,6 +67,12 @@ from .feed_forward import (
 from .layer_norm import LayerNormCache, layer_norm_backward, layer_norm_forward
 from .optim import SGD, Adam
 # --- end blocks ---
+# --- variants (blockwise, local, linear, rotary) ---
+from .flash import FlashAttentionCache, flash_attention_backward, flash_attention_forward
+from .linear_attention import LinearAttentionCache, linear_attention_backward, linear_attention_forward
+from .local import local_window_mask
+from .rope import RopeCache, rope_backward, rope_forward
+# --- end variants ---
 # --- performance: threads for the elementwise (..., Nq, Nk) work ---
 from ._parallel import get_num_threads, set_num_threads
 # --- end performance ---
@@ -132,6 +138,18 @@ __all__ = [
     "SGD",
     "Adam",
     # --- end blocks ---
+    # --- variants (blockwise, local, linear, rotary) ---
+    "FlashAttentionCache",
+    "LinearAttentionCache",
+    "RopeCache",
+    "flash_attention_backward",
+    "flash_attention_forward",
+    "linear_attention_backward",
+    "linear_attention_forward",
+    "local_window_mask",
+    "rope_backward",
+    "rope_forward",
+    # --- end variants ---
     # --- performance ---
     "get_num_threads",
     "set_num_threads",

@@ -39,6 +39,8 @@ __all__ = [
     "join_grads",
     "glorot_uniform",
     "in_group",
+    "check_block_params",
+    "check_flag",
 ]
 
 
@@ -93,6 +95,7 @@ class ResidualCache(NamedTuple):
     norm_first: bool
     x_shape: tuple  # the input's shape (the output's may be larger: cross-attention can
     # broadcast a shared target sequence against a batch of memories)
+    y_dtype: np.dtype = np.dtype(np.float64)  # the output's dtype; dy is cast to it
 
 
 def residual_forward(x, sublayer: Callable, gamma, beta, *, norm_first=False, eps=1e-5):
@@ -114,14 +117,24 @@ def residual_forward(x, sublayer: Callable, gamma, beta, *, norm_first=False, ep
     y : array (..., d)
     cache : ResidualCache for :func:`residual_backward`
     """
+    x = as_real_array(x, "x")
     if norm_first:
         z, norm_cache = layer_norm_forward(x, gamma, beta, eps)  # (..., D)
         s, sub_cache = sublayer(z)  # (..., D)
+        _check_sublayer_width(x, s)
         y = x + s
     else:
         s, sub_cache = sublayer(x)  # (..., D)
+        _check_sublayer_width(x, s)
         y, norm_cache = layer_norm_forward(x + s, gamma, beta, eps)  # (..., D)
-    return y, ResidualCache(sub_cache, norm_cache, norm_first, np.shape(x))
+    return y, ResidualCache(sub_cache, norm_cache, norm_first, x.shape, y.dtype)
+
+
+def _check_sublayer_width(x, s):
+    """The residual sum ``x + s`` needs the sub-layer's output as wide as its input."""
+    if np.shape(s)[-1:] != x.shape[-1:]:
+        raise ValueError(f"the sub-layer's output of shape {np.shape(s)} must have the width"
+                         f" {x.shape[-1]} of its input x of shape {x.shape} for the residual sum")
 
 
 def residual_backward(dy, cache: ResidualCache, sublayer_backward: Callable):
@@ -138,6 +151,7 @@ def residual_backward(dy, cache: ResidualCache, sublayer_backward: Callable):
     extra : what ``sublayer_backward`` returned besides ``dz``
     dgamma, dbeta : arrays (d,)
     """
+    dy = np.asarray(dy).astype(cache.y_dtype, copy=False)  # a float64 dy keeps float32 float32
     if cache.norm_first:
         # y = x + s, s = sublayer(z), z = LN(x)
         dz, extra = sublayer_backward(dy, cache.sublayer)  # (..., D)
@@ -177,6 +191,47 @@ def split_params(params, groups: Mapping) -> dict:
     if missing:
         raise ValueError(f"params is missing {missing}")
     return out
+
+
+def check_block_params(p: Mapping, d_model: int, norms, outputs: Mapping) -> dict:
+    """Check, before any arithmetic, the parameters whose width must be ``d_model``.
+
+    ``p`` is :func:`split_params`'s ``{group: {name: array}}``; ``norms`` lists the layer
+    norm groups (``gamma`` and ``beta`` must be ``(d_model,)``); ``outputs`` maps each
+    sub-layer group to its last linear map ``(weight, bias)`` (the weight must have
+    ``d_model`` columns and the bias shape ``(d_model,)``, so the sub-layer's output can
+    be added to its input). Errors name the dotted key (``ffn.W_2``). Returns ``p`` with
+    those entries as real arrays; the sub-layers check everything else themselves.
+    """
+    out = {g: dict(d) for g, d in p.items()}
+    for g in norms:
+        for n in ("gamma", "beta"):
+            a = as_real_array(out[g][n], f"params['{g}.{n}']")
+            if a.shape != (d_model,):
+                raise ValueError(f"params['{g}.{n}'] must have shape ({d_model},) to match x of"
+                                 f" width d_model = {d_model}, got shape {a.shape}")
+            out[g][n] = a
+    for g, (w, b) in outputs.items():
+        W = as_real_array(out[g][w], f"params['{g}.{w}']")
+        if W.ndim != 2 or W.shape[1] != d_model:
+            raise ValueError(f"params['{g}.{w}'] must have {d_model} columns, shape (k, {d_model}): the {g}"
+                             f" output is added to its input of width d_model = {d_model},"
+                             f" got shape {W.shape}")
+        out[g][w] = W
+        if out[g].get(b) is not None:
+            bias = as_real_array(out[g][b], f"params['{g}.{b}']")
+            if bias.shape != (d_model,):
+                raise ValueError(f"params['{g}.{b}'] must have shape ({d_model},) to match x of"
+                                 f" width d_model = {d_model}, got shape {bias.shape}")
+            out[g][b] = bias
+    return out
+
+
+def check_flag(value, name: str) -> bool:
+    """A block's on/off option (``norm_first``, ``causal``) must be a real bool, not ``"post"``."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
 
 
 def join_grads(grads_by_group: Mapping, param_keys) -> dict:

@@ -24,9 +24,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._checks import as_mask, as_real_array, check_positive_int, require_ndim
+from ._checks import as_mask, as_real_array, broadcast_batch, check_mask_shape, check_positive_int, require_ndim
 from .blocks import (
     ResidualCache,
+    check_block_params,
+    check_flag,
     glorot_uniform,
     in_group,
     join_grads,
@@ -79,9 +81,15 @@ def _cross_attention_backward(ds, attn_cache):
     return dquery, (dkey + dvalue, grads)
 
 
-def _self_mask(mask, n, causal):
-    """The causal mask, combined with ``mask`` (AND for bool, -inf where causal blocks for float)."""
+def _self_mask(mask, scores_shape, causal):
+    """The causal mask, combined with ``mask`` (AND for bool, -inf where causal blocks for float).
+
+    ``mask`` is checked against the self-attention scores' shape (..., N, N) first, so a
+    wrong length is reported as such rather than as a failed broadcast with the causal mask.
+    """
     mask = as_mask(mask)
+    check_mask_shape(mask, scores_shape, "mask")
+    n = scores_shape[-1]
     if not causal:
         return mask
     allowed = causal_mask(n)  # (N, N)
@@ -114,12 +122,20 @@ def decoder_block_forward(x, memory, params, num_heads, mask=None, memory_mask=N
     cache : DecoderBlockCache (``self_weights``, ``cross_weights``)
     """
     num_heads = check_positive_int(num_heads, "num_heads")
+    norm_first = check_flag(norm_first, "norm_first")
+    causal = check_flag(causal, "causal")
     p = split_params(params, DECODER_GROUPS)
     x = as_real_array(x, "x")
     memory = as_real_array(memory, "memory")
     require_ndim(x, "x", 2, "(..., n, d_model)")
     require_ndim(memory, "memory", 2, "(..., m, d_memory)")
-    self_mask = _self_mask(mask, x.shape[-2], causal)
+    p = check_block_params(p, x.shape[-1], ("ln1", "ln2", "ln3"),
+                           {"self_attn": ("W_o", "b_o"), "cross_attn": ("W_o", "b_o"), "ffn": ("W_2", "b_2")})
+    n, m = x.shape[-2], memory.shape[-2]
+    batch = broadcast_batch([("x", x.shape[:-2]), ("memory", memory.shape[:-2])])
+    self_mask = _self_mask(mask, x.shape[:-2] + (n, n), causal)  # (..., N, N)
+    memory_mask = as_mask(memory_mask, "memory_mask")
+    check_mask_shape(memory_mask, batch + (n, m), "memory_mask")
 
     def self_attention(z):
         return multi_head_attention_forward(z, z, z, p["self_attn"], num_heads, self_mask)

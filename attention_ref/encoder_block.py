@@ -26,6 +26,8 @@ import numpy as np
 from ._checks import as_real_array, check_positive_int, require_ndim
 from .blocks import (
     ResidualCache,
+    check_block_params,
+    check_flag,
     glorot_uniform,
     in_group,
     join_grads,
@@ -94,9 +96,12 @@ def encoder_block_forward(x, params, num_heads, mask=None, norm_first=False, *,
     cache : EncoderBlockCache; ``cache.weights`` are the attention probabilities
     """
     num_heads = check_positive_int(num_heads, "num_heads")
+    norm_first = check_flag(norm_first, "norm_first")
     p = split_params(params, ENCODER_GROUPS)
     x = as_real_array(x, "x")
     require_ndim(x, "x", 2, "(..., n, d_model)")
+    p = check_block_params(p, x.shape[-1], ("ln1", "ln2"),
+                           {"self_attn": ("W_o", "b_o"), "ffn": ("W_2", "b_2")})
 
     def self_attention(z):
         return multi_head_attention_forward(z, z, z, p["self_attn"], num_heads, mask,
@@ -156,8 +161,7 @@ def _check_block_options(activation, norm_first):
     """Validate a block's activation name and placement flag at construction time."""
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
-    if not isinstance(norm_first, (bool, np.bool_)):
-        raise TypeError(f"norm_first must be True or False, got {norm_first!r}")
+    check_flag(norm_first, "norm_first")
 
 
 def _ln_params(group, d_model, dtype):

@@ -47,6 +47,16 @@ ACTIVATIONS = ("relu", "gelu")
 FFN_PARAM_NAMES = ("W_1", "b_1", "W_2", "b_2")
 _GELU_S = math.sqrt(2.0 / math.pi)  # s, a Python float so float32 stays float32
 _GELU_C = 0.044715  # c
+#: Beyond |h| = 10 the tanh is exactly +-1 in float32 and float64 (its argument exceeds 43),
+#: so h is clipped there inside the tanh: the cube of a huge h (|h| > ~7e12 in float32)
+#: would overflow, and its square in the backward would give inf * 0 = NaN.
+_GELU_SATURATION = 10.0
+
+
+def _gelu_tanh(h):
+    """``t = tanh(s (u + c u^3))`` with ``u = clip(h, -10, 10)``: the same t, no overflow."""
+    u = np.clip(h, -_GELU_SATURATION, _GELU_SATURATION)
+    return np.tanh(_GELU_S * (u + _GELU_C * (u * u * u))), u
 
 
 def relu_forward(h):
@@ -63,14 +73,15 @@ def relu_backward(da, h):
 def gelu_forward(h):
     """GELU, tanh approximation: ``0.5 h (1 + tanh(s (h + c h^3)))``; cache is ``h``."""
     h = as_real_array(h, "h")
-    t = np.tanh(_GELU_S * (h + _GELU_C * h ** 3))
+    t, _ = _gelu_tanh(h)
     return 0.5 * h * (1.0 + t), h
 
 
 def gelu_backward(da, h):
     """``dh = da * (0.5 (1 + t) + 0.5 h (1 - t^2) s (1 + 3 c h^2))``, ``t`` as in the forward."""
-    t = np.tanh(_GELU_S * (h + _GELU_C * h ** 3))
-    dt_dh = (1.0 - t * t) * _GELU_S * (1.0 + 3.0 * _GELU_C * h * h)
+    da = np.asarray(da).astype(h.dtype, copy=False)  # a float64 da keeps float32 float32
+    t, u = _gelu_tanh(h)
+    dt_dh = (1.0 - t * t) * _GELU_S * (1.0 + 3.0 * _GELU_C * u * u)  # exactly 0 where |h| >= 10
     return da * (0.5 * (1.0 + t) + 0.5 * h * dt_dh)
 
 

@@ -26,7 +26,11 @@ __all__ = ["LayerNormCache", "layer_norm_forward", "layer_norm_backward"]
 
 
 class LayerNormCache(NamedTuple):
-    """What ``layer_norm_backward`` needs (llm.c keeps the same: normalised x, rstd, gamma)."""
+    """What ``layer_norm_backward`` needs: the normalised x, rstd and gamma.
+
+    (llm.c's layernorm keeps ``(x, w, mean, rstd)`` and recomputes ``x_hat`` from them in
+    the backward; keeping ``x_hat`` instead saves that recomputation.)
+    """
 
     x_hat: np.ndarray  # (..., D)
     rstd: np.ndarray  # (..., 1)
@@ -40,6 +44,8 @@ def _check_layer_norm(x, gamma, beta, eps):
     beta = as_real_array(beta, "beta")
     require_ndim(x, "x", 1, "(..., d)")
     d = x.shape[-1]
+    if d == 0:
+        raise ValueError(f"x must have a non-empty last axis to normalise over, got shape {x.shape}")
     for name, a in (("gamma", gamma), ("beta", beta)):
         if a.shape != (d,):
             raise ValueError(f"{name} must have shape ({d},) to match x of shape {x.shape},"

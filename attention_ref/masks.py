@@ -32,8 +32,10 @@ def causal_mask(n: int, n_k: int | None = None) -> np.ndarray:
     Parameters
     ----------
     n : number of queries (and keys, unless ``n_k`` is given)
-    n_k : number of keys; when ``n_k > n`` the queries are the *last* ``n`` positions
-        (as when new tokens attend to a prefix), so query ``i`` sees keys ``j <= i + n_k - n``
+    n_k : number of keys (default ``n``). Queries and keys are aligned at the end: query
+        ``i`` sits at position ``i + n_k - n`` and sees keys ``j <= i + n_k - n``. With
+        ``n_k > n`` the queries are the last ``n`` tokens attending to a prefix; with
+        ``n_k < n`` the first ``n - n_k`` queries see no key at all (zero output).
 
     Returns
     -------
@@ -41,8 +43,6 @@ def causal_mask(n: int, n_k: int | None = None) -> np.ndarray:
     """
     n = check_positive_int(n, "n")
     n_k = n if n_k is None else check_positive_int(n_k, "n_k")
-    if n_k < n:
-        raise ValueError(f"n_k={n_k} < n={n}: the first queries would see no key at all")
     return np.tri(n, n_k, k=n_k - n, dtype=bool)  # (Nq, Nk)
 
 

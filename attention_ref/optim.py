@@ -4,7 +4,10 @@ Both work on a dict of parameter arrays (such as a block's ``params``) and a dic
 gradients with the same keys; ``step(grads)`` replaces each ``params[name]`` by a new
 array (the old arrays are never modified in place, so a caller holding one keeps its
 values). Gradients that have no parameter (``"self_attn.head_mask"``) are ignored, and
-so are parameters whose gradient is None.
+so are parameters whose gradient is None. Every other gradient is checked before any
+parameter moves: it must have its parameter's shape and a real floating dtype with finite
+entries; the update is computed in the parameter's dtype (a float64 gradient does not turn
+a float32 parameter into float64; the hyperparameters are Python floats).
 
 * SGD with momentum (PyTorch's form): ``v <- mu v + g``, ``theta <- theta - lr v``.
 * Adam (Kingma and Ba, 2015): ``m <- b1 m + (1 - b1) g``, ``s <- b2 s + (1 - b2) g^2``,
@@ -13,7 +16,7 @@ so are parameters whose gradient is None.
 """
 from __future__ import annotations
 
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 
 import numpy as np
 
@@ -25,6 +28,34 @@ def _check_params(params):
     if not isinstance(params, MutableMapping):
         raise TypeError(f"params must be a dict of arrays, got {type(params).__name__}")
     return params
+
+
+def _checked_pairs(params, grads):
+    """``[(name, theta, g)]`` for every parameter with a gradient, ``g`` in ``theta``'s dtype.
+
+    Raises ``TypeError`` for a non-floating parameter or gradient and ``ValueError`` for a
+    gradient whose shape differs from its parameter's or that holds NaN or infinity.
+    """
+    if not isinstance(grads, Mapping):
+        raise TypeError(f"grads must be a dict of arrays keyed like params, got {type(grads).__name__}")
+    pairs = []
+    for name, theta in params.items():
+        g = grads.get(name)
+        if g is None or theta is None:
+            continue
+        theta = np.asarray(theta)
+        if theta.dtype.kind != "f":
+            raise TypeError(f"params['{name}'] must be a floating array, got dtype {theta.dtype}")
+        g = np.asarray(g)
+        if g.dtype.kind != "f":
+            raise TypeError(f"grads['{name}'] must be a real floating array, got dtype {g.dtype}")
+        if g.shape != theta.shape:
+            raise ValueError(f"grads['{name}'] must have the shape {theta.shape} of params['{name}'],"
+                             f" got {g.shape}")
+        if not np.isfinite(g).all():
+            raise ValueError(f"grads['{name}'] contains NaN or infinity")
+        pairs.append((name, theta, g.astype(theta.dtype, copy=False)))
+    return pairs
 
 
 def _check_rate(value, name, low=0.0, high=None, *, strict_low=True):
@@ -50,10 +81,7 @@ class SGD:
 
     def step(self, grads):
         """``v <- mu v + g``, ``theta <- theta - lr v`` for every parameter with a gradient."""
-        for name, theta in self.params.items():
-            g = grads.get(name)
-            if g is None or theta is None:
-                continue
+        for name, theta, g in _checked_pairs(self.params, grads):  # all checked before any update
             v = self.momentum * self.velocity.get(name, 0.0) + g
             self.velocity[name] = v
             self.params[name] = theta - self.lr * v
@@ -75,13 +103,11 @@ class Adam:
 
     def step(self, grads):
         """One Adam update of every parameter with a gradient."""
+        pairs = _checked_pairs(self.params, grads)  # all checked before any update
         self.t += 1
         b1, b2 = self.beta1, self.beta2
         correction1, correction2 = 1.0 - b1 ** self.t, 1.0 - b2 ** self.t
-        for name, theta in self.params.items():
-            g = grads.get(name)
-            if g is None or theta is None:
-                continue
+        for name, theta, g in pairs:
             m = b1 * self.m.get(name, 0.0) + (1.0 - b1) * g
             s = b2 * self.s.get(name, 0.0) + (1.0 - b2) * (g * g)
             self.m[name], self.s[name] = m, s

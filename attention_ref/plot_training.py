@@ -1,8 +1,9 @@
 """Figures for the two-heads training demo: loss curves and the heads' attention maps.
 
-Matplotlib is imported here only (never by the core package), with the non-interactive
-Agg backend; the functions return figures and never call ``show()``. Save them with
-``fig.savefig(path)``; in a notebook they display by themselves.
+Matplotlib is imported here only (never by the core package). The functions build a
+:class:`matplotlib.figure.Figure` directly, without pyplot, so they neither show anything
+nor change the caller's matplotlib backend or pyplot state. Save them with
+``fig.savefig(path)``; in a notebook with ``%matplotlib inline`` they display by themselves.
 
 Symbols: E epochs, B examples shown, N tokens, H heads.
 """
@@ -13,14 +14,11 @@ import numpy as np
 __all__ = ["plot_loss_curves", "plot_attention_maps"]
 
 
-def _pyplot():
-    """matplotlib.pyplot on the Agg backend (imported on first use)."""
-    import matplotlib
+def _figure(**kwargs):
+    """A new :class:`matplotlib.figure.Figure`, not registered with pyplot (imported on first use)."""
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+    return Figure(**kwargs)
 
 
 def plot_loss_curves(curves, *, title="Training loss (mean squared error)"):
@@ -29,13 +27,15 @@ def plot_loss_curves(curves, *, title="Training loss (mean squared error)"):
     The y axis is logarithmic, so a loss that keeps falling stays visible next to one
     that has stalled. Returns the figure.
     """
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6, 3.6))
+    from matplotlib.ticker import MaxNLocator
+
+    fig = _figure(figsize=(6, 3.6))
+    ax = fig.subplots()
     for label, losses in curves.items():
         losses = np.asarray(losses)
         ax.plot(np.arange(1, len(losses) + 1), losses, marker="o", markersize=3, label=label)
     ax.set_yscale("log")
-    ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("epoch")
     ax.set_ylabel("loss")
     ax.set_title(title)
@@ -57,11 +57,11 @@ def plot_attention_maps(maps, x, *, title="Where the summary token looks"):
 
     Returns the figure.
     """
-    plt = _pyplot()
     x = np.asarray(x)
     a_max, b_max = x[..., 0].argmax(axis=1), x[..., 1].argmax(axis=1)  # (B,), (B,)
     rows = np.arange(x.shape[0])
-    fig, axes = plt.subplots(1, len(maps), figsize=(3.2 * len(maps), 3.4), squeeze=False)
+    fig = _figure(figsize=(3.2 * len(maps), 3.4))
+    axes = fig.subplots(1, len(maps), squeeze=False)
     for ax, (label, w) in zip(axes[0], maps.items()):
         image = ax.imshow(np.asarray(w), vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto")
         ax.scatter(a_max, rows, marker="o", s=60, facecolors="none", edgecolors="red", label="largest a")

@@ -138,7 +138,7 @@ class TrainingResult(NamedTuple):
     final_loss: float  # loss on the held-out evaluation batch
 
 
-def train_toy_model(num_heads, *, seed=0, epochs=30, steps_per_epoch=20, batch_size=64,
+def train_toy_model(num_heads, *, seed=0, epochs=20, steps_per_epoch=20, batch_size=64,
                     n_positions=8, d_model=16, d_ff=32, lr=0.01, eval_size=1024, progress=None):
     """Train the toy model with Adam and the hand-derived gradients.
 

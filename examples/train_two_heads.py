@@ -17,6 +17,7 @@ The last line printed is always
 from __future__ import annotations
 
 import argparse
+import inspect
 import pathlib
 import sys
 
@@ -33,9 +34,11 @@ from attention_ref.toy_task import (  # noqa: E402
 )
 
 N_POSITIONS = 8
+_DEFAULTS = inspect.signature(train_toy_model).parameters  # one set of defaults for both
+EPOCHS, STEPS = _DEFAULTS["epochs"].default, _DEFAULTS["steps_per_epoch"].default
 
 
-def run(seed=0, epochs=20, steps_per_epoch=20, plots=None, verbose=True):
+def run(seed=0, epochs=EPOCHS, steps_per_epoch=STEPS, plots=None, verbose=True):
     """Train both models; return a dict of results (the numbers the script prints)."""
     say = print if verbose else (lambda *a, **k: None)
     results = {}
@@ -50,12 +53,8 @@ def run(seed=0, epochs=20, steps_per_epoch=20, plots=None, verbose=True):
     pruning = head_pruning_losses(multi.params, 2, x, t)
     on_targets = {"single-head": attention_on_targets(single.params, 1, x),
                   "multi-head": attention_on_targets(multi.params, 2, x)}
-    say("\nattention of the summary token on the two answer tokens (mean weight):")
-    for label, share in on_targets.items():
-        for h, (on_a, on_b) in enumerate(share):
-            say(f"  {label} head {h}: on largest-a token {on_a:.3f}, on largest-b token {on_b:.3f}")
-    say("\nhead pruning (document 000): multi-head loss with all heads"
-        f" {pruning[0]:.4f}, head 0 masked {pruning[1]:.4f}, head 1 masked {pruning[2]:.4f}")
+    for line in summary_lines(on_targets, pruning):
+        say(line)
     if plots is not None:
         from attention_ref.plot_training import plot_attention_maps, plot_loss_curves
 
@@ -71,6 +70,22 @@ def run(seed=0, epochs=20, steps_per_epoch=20, plots=None, verbose=True):
         say(f"\nsaved {out / 'training_loss.png'} and {out / 'training_attention.png'}")
     return {"single": single.final_loss, "multi": multi.final_loss, "pruning": pruning,
             "on_targets": on_targets, "single_losses": single.losses, "multi_losses": multi.losses}
+
+
+def summary_lines(on_targets, pruning):
+    """The lines ``run`` prints after training (docs/training.md shows them too)."""
+    lines = ["", "attention of the summary token on the two answer tokens (mean weight):"]
+    for label, share in on_targets.items():
+        for h, (on_a, on_b) in enumerate(share):
+            lines.append(f"  {label} head {h}: on largest-a token {on_a:.3f}, on largest-b token {on_b:.3f}")
+    lines += ["", "head pruning (document 000): multi-head loss with all heads"
+              f" {pruning[0]:.4f}, head 0 masked {pruning[1]:.4f}, head 1 masked {pruning[2]:.4f}"]
+    return lines
+
+
+def final_line(single, multi):
+    """The last line the script prints."""
+    return f"single-head final loss: {single:.4f}  multi-head final loss: {multi:.4f}"
 
 
 def seed_study(num_seeds, epochs, steps_per_epoch):
@@ -89,8 +104,9 @@ def seed_study(num_seeds, epochs, steps_per_epoch):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seed", type=int, default=0, help="seed of data and weights (default 0)")
-    parser.add_argument("--epochs", type=int, default=20, help="epochs (default 20)")
-    parser.add_argument("--steps-per-epoch", type=int, default=20, help="Adam steps per epoch (default 20)")
+    parser.add_argument("--epochs", type=int, default=EPOCHS, help=f"epochs (default {EPOCHS})")
+    parser.add_argument("--steps-per-epoch", type=int, default=STEPS,
+                        help=f"Adam steps per epoch (default {STEPS})")
     parser.add_argument("--plots", metavar="DIR", help="save training_loss.png and training_attention.png here")
     parser.add_argument("--seed-study", type=int, default=0, metavar="K",
                         help="first train both models for seeds 0..K-1 and report how often two heads win")
@@ -98,7 +114,7 @@ def main(argv=None):
     if args.seed_study:
         seed_study(args.seed_study, args.epochs, args.steps_per_epoch)
     r = run(args.seed, args.epochs, args.steps_per_epoch, args.plots)
-    print(f"single-head final loss: {r['single']:.4f}  multi-head final loss: {r['multi']:.4f}")
+    print(final_line(r["single"], r["multi"]))
     return r
 
 

@@ -328,7 +328,7 @@ def test_decoder_bad_inputs():
     x, memory, p = _decoder_setup((2, 3, 4), (2, 5, 6), 2, 6)
     with pytest.raises(ValueError, match=r"cross_attn: key of shape \(2, 5, 4\)"):
         decoder_block_forward(x, memory[..., :4], p, 2)
-    with pytest.raises(ValueError, match=r"cross_attn: mask of shape \(4,\)"):
+    with pytest.raises(ValueError, match=r"memory_mask of shape \(4,\)"):
         decoder_block_forward(x, memory, p, 2, memory_mask=np.ones(4, bool))
     with pytest.raises(ValueError, match=r"memory must have shape \(\.\.\., m, d_memory\)"):
         decoder_block_forward(x, memory[0, 0], p, 2)
@@ -370,14 +370,125 @@ def test_float32_blocks_stay_float32():
     assert all(g.dtype == np.float32 for g in list(enc.grads.values()) + list(dec.grads.values()))
 
 
-def test_inputs_not_modified():
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_float32_block_with_float64_dout_stays_float32(norm_first):
+    # a float64 upstream gradient must not promote dx or any parameter gradient
+    enc = TransformerEncoderBlock(4, 2, 8, seed=0, dtype=np.float32, norm_first=norm_first)
+    dec = TransformerDecoderBlock(4, 2, 8, seed=0, dtype=np.float32, norm_first=norm_first)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    y = enc(x)
+    z = dec(x, y)
+    dx = enc.backward(rng.standard_normal(y.shape))  # float64 dout
+    dxd, dm = dec.backward(rng.standard_normal(z.shape))
+    assert {a.dtype for a in (dx, dxd, dm)} == {np.dtype(np.float32)}
+    assert {g.dtype for g in list(enc.grads.values()) + list(dec.grads.values())} == {np.dtype(np.float32)}
+    # and residual_backward itself, with a float64 dy for a float32 sub-layer
+    ffn = {k: v.astype(np.float32) for k, v in init_encoder_block_params(4, 2, 6, seed=2).items()
+           if k.startswith("ffn.")}
+    ffn = {k[len("ffn."):]: v for k, v in ffn.items()}
+    y, cache = residual_forward(x, lambda z: feed_forward_forward(z, ffn), np.ones(4, np.float32),
+                                np.zeros(4, np.float32), norm_first=norm_first)
+    dx, grads, dgamma, dbeta = residual_backward(rng.standard_normal(y.shape), cache, feed_forward_backward)
+    assert {a.dtype for a in (dx, dgamma, dbeta, *grads.values())} == {np.dtype(np.float32)}
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_sublayer_output_width_is_checked(norm_first):
+    # a sub-layer whose output is narrower than d_model must not broadcast into x + s
+    x, p = _encoder_setup((2, 3, 4), 2, 6)
+    with pytest.raises(ValueError, match=r"params\['ffn.W_2'\] must have 4 columns.*got shape \(6, 1\)"):
+        encoder_block_forward(x, {**p, "ffn.W_2": np.zeros((6, 1)), "ffn.b_2": None}, 2, norm_first=norm_first)
+    with pytest.raises(ValueError, match=r"params\['self_attn.W_o'\] must have 4 columns.*got shape \(4, 1\)"):
+        encoder_block_forward(x, {**p, "self_attn.W_o": np.zeros((4, 1)), "self_attn.b_o": None}, 2,
+                              norm_first=norm_first)
+    with pytest.raises(ValueError, match=r"params\['ffn.b_2'\] must have shape \(4,\).*got shape \(1,\)"):
+        encoder_block_forward(x, {**p, "ffn.b_2": np.zeros(1)}, 2, norm_first=norm_first)
+    xd, memory, pd = _decoder_setup((2, 3, 4), (2, 5, 6), 2, 6)
+    with pytest.raises(ValueError, match=r"params\['cross_attn.W_o'\] must have 4 columns.*\(4, 1\)"):
+        decoder_block_forward(xd, memory, {**pd, "cross_attn.W_o": np.zeros((4, 1)), "cross_attn.b_o": None}, 2,
+                              norm_first=norm_first)
+    with pytest.raises(ValueError, match=r"params\['ffn.W_2'\] must have 4 columns.*\(6, 1\)"):
+        decoder_block_forward(xd, memory, {**pd, "ffn.W_2": np.zeros((6, 1)), "ffn.b_2": None}, 2,
+                              norm_first=norm_first)
+    # residual_forward itself, with any sub-layer
+    with pytest.raises(ValueError, match=r"sub-layer's output of shape \(2, 3, 1\).*width 4.*\(2, 3, 4\)"):
+        residual_forward(x, lambda z: (z[..., :1], None), np.ones(4), np.zeros(4), norm_first=norm_first)
+
+
+@pytest.mark.parametrize("key", ["ln1.gamma", "ln1.beta", "ln2.gamma", "ln2.beta"])
+def test_layer_norm_shapes_are_checked_naming_the_key(key):
+    x, p = _encoder_setup((2, 3, 4), 2, 6)
+    for bad in (np.ones(5), np.ones((1, 4))):
+        with pytest.raises(ValueError, match=rf"params\['{key}'\] must have shape \(4,\).*got shape"):
+            encoder_block_forward(x, {**p, key: bad}, 2)
+    with pytest.raises(TypeError, match=rf"params\['{key}'\] must hold real numbers"):
+        encoder_block_forward(x, {**p, key: np.ones(4, bool)}, 2)
+    xd, memory, pd = _decoder_setup((2, 3, 4), (2, 5, 6), 2, 6)
+    dkey = key.replace("ln2", "ln3")
+    with pytest.raises(ValueError, match=rf"params\['{dkey}'\] must have shape \(4,\)"):
+        decoder_block_forward(xd, memory, {**pd, dkey: np.ones(5)}, 2)
+
+
+def test_decoder_mask_lengths_are_checked():
+    x, memory, p = _decoder_setup((2, 3, 4), (2, 5, 4), 2, 6)
+    for causal in (True, False):
+        with pytest.raises(ValueError, match=r"mask of shape \(4,\) does not broadcast.*\(2, 3, 3\)"):
+            decoder_block_forward(x, memory, p, 2, mask=np.ones(4, bool), causal=causal)
+        with pytest.raises(ValueError, match=r"mask of shape \(2, 2\) does not broadcast"):
+            decoder_block_forward(x, memory, p, 2, mask=np.zeros((2, 2)), causal=causal)
+    with pytest.raises(ValueError, match=r"memory_mask of shape \(3,\) does not broadcast.*\(2, 3, 5\)"):
+        decoder_block_forward(x, memory, p, 2, memory_mask=np.ones(3, bool))
+    with pytest.raises(TypeError, match="memory_mask must be boolean"):
+        decoder_block_forward(x, memory, p, 2, memory_mask=np.ones(5, int))
+
+
+def test_functional_blocks_reject_non_bool_flags():
+    x, p = _encoder_setup((2, 3, 4), 2, 6)
+    for bad in ("post", "pre", 1, None):
+        with pytest.raises(TypeError, match="norm_first must be True or False"):
+            encoder_block_forward(x, p, 2, norm_first=bad)
+    xd, memory, pd = _decoder_setup((2, 3, 4), (2, 5, 4), 2, 6)
+    with pytest.raises(TypeError, match="norm_first must be True or False"):
+        decoder_block_forward(xd, memory, pd, 2, norm_first="post")
+    for bad in ("no", 0, None):
+        with pytest.raises(TypeError, match="causal must be True or False"):
+            decoder_block_forward(xd, memory, pd, 2, causal=bad)
+    y, _ = encoder_block_forward(x, p, 2, norm_first=np.bool_(True))  # NumPy bools are bools
+    assert_close(y, encoder_block_forward(x, p, 2, norm_first=True)[0], what="np.bool_ flag")
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_decoder_gradcheck_with_padding_and_memory_masks(norm_first):
+    x, memory, p = _decoder_setup((2, 4, 4), (2, 3, 6), 2, 5, seed=3)
+    keep = np.array([[True, True, False, True], [True, True, True, False]])[:, None, :]  # (B, 1, N)
+    mem_keep = np.array([[True, False, True], [True, True, False]])[:, None, :]  # (B, 1, M)
+    for mask, memory_mask in ((keep, mem_keep), (np.where(keep, 0.0, -np.inf), np.where(mem_keep, 0.0, -1.5))):
+        check_gradients(lambda x, memory, params: decoder_block_forward(
+                            x, memory, params, 2, mask, memory_mask, norm_first, activation="gelu"),
+                        decoder_block_backward, x, memory, p, names=["x", "memory", "params"])
+    _, cache = decoder_block_forward(x, memory, p, 2, keep, mem_keep, norm_first)
+    assert np.all(cache.self_weights[0, :, :, 2] == 0) and np.all(cache.cross_weights[0, ..., 1] == 0)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_inputs_not_modified(norm_first):
     x, memory, p = _decoder_setup((2, 3, 4), (2, 2, 4), 2, 6)
     copies = (x.copy(), memory.copy(), {k: v.copy() for k, v in p.items()})
-    y, cache = decoder_block_forward(x, memory, p, 2, norm_first=True)
+    y, cache = decoder_block_forward(x, memory, p, 2, norm_first=norm_first)
     dout = np.ones_like(y)
     decoder_block_backward(dout, cache)
     np.testing.assert_array_equal(x, copies[0])
     np.testing.assert_array_equal(memory, copies[1])
     for k in p:
         np.testing.assert_array_equal(p[k], copies[2][k])
+    np.testing.assert_array_equal(dout, np.ones_like(y))
+    xe, pe = _encoder_setup((2, 3, 4), 2, 6)
+    copies = (xe.copy(), {k: v.copy() for k, v in pe.items()})
+    y, cache = encoder_block_forward(xe, pe, 2, _padding(xe.shape), norm_first)
+    dout = np.ones_like(y)
+    encoder_block_backward(dout, cache)
+    np.testing.assert_array_equal(xe, copies[0])
+    for k in pe:
+        np.testing.assert_array_equal(pe[k], copies[1][k])
     np.testing.assert_array_equal(dout, np.ones_like(y))

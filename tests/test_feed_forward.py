@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from attention_ref import feed_forward_backward, feed_forward_forward, gelu_forward, relu_forward
+from attention_ref import feed_forward_backward, feed_forward_forward, gelu_backward, gelu_forward, relu_forward
 from tests._helpers import assert_close, check_gradients
 
 
@@ -105,3 +105,20 @@ def test_bad_inputs():
         feed_forward_forward(x, {"W_1": p["W_1"]})
     with pytest.raises(TypeError, match="x must hold real numbers"):
         feed_forward_forward(np.array([["a"] * 4]), p)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gelu_huge_inputs_saturate_without_warnings(dtype):
+    # the cube of |h| > ~7e12 overflows float32; GELU must still be h for large positive h,
+    # 0 for large negative h, with derivative 1 and 0, and no warning (warnings are errors here)
+    big = np.array([1e4, 7e12, 1e13, 1e20, 3e38], dtype)
+    h = np.concatenate([big, -big])
+    a, cache = gelu_forward(h)
+    assert a.dtype == dtype
+    np.testing.assert_array_equal(a, np.concatenate([big, np.zeros_like(big)]))
+    dh = gelu_backward(np.ones(h.shape), cache)  # a float64 upstream gradient
+    assert dh.dtype == dtype
+    np.testing.assert_array_equal(dh, np.concatenate([np.ones_like(big), np.zeros_like(big)]))
+    # unchanged where the tanh is not yet saturated, including around the clipping point |h| = 10
+    h = np.array([-10.5, -10.0, -9.5, -3.0, 0.5, 9.5, 10.0, 10.5])
+    assert_close(gelu_forward(h)[0], np.array([_gelu_scalar_tanh(v) for v in h]), what="gelu near 10")

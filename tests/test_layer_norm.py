@@ -106,3 +106,10 @@ def test_bad_inputs():
     _, cache = layer_norm_forward(x + np.arange(4), np.ones(4), np.zeros(4))
     with pytest.raises(ValueError, match=r"dy must have the forward output's shape \(2, 4\)"):
         layer_norm_backward(np.zeros((4, 2)), cache)
+
+
+def test_zero_width_is_a_value_error():
+    # an empty last axis has no mean: ValueError, not NumPy's "Mean of empty slice" warning
+    for shape in ((3, 0), (0,), (2, 1, 0)):
+        with pytest.raises(ValueError, match=r"x must have a non-empty last axis.*got shape"):
+            layer_norm_forward(np.zeros(shape), np.ones(0), np.zeros(0))

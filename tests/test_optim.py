@@ -73,20 +73,53 @@ def test_first_adam_step_moves_each_entry_by_lr():
     assert_close(params["t"], np.array([-0.01, 0.01, -0.01, 0.01]), rtol=1e-8, what="first step")
 
 
-def test_missing_and_extra_gradients_are_skipped():
+@pytest.mark.parametrize("make", [lambda p: SGD(p, lr=0.5), lambda p: Adam(p, lr=0.5)])
+def test_missing_and_extra_gradients_are_skipped(make):
     params = {"a": np.ones(2), "b": np.ones(2)}
-    for opt in (SGD(params, lr=0.5), Adam(params, lr=0.5)):
-        opt.step({"a": np.ones(2), "b": None, "self_attn.head_mask": np.ones(2)})
+    opt = make(params)
+    opt.step({"a": np.array([2.0, -4.0]), "b": None, "self_attn.head_mask": np.ones(2)})
     np.testing.assert_array_equal(params["b"], np.ones(2))
     assert set(params) == {"a", "b"}
-    assert np.all(params["a"] < 1)
+    # SGD: 1 - 0.5 g; Adam's first step moves each entry by lr against the sign of g
+    expected = np.array([0.0, 3.0]) if isinstance(opt, SGD) else np.array([0.5, 1.5])
+    assert_close(params["a"], expected, rtol=1e-7, what="the entry with a gradient")
 
 
-def test_float32_parameters_stay_float32():
+@pytest.mark.parametrize("grad_dtype", [np.float32, np.float64])
+def test_float32_parameters_stay_float32(grad_dtype):
+    # a float64 gradient (such as one from a float64 loss) must not promote the parameter
     params = {"t": np.ones(3, np.float32)}
     for opt in (SGD(params, lr=0.1, momentum=0.9), Adam(params, lr=0.1)):
-        opt.step({"t": np.ones(3, np.float32)})
-        assert params["t"].dtype == np.float32
+        for _ in range(2):
+            opt.step({"t": np.ones(3, grad_dtype)})
+            assert params["t"].dtype == np.float32
+
+
+@pytest.mark.parametrize("make", [lambda p: SGD(p, lr=0.1, momentum=0.5), lambda p: Adam(p, lr=0.1)])
+def test_bad_gradients_are_rejected_before_any_update(make):
+    params = {"a": np.ones(3), "w": np.ones(3)}
+    opt = make(params)
+    bad = [
+        (np.ones((2, 3)), ValueError, r"grads\['w'\] must have the shape \(3,\) of params\['w'\], got \(2, 3\)"),
+        (np.ones(1), ValueError, r"grads\['w'\] must have the shape \(3,\).*got \(1,\)"),
+        (np.array([1.0, np.nan, 0.0]), ValueError, r"grads\['w'\] contains NaN or infinity"),
+        (np.array([1.0, np.inf, 0.0]), ValueError, r"grads\['w'\] contains NaN or infinity"),
+        (np.ones(3, bool), TypeError, r"grads\['w'\] must be a real floating array, got dtype bool"),
+        (np.ones(3, int), TypeError, r"grads\['w'\] must be a real floating array"),
+        (np.ones(3, complex), TypeError, r"grads\['w'\] must be a real floating array"),
+    ]
+    for g, error, message in bad:
+        with pytest.raises(error, match=message):
+            opt.step({"a": np.ones(3), "w": g})
+        # nothing moved, not even the parameter whose gradient was fine
+        np.testing.assert_array_equal(params["a"], np.ones(3))
+        np.testing.assert_array_equal(params["w"], np.ones(3))
+        assert params["w"].shape == (3,)
+    assert getattr(opt, "t", 0) == 0  # Adam's step count did not advance either
+    with pytest.raises(TypeError, match="grads must be a dict"):
+        opt.step([np.ones(3)])
+    with pytest.raises(TypeError, match=r"params\['i'\] must be a floating array"):
+        make({"i": np.ones(3, int)}).step({"i": np.ones(3)})
 
 
 def test_bad_arguments():

@@ -1,6 +1,9 @@
 """The two-heads toy task: data, the model's gradients, training, and the demo script."""
 import importlib.util
+import inspect
+import json
 import pathlib
+import re
 
 import numpy as np
 import pytest
@@ -21,11 +24,17 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 SHORT = {"epochs": 8, "steps_per_epoch": 20}  # the shortened run: about a second per model
 
 
-def _load_script():
-    spec = importlib.util.spec_from_file_location("train_two_heads", ROOT / "examples" / "train_two_heads.py")
+def _load_script(name="train_two_heads"):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="module")
+def docs_generator():
+    """examples/make_training_docs.py and the committed results it renders docs/training.md from."""
+    return _load_script("make_training_docs"), json.loads((ROOT / "docs" / "training_results.json").read_text())
 
 
 @pytest.fixture(scope="module")
@@ -137,3 +146,70 @@ def test_plots_are_saved(tmp_path):
     script.run(seed=0, epochs=1, steps_per_epoch=2, plots=tmp_path, verbose=False)
     for name in ("training_loss.png", "training_attention.png"):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plots_leave_the_matplotlib_backend_alone(monkeypatch):
+    # the figures are built without pyplot: no backend switch, no figure kept by pyplot
+    matplotlib = pytest.importorskip("matplotlib")
+    from attention_ref.plot_training import plot_attention_maps, plot_loss_curves
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("plot_training must not call matplotlib.use")
+
+    monkeypatch.setattr(matplotlib, "use", refuse)
+    x, _ = make_batch(np.random.default_rng(0), 3, 4)
+    figs = [plot_loss_curves({"a": [1.0, 0.5]}), plot_attention_maps({"h": np.full((3, 4), 0.25)}, x)]
+    assert all(fig.canvas.manager is None for fig in figs)  # pyplot figures have a manager
+    assert [len(fig.axes) for fig in figs] == [1, 2]  # the attention panel and its colour bar
+
+
+def test_training_defaults_agree_with_the_script_and_the_docs(docs_generator):
+    generator, results = docs_generator
+    script = _load_script()
+    defaults = inspect.signature(train_toy_model).parameters
+    assert defaults["epochs"].default == script.EPOCHS == 20
+    assert script.run.__defaults__[1] == script.EPOCHS
+    assert results["settings"] == generator.defaults()
+
+
+def test_docs_parameter_count_is_the_models(docs_generator):
+    generator, results = docs_generator
+    count = sum(v.size for v in init_toy_model(16, 1, 32).values())
+    assert results["parameter_count"] == generator.parameter_count() == count
+    assert f"**the same {count:,} parameters**" in (ROOT / "docs" / "training.md").read_text()
+
+
+def test_docs_blocks_are_rendered_from_the_committed_results(docs_generator):
+    generator, results = docs_generator
+    text = (ROOT / "docs" / "training.md").read_text()
+    found = generator.doc_blocks(text)
+    rendered = generator.render_blocks(results)
+    assert set(found) == set(rendered) == {"model", "settings", "demo", "curves", "heads", "seeds"}
+    for name in rendered:
+        assert found[name] == rendered[name], f"docs/training.md block {name!r} is stale"
+    # the seed table shows the JSON's 20-epoch results, seed by seed
+    table = [line for line in found["seeds"].splitlines() if line.startswith(("| one head", "| two heads"))]
+    shown = np.array([[float(v) for v in re.findall(r"\d+\.\d+", line)] for line in table])  # (2, seeds)
+    np.testing.assert_allclose(shown.T, results["seed_study"]["20"], atol=5e-5)
+
+
+def test_docs_seed_0_retrained_matches_the_committed_results(docs_generator):
+    # the one full-length run the tests repeat (a few seconds): seed 0, 20 epochs, both models
+    generator, results = docs_generator
+    fresh = generator.demo(0)
+    stored = results["demo"]
+    for key in ("single", "multi"):
+        assert abs(fresh[key] - stored[key]) < 1e-9, key
+    for key in ("pruning", "single_losses", "multi_losses"):
+        np.testing.assert_allclose(fresh[key], stored[key], rtol=0, atol=1e-9, err_msg=key)
+    for label in stored["on_targets"]:
+        np.testing.assert_allclose(fresh["on_targets"][label], stored["on_targets"][label], rtol=0, atol=1e-9)
+    assert results["seed_study"]["20"][0] == [stored["single"], stored["multi"]]
+    assert generator.render_blocks({**results, "demo": fresh})["demo"] == generator.render_blocks(results)["demo"]
+
+
+def test_docs_shortened_run_matches_the_committed_results(script_run, docs_generator):
+    result, _ = script_run
+    _, results = docs_generator
+    single, multi = results["seed_study"][str(SHORT["epochs"])][0]
+    assert abs(result["single"] - single) < 1e-9 and abs(result["multi"] - multi) < 1e-9

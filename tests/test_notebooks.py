@@ -1,0 +1,115 @@
+"""Execute every notebook top to bottom, and check each one imports attention_ref, never
+redefines what the package exports, and is committed with its outputs."""
+from __future__ import annotations
+
+import ast
+import importlib
+import pkgutil
+import re
+from pathlib import Path
+
+import nbclient
+import nbformat
+import pytest
+
+import attention_ref
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
+
+
+def exported_names() -> set:
+    """Every public name of the package and of its modules."""
+    names = set(attention_ref.__all__)
+    for info in pkgutil.iter_modules(attention_ref.__path__):
+        if info.name.startswith("_") or info.name == "__main__":
+            continue
+        module = importlib.import_module(f"attention_ref.{info.name}")
+        names |= set(getattr(module, "__all__", ()))
+    return names
+
+
+def code_cells(nb):
+    return [c for c in nb.cells if c.cell_type == "code"]
+
+
+def python_source(cell) -> str:
+    """Cell source without IPython magics (lines starting with % or !)."""
+    return "\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!")))
+
+
+def test_there_is_a_numbered_series():
+    assert len(NOTEBOOKS) >= 7
+    for path in NOTEBOOKS:
+        assert re.fullmatch(r"\d\d_[a-z0-9_]+\.ipynb", path.name), path.name
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_uses_the_package_and_is_committed_with_outputs(path):
+    nb = nbformat.read(path, as_version=4)
+    cells = code_cells(nb)
+    source = "\n".join(python_source(c) for c in cells)
+    assert re.search(r"^\s*(import attention_ref|from attention_ref)", source, re.M), \
+        f"{path.name} does not import attention_ref"
+    exported = exported_names()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            assert node.name.startswith("wrong_") or node.name not in exported, \
+                f"{path.name} redefines attention_ref's {node.name}"
+    assert all(c.execution_count is not None for c in cells), f"{path.name}: commit it executed"
+    assert any(c.outputs for c in cells), f"{path.name}: commit it with its outputs"
+    assert "assert " in source, f"{path.name} asserts none of the numbers it shows"
+
+
+_VOLATILE = [
+    (re.compile(r"0x[0-9a-fA-F]+"), "0x?"),                                    # memory addresses
+    (re.compile(r"\d+(\.\d+)?(e[-+]?\d+)?\s?(s|ms|µs|us|ns|seconds?)\b"), "<time>"),  # timings
+]
+
+
+def text_outputs(cell) -> str:
+    """A code cell's text as a reader sees it: streams joined (however they were chunked),
+    then text/plain results and error names; volatile parts normalised."""
+    streams, results = {}, []
+    for out in cell.get("outputs", []):
+        if out.output_type == "stream":
+            streams[out.name] = streams.get(out.name, "") + out.text
+        elif out.output_type in ("execute_result", "display_data"):
+            results.append(out.get("data", {}).get("text/plain", ""))
+        elif out.output_type == "error":
+            results.append(out.ename)
+    text = "".join(f"[{name}]\n{streams[name]}" for name in sorted(streams) if name == "stdout")
+    text += "".join(f"[result]\n{r}\n" for r in results)
+    for pattern, repl in _VOLATILE:
+        text = pattern.sub(repl, text)
+    return text
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_executes_and_its_committed_outputs_are_current(path):
+    nb = nbformat.read(path, as_version=4)
+    committed = [text_outputs(c) for c in code_cells(nb)]
+    client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
+                                     resources={"metadata": {"path": str(path.parent)}})
+    try:
+        client.execute()
+    except nbclient.exceptions.CellExecutionError as err:
+        pytest.fail(f"{path.name}: a cell failed:\n{err}", pytrace=False)
+    fresh = [text_outputs(c) for c in code_cells(nb)]
+    for i, (old, new) in enumerate(zip(committed, fresh)):
+        assert old == new, (f"{path.name}, code cell {i}: the committed output is stale; re-execute the"
+                            f" notebook.\ncommitted:\n{old}\nfresh:\n{new}")
+
+
+def test_stale_output_is_detected():
+    cell = nbformat.v4.new_code_cell("print(1)")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="1\n")]
+    other = nbformat.v4.new_code_cell("print(1)")
+    other.outputs = [nbformat.v4.new_output("stream", name="stdout", text="1"),
+                     nbformat.v4.new_output("stream", name="stdout", text="\n")]
+    assert text_outputs(cell) == text_outputs(other)            # chunking does not matter
+    other.outputs[0].text = "2"
+    assert text_outputs(cell) != text_outputs(other)            # a changed number does
+    fig = nbformat.v4.new_output("execute_result", data={"text/plain": "<Figure at 0x7f3a>"})
+    fig2 = nbformat.v4.new_output("execute_result", data={"text/plain": "<Figure at 0x7f3b>"})
+    cell.outputs, other.outputs = [fig], [fig2]
+    assert text_outputs(cell) == text_outputs(other)

@@ -1,0 +1,124 @@
+"""Rotary position embedding: a loop from the formula, relative positions, norms, gradients."""
+import numpy as np
+import pytest
+
+from attention_ref import rope_backward, rope_forward
+from tests._helpers import assert_close, check_gradients
+
+
+def loop_rope(x, positions, base=10000.0):
+    """Rotate pair (2i, 2i+1) of the vector at position p by p * base^(-2i/d), scalar by scalar.
+
+    ``positions`` is broadcast against ``x.shape[:-1]``: (n,) or batched such as (..., n).
+    """
+    y = np.empty_like(x)
+    d = x.shape[-1]
+    positions = np.broadcast_to(positions, x.shape[:-1])
+    for idx in np.ndindex(x.shape[:-1]):
+        p = positions[idx]
+        for i in range(d // 2):
+            angle = p * base ** (-2 * i / d)
+            a, b = x[idx + (2 * i,)], x[idx + (2 * i + 1,)]
+            y[idx + (2 * i,)] = a * np.cos(angle) - b * np.sin(angle)
+            y[idx + (2 * i + 1,)] = a * np.sin(angle) + b * np.cos(angle)
+    return y
+
+
+@pytest.mark.parametrize("shape", [(5, 4), (2, 3, 6, 8)])
+@pytest.mark.parametrize("positions", [None, "offset", "real"])
+@pytest.mark.parametrize("base", [10000.0, 100.0])
+def test_matches_loop(shape, positions, base):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape)
+    n = shape[-2]
+    pos = {None: None, "offset": np.arange(n) + 17, "real": rng.uniform(-3, 50, n)}[positions]
+    y, _ = rope_forward(x, pos, base=base)
+    assert_close(y, loop_rope(x, np.arange(n) if pos is None else pos, base), what="rotated x")
+
+
+def test_position_zero_is_identity():
+    x = np.random.default_rng(1).standard_normal((3, 6))
+    y, _ = rope_forward(x, np.zeros(3, dtype=int))
+    assert_close(y, x, what="no rotation at position 0")
+
+
+def test_score_depends_only_on_offset():
+    rng = np.random.default_rng(2)
+    q, k = rng.standard_normal((1, 16)), rng.standard_normal((1, 16))
+
+    def score(m, n):
+        qm, _ = rope_forward(q, np.array([m]))
+        kn, _ = rope_forward(k, np.array([n]))
+        return float(qm[0] @ kn[0])
+
+    for m, n in [(0, 0), (5, 2), (2, 5), (40, 33)]:
+        for shift in (1, 7, 1000):
+            assert abs(score(m, n) - score(m + shift, n + shift)) < 1e-10
+    assert abs(score(5, 2) - score(2, 5)) > 1e-3  # but the sign of the offset matters
+
+
+def test_norms_preserved():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 9, 8))
+    y, _ = rope_forward(x)
+    assert_close(np.linalg.norm(y, axis=-1), np.linalg.norm(x, axis=-1), what="norms")
+
+
+@pytest.mark.parametrize("shape, positions", [((4, 2), None), ((2, 5, 6), np.array([3, 0, 9, 1, 4])),
+                                              ((2, 3, 4), np.array([[0, 1, 2], [5, 6, 7]]))])
+def test_gradcheck(shape, positions):
+    x = np.random.default_rng(4).standard_normal(shape)
+    check_gradients(lambda x: rope_forward(x, positions), rope_backward, x, names=["x"])
+
+
+def test_float32_and_input_untouched():
+    x = np.random.default_rng(5).standard_normal((4, 6)).astype(np.float32)
+    copy = x.copy()
+    y, cache = rope_forward(x, np.arange(4) + 0.5)
+    assert y.dtype == np.float32 and rope_backward(np.ones_like(y), cache).dtype == np.float32
+    np.testing.assert_array_equal(x, copy)
+    assert_close(y, loop_rope(x.astype(np.float64), np.arange(4) + 0.5), rtol=1e-5, atol=1e-6, what="float32")
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match=r"even.*\(3, 5\)"):
+        rope_forward(np.ones((3, 5)))
+    with pytest.raises(ValueError, match=r"positions.*\(4,\).*\(3, 4\)"):
+        rope_forward(np.ones((3, 4)), np.arange(4))
+    with pytest.raises(ValueError, match="base"):
+        rope_forward(np.ones((3, 4)), base=-1.0)
+    with pytest.raises(TypeError, match="base"):
+        rope_forward(np.ones((3, 4)), base="big")
+    with pytest.raises(TypeError, match="positions"):
+        rope_forward(np.ones((3, 4)), np.array([True, False, True]))
+    with pytest.raises(ValueError, match="x"):
+        rope_forward(np.ones(4))
+    _, cache = rope_forward(np.ones((3, 4)))
+    with pytest.raises(ValueError, match="dy"):
+        rope_backward(np.ones((3, 6)), cache)
+
+
+@pytest.mark.parametrize("shape, positions_shape", [((2, 3, 6, 8), (2, 1, 6)), ((2, 3, 6, 8), (3, 6)),
+                                                    ((4, 5, 2), (4, 5)), ((2, 3, 6, 8), (1, 6))])
+def test_batched_positions_match_loop(shape, positions_shape):
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal(shape)
+    positions = rng.uniform(-5, 200, positions_shape)
+    y, cache = rope_forward(x, positions)
+    assert_close(y, loop_rope(x, positions), what="rotated x")
+    dy = rng.standard_normal(shape)
+    assert_close(rope_backward(dy, cache), loop_rope(dy, -positions), what="dx = R(-p) dy")
+
+
+@pytest.mark.parametrize("bad_shape", [(2, 3, 4), (1, 3, 4), (3, 2), (4, 4)])
+def test_backward_rejects_gradients_of_another_shape(bad_shape):
+    _, cache = rope_forward(np.ones((3, 4)))
+    with pytest.raises(ValueError, match=r"dy must have shape \(3, 4\)"):
+        rope_backward(np.ones(bad_shape), cache)
+
+
+def test_float32_stays_float32_with_float64_positions():
+    """Angles are computed in float64 (accuracy at large positions); cos, sin and y are float32."""
+    x = np.ones((3, 4), np.float32)
+    y, cache = rope_forward(x, np.array([0.5, 1e5, 3.0]))
+    assert y.dtype == cache.cos.dtype == cache.sin.dtype == np.float32
