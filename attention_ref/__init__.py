@@ -73,6 +73,9 @@ from .linear_attention import LinearAttentionCache, linear_attention_backward, l
 from .local import local_window_mask
 from .rope import RopeCache, rope_backward, rope_forward
 # --- end variants ---
+# --- performance: threads for the elementwise (..., Nq, Nk) work ---
+from ._parallel import get_num_threads, set_num_threads
+# --- end performance ---
 
 __version__ = "0.1.0"
 
@@ -147,4 +150,8 @@ __all__ = [
     "rope_backward",
     "rope_forward",
     # --- end variants ---
+    # --- performance ---
+    "get_num_threads",
+    "set_num_threads",
+    # --- end performance ---
 ]

@@ -28,6 +28,7 @@ from ._checks import (
     require_ndim,
     unbroadcast,
 )
+from ._parallel import for_each_row_block
 from .softmax import _softmax
 
 __all__ = [
@@ -159,10 +160,31 @@ def _attention_backward(dout, cache: AttentionCache):
     # 3. softmax: D_i = sum_j P_ij dP_ij = sum_j P_ij (dout_i . v_j) = dout_i . out_i,
     #    an n_q * d_v reduction instead of an n_q * n_k one.
     D = (dout * out).sum(axis=-1, keepdims=True)  # (..., Nq, 1)
-    dscores = dweights  # dS = P * (dP - D), in place on dP which nobody else holds
-    dscores -= D
-    dscores *= weights  # (..., Nq, Nk)
+    dscores = _softmax_rows_backward(dweights, weights, D)  # dS = P * (dP - D), (..., Nq, Nk)
     # 1. S = (q / sqrt(d_k)) k^T
     dq = (dscores @ k) * scale  # (..., Nq, Dk)
     dk = (dscores.swapaxes(-1, -2) @ q) * scale  # (..., Nk, Dk)
     return unbroadcast(dq, q.shape), unbroadcast(dk, k.shape), unbroadcast(dv, v.shape)
+
+
+def _softmax_rows_backward(dweights, weights, D):
+    """``dS = P * (dP - D)`` written over ``dP`` (a fresh array nobody else holds)."""
+    if (dweights.shape != weights.shape or not dweights.size
+            or not (dweights.flags.c_contiguous and weights.flags.c_contiguous)):
+        dweights -= D  # plain form for broadcast or strided layouts
+        dweights *= weights
+        return dweights
+    # fast path: the same two in-place operations over cache-sized row blocks on every
+    # core (see _parallel.py); rows are independent, so the numbers are identical
+    n_k = dweights.shape[-1]
+    dP = dweights.reshape(-1, n_k)  # (rows, Nk), views of the contiguous arrays
+    P = weights.reshape(-1, n_k)  # (rows, Nk)
+    D = np.broadcast_to(D, dweights.shape[:-1] + (1,)).reshape(-1, 1)  # (rows, 1)
+
+    def rows(start, stop):
+        dS = dP[start:stop]
+        dS -= D[start:stop]  # dP - D
+        dS *= P[start:stop]  # P * (dP - D)
+
+    for_each_row_block(rows, dP.shape[0], n_k)
+    return dweights

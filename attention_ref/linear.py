@@ -62,9 +62,22 @@ def linear_forward(x, W, b=None):
     return _linear(x, W, b), LinearCache(x, W, b is not None)
 
 
+def _matmul_rows(x, W):
+    """``x @ W`` for ``x`` of shape (..., Din), as ONE (rows, Din) @ (Din, Dout) product.
+
+    ``x @ W`` with a 3-D ``x`` makes NumPy call BLAS once per leading index on short
+    matrices; folding the leading axes into the rows (a view when ``x`` is C-contiguous)
+    gives one tall product, which BLAS runs faster. Same numbers, same shape.
+    """
+    if x.ndim > 2 and x.size and x.flags.c_contiguous:
+        y = x.reshape(-1, x.shape[-1]) @ W  # (rows, Dout)
+        return y.reshape(x.shape[:-1] + (W.shape[1],))  # (..., Dout)
+    return x @ W  # (..., Dout)
+
+
 def _linear(x, W, b):
     """The unchecked affine map (callers have validated and cast)."""
-    y = x @ W  # (..., Dout)
+    y = _matmul_rows(x, W)  # (..., Dout)
     if b is not None:
         y += b  # y is fresh: adding in place saves one (..., Dout) array
     return y
@@ -90,7 +103,7 @@ def linear_backward(dy, cache: LinearCache):
     dy = np.asarray(dy, dtype=x.dtype)
     if dy.shape != x.shape[:-1] + (W.shape[1],):
         raise ValueError(f"dy must have shape {x.shape[:-1] + (W.shape[1],)}, got {dy.shape}")
-    dx = dy @ W.T  # (..., Din)
+    dx = _matmul_rows(dy, W.T)  # dx = dy W^T, (..., Din)
     x2 = x.reshape(-1, x.shape[-1])  # (rows, Din)
     dy2 = dy.reshape(-1, dy.shape[-1])  # (rows, Dout)
     dW = x2.T @ dy2  # (Din, Dout)

@@ -1,0 +1,414 @@
+"""Forward+backward speed of multi-head attention: attention_ref against BLAS and PyTorch.
+
+Run from the repository root::
+
+    python benchmarks/bench_mha.py            # full run, about 3-6 minutes on 2 quiet cores
+    python benchmarks/bench_mha.py --quick    # tiny sizes, a few seconds: checks it runs
+
+It prints a markdown table and writes it to ``docs/performance_table.md`` (``--out``), with
+the raw numbers beside it as JSON. Every library is timed in its OWN subprocess: NumPy's
+BLAS threads and PyTorch's thread pool fight over the cores when they share a process.
+PyTorch is used only when it happens to be installed; it is never a dependency.
+
+Timing: ``time.perf_counter``, one warm-up call, then the median of ``--repeats`` runs
+(the spread, min..max, is recorded too, so noise is visible).
+
+FLOP count (matrix products only, each ``(m, k) @ (k, n)`` counted as ``2*m*n*k``; the
+elementwise softmax work is not counted), for B sequences of length N, model width
+D = h * d_k and h heads, query = key = value:
+
+* forward: projections ``Q, K, V`` and ``W^O``: ``4 * 2*B*N*D*D``; scores ``q k^T``:
+  ``h * 2*B*N*N*d_k = 2*B*N*N*D``; ``P v``: ``2*B*N*N*D``. Total ``8*B*N*D^2 + 4*B*N^2*D``.
+* backward: every product ``Y = A B`` needs ``dA = dY B^T`` and ``dB = A^T dY``, two
+  products of the same size: twice the forward.
+* forward + backward: ``24*B*N*D^2 + 12*B*N^2*D``  (:func:`mha_flops`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FULL_CONFIGS = [(8, 128), (4, 512), (1, 2048)]  # (B, N) with D = 512, h = 8
+QUICK_CONFIGS = [(2, 16)]
+DTYPES = ("float32", "float64")
+
+
+def mha_flops(B: int, N: int, D: int, h: int) -> int:
+    """Matrix-product FLOPs of one forward+backward: ``24*B*N*D^2 + 12*B*N^2*D``.
+
+    ``h`` does not appear: h heads of width d_k = D / h do ``h * 2*N*N*d_k = 2*N*N*D``.
+    """
+    forward = 4 * (2 * B * N * D * D) + 2 * (2 * B * N * N * D)
+    return 3 * forward  # backward = two products per forward product
+
+
+def median_time(fn, repeats: int) -> dict:
+    """One warm-up call, then ``repeats`` timed calls: median, min and max in seconds."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return {"median": statistics.median(times), "min": min(times), "max": max(times)}
+
+
+# --------------------------------------------------------------------------- NumPy side
+def _inputs(np, B, N, D, dtype, seed=0):
+    """x, dout and a params dict with biases, all in ``dtype``."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((B, N, D)).astype(dtype)
+    dout = rng.standard_normal((B, N, D)).astype(dtype)
+    params = {}
+    for name in "qkvo":
+        params["W_" + name] = (rng.standard_normal((D, D)) / D ** 0.5).astype(dtype)
+        params["b_" + name] = (0.1 * rng.standard_normal(D)).astype(dtype)
+    return x, dout, params
+
+
+def naive_fwd_bwd(np, x, dout, p, h):
+    """The same maths written the obvious way, as a "before" for the tricks in the core:
+    scale on the (N, N) scores, a NumPy float64 scalar (upcasts float32 work), separate
+    copies for every step, and ``D_i = rowsum(P_i * dP_i)``."""
+    B, N, D = x.shape
+    d_k = D // h
+    scale = 1 / np.sqrt(np.float64(d_k))  # a NumPy float64 scalar
+
+    def split(a):
+        return a.reshape(B, N, h, d_k).transpose(0, 2, 1, 3).copy()
+
+    Q, K, V = (x @ p["W_" + n] + p["b_" + n] for n in "qkv")
+    q, k, v = split(Q), split(K), split(V)
+    S = q @ k.transpose(0, 1, 3, 2) * scale  # (B, h, N, N), float64 for float32 input
+    P = np.exp(S - S.max(axis=-1, keepdims=True))
+    P = P / P.sum(axis=-1, keepdims=True)
+    o = P @ v
+    concat = o.transpose(0, 2, 1, 3).reshape(B, N, D)
+    out = concat @ p["W_o"] + p["b_o"]
+    dconcat = dout @ p["W_o"].T
+    grads = {"W_o": concat.reshape(-1, D).T @ dout.reshape(-1, D), "b_o": dout.sum(axis=(0, 1))}
+    do = split(dconcat)
+    dv = P.transpose(0, 1, 3, 2) @ do
+    dP = do @ v.transpose(0, 1, 3, 2)
+    dS = P * (dP - (P * dP).sum(axis=-1, keepdims=True))
+    dq = dS @ k * scale
+    dk = dS.transpose(0, 1, 3, 2) @ q * scale
+    dx = 0
+    for n, d in zip("qkv", (dq, dk, dv)):
+        dY = d.transpose(0, 2, 1, 3).reshape(B, N, D)
+        grads["W_" + n] = x.reshape(-1, D).T @ dY.reshape(-1, D)
+        grads["b_" + n] = dY.sum(axis=(0, 1))
+        dx = dx + dY @ p["W_" + n].T
+    return out, dx, grads
+
+
+def numpy_worker(configs, dtypes, repeats, D, h, peak_n, tricks=True):
+    """Time attention_ref (and BLAS) in this process; return a JSON-able dict."""
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT))
+    import attention_ref as ar
+    from attention_ref import _parallel
+
+    result = {"peak": {}, "rows": [], "threads": _parallel.get_num_threads(),
+              "numpy": np.__version__}
+    for dtype in dtypes:  # BLAS peak: a large square matrix product, 2*n^3 FLOPs
+        a = np.random.default_rng(0).standard_normal((peak_n, peak_n)).astype(dtype)
+        b = a.T.copy()  # not a.T itself: NumPy would call syrk for a @ a.T
+        t = median_time(lambda: a @ b, max(3, repeats))
+        result["peak"][dtype] = 2 * peak_n ** 3 / t["median"] / 1e9
+    for dtype in dtypes:
+        for B, N in configs:
+            x, dout, p = _inputs(np, B, N, D, dtype)
+
+            def parallel():
+                out, cache = ar.multi_head_attention_forward(x, x, x, p, h)
+                return ar.multi_head_attention_backward(dout, cache)
+
+            def separate():
+                out, cache = ar.multi_head_attention_separate_heads_forward(x, x, x, p, h)
+                return ar.multi_head_attention_separate_heads_backward(dout, cache)
+
+            row = {"dtype": dtype, "B": B, "N": N, "D": D, "h": h, "flops": mha_flops(B, N, D, h),
+                   "peak": result["peak"][dtype]}  # measured in this process, just before
+            row["ours"] = median_time(parallel, repeats)
+            with _parallel.num_threads(1):
+                row["ours_pool_off"] = median_time(parallel, repeats)
+            row["separate_heads"] = median_time(separate, repeats)
+            row["naive"] = median_time(lambda: naive_fwd_bwd(np, x, dout, p, h), max(1, repeats // 2))
+            result["rows"].append(row)
+    if not tricks:
+        return result
+    N = max(n for _, n in configs)
+    result["tricks"] = {"N": N, **{dtype: tricks_worker(np, N, D, h, dtype, repeats) for dtype in dtypes}}
+    return result
+
+
+def tricks_worker(np, N, D, h, dtype, repeats):
+    """Each trick of the core measured alone, "before" against "after", on (1, h, N, N)
+    scores; returns ``[(trick, before seconds, after seconds), ...]``."""
+    from attention_ref import _parallel
+    from attention_ref.attention import _softmax_rows_backward
+    from attention_ref.softmax import _softmax, _softmax_plain
+
+    rng = np.random.default_rng(1)
+    d_k = D // h
+    x = rng.standard_normal((N, D)).astype(dtype)
+    W = [(rng.standard_normal((D, D)) / D ** 0.5).astype(dtype) for _ in range(3)]
+    W_qkv = np.concatenate(W, axis=1)  # (D, 3D)
+    q, k, v, dout = (rng.standard_normal((1, h, N, d_k)).astype(dtype) for _ in range(4))
+    q_strided = (x @ W[0]).reshape(N, h, d_k).transpose(1, 0, 2)[None]  # a split-heads view
+    scale = 1.0 / d_k ** 0.5
+    S = (q * scale) @ k.swapaxes(-1, -2)
+    P = _softmax(S.copy(), -1, out=None)
+    dP = dout @ v.swapaxes(-1, -2)
+    out = P @ v
+    rows = []
+
+    def pair(name, before, after, n=repeats):
+        rows.append((name, median_time(before, n)["median"], median_time(after, n)["median"]))
+
+    pair("scale folded into q: (q / sqrt(d_k)) k^T instead of (q k^T) / sqrt(d_k)",
+         lambda: (q @ k.swapaxes(-1, -2)) * scale, lambda: (q * scale) @ k.swapaxes(-1, -2))
+    pair("D_i = rowsum(dout_i * out_i) instead of rowsum(P_i * dP_i)",
+         lambda: (P * dP).sum(axis=-1, keepdims=True), lambda: (dout * out).sum(axis=-1, keepdims=True))
+
+    def scores():
+        return (q * scale) @ k.swapaxes(-1, -2)
+
+    pair("softmax in place (out=scores) instead of into new arrays",
+         lambda: _softmax_plain(scores(), -1), lambda: _softmax_plain(S1 := scores(), -1, out=S1))
+    pair("Python float scale instead of np.float64 scalar (float32 input: no upcast)",
+         lambda: _softmax_plain(T := (q * np.float64(scale)) @ k.swapaxes(-1, -2), -1, out=T),
+         lambda: _softmax_plain(T := scores(), -1, out=T))
+    buf = np.empty_like(S)
+
+    def softmax_fresh(f):
+        np.copyto(buf, S)  # the same copy in "before" and "after"
+        f(buf, -1, out=buf)
+
+    dP_buf = np.empty_like(dP)
+
+    def ds_fresh(f):
+        np.copyto(dP_buf, dP)
+        f(dP_buf, P, D_row)
+
+    def ds_plain(dP_, P_, D_):
+        dP_ -= D_
+        dP_ *= P_
+
+    D_row = (dout * out).sum(axis=-1, keepdims=True)
+    with _parallel.num_threads(1):
+        pair("softmax over cache-sized row blocks, 1 thread (vs one pass per step)",
+             lambda: softmax_fresh(_softmax_plain), lambda: softmax_fresh(_softmax))
+        pair("dS = P * (dP - D) over row blocks, 1 thread", lambda: ds_fresh(ds_plain),
+             lambda: ds_fresh(_softmax_rows_backward))
+    pair(f"softmax over row blocks, {_parallel.get_num_threads()} threads (vs one plain pass)",
+         lambda: softmax_fresh(_softmax_plain), lambda: softmax_fresh(_softmax))
+    pair(f"dS = P * (dP - D) over row blocks, {_parallel.get_num_threads()} threads",
+         lambda: ds_fresh(ds_plain), lambda: ds_fresh(_softmax_rows_backward))
+    pair("contiguous q for q k^T (a copy) instead of the split-heads view",
+         lambda: q_strided @ k.swapaxes(-1, -2), lambda: np.ascontiguousarray(q_strided) @ k.swapaxes(-1, -2))
+    pair("one fused x W_qkv (D, 3D) instead of x W_q, x W_k, x W_v",
+         lambda: [x @ w for w in W], lambda: x @ W_qkv)
+    return rows
+
+
+# --------------------------------------------------------------------------- torch side
+def torch_worker(configs, dtypes, repeats, D, h):
+    """Time torch.nn.MultiheadAttention (biases on) forward+backward in this process."""
+    import torch
+
+    result = {"rows": [], "torch": torch.__version__, "threads": torch.get_num_threads()}
+    for dtype in dtypes:
+        tdtype = getattr(torch, dtype)
+        for B, N in configs:
+            torch.manual_seed(0)
+            mha = torch.nn.MultiheadAttention(D, h, bias=True, batch_first=True, dtype=tdtype)
+            x = torch.randn(B, N, D, dtype=tdtype, requires_grad=True)
+            dout = torch.randn(B, N, D, dtype=tdtype)
+            row = {"dtype": dtype, "B": B, "N": N}
+            for key, need_weights in (("torch", True), ("torch_no_weights", False)):
+                def step(need_weights=need_weights):
+                    x.grad = None
+                    mha.zero_grad(set_to_none=True)
+                    out, _ = mha(x, x, x, need_weights=need_weights)
+                    out.backward(dout)
+
+                row[key] = median_time(step, repeats)
+            result["rows"].append(row)
+    return result
+
+
+# --------------------------------------------------------------------------- driver
+def _run_worker(kind, args, extra=()):
+    """Run one library's measurements in a fresh Python process; None if it cannot run."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", kind,
+           "--repeats", str(args.repeats), *extra] + (["--quick"] if args.quick else [])
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    if proc.returncode != 0:
+        if kind == "torch" and "ModuleNotFoundError" in proc.stderr:
+            return None
+        raise RuntimeError(f"{kind} worker failed:\n{proc.stderr}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _ms(t):
+    return f"{t['median'] * 1e3:.1f}"
+
+
+def make_table(numpy_result, torch_result) -> str:
+    """The markdown table of one run."""
+    torch_rows = {(r["dtype"], r["B"], r["N"]): r for r in (torch_result or {}).get("rows", [])}
+    lines = [
+        "| dtype | B | N | ours ms | GFLOP/s | % of matmul peak | pool off ms | separate heads ms"
+        " | naive NumPy ms | torch MHA ms | ours / torch | torch (need_weights=False) ms"
+        " | ours / that |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in numpy_result["rows"]:
+        t = r["ours"]["median"]
+        gflops = r["flops"] / t / 1e9
+        peak = r.get("peak", numpy_result["peak"][r["dtype"]])
+        tr = torch_rows.get((r["dtype"], r["B"], r["N"]))
+        torch_cols = ["-", "-", "-", "-"]
+        if tr:
+            torch_cols = [_ms(tr["torch"]), f"{t / tr['torch']['median']:.2f}",
+                          _ms(tr["torch_no_weights"]), f"{t / tr['torch_no_weights']['median']:.2f}"]
+        lines.append(" | ".join([
+            f"| {r['dtype']}", str(r["B"]), str(r["N"]), _ms(r["ours"]), f"{gflops:.1f}",
+            f"{100 * gflops / peak:.0f}%", _ms(r["ours_pool_off"]), _ms(r["separate_heads"]),
+            _ms(r["naive"]), *torch_cols]) + " |")
+    peaks = ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in numpy_result["peak"].items())
+    lines.append("")
+    lines.append(f"Matmul peak measured in the same run, in the same process just before each"
+                 f" case (last: {peaks}); D = {r['D']}, h = {r['h']},"
+                 f" biases on; forward+backward FLOPs = 24*B*N*D^2 + 12*B*N^2*D; median of the"
+                 f" timed runs after one warm-up; NumPy {numpy_result['numpy']},"
+                 f" {numpy_result['threads']} elementwise threads"
+                 + (f"; PyTorch {torch_result['torch']} ({torch_result['threads']} threads)"
+                    if torch_result else "; PyTorch not installed") + ".")
+    tricks = numpy_result.get("tricks")
+    if tricks:
+        lines += ["", f"Each trick alone, at B = 1, h = {r['h']}, N = {tricks['N']}, d_k = {r['D'] // r['h']}"
+                  " (median ms, before -> after):", "",
+                  "| trick | " + " | ".join(f"{d} before | {d} after" for d in DTYPES if d in tricks) + " |",
+                  "|---|" + "---|---|" * sum(d in tricks for d in DTYPES)]
+        for i, (name, _, _) in enumerate(tricks[DTYPES[0]]):
+            cells = [f"{tricks[d][i][1] * 1e3:.1f} | {tricks[d][i][2] * 1e3:.1f}" for d in DTYPES if d in tricks]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def make_plot(numpy_result, torch_result, path):
+    """Bars of forward+backward time per configuration, one group per (dtype, B, N)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    torch_rows = {(r["dtype"], r["B"], r["N"]): r for r in (torch_result or {}).get("rows", [])}
+    series = [("ours", "attention_ref"), ("ours_pool_off", "attention_ref, pool off"),
+              ("separate_heads", "separate heads"), ("naive", "naive NumPy")]
+    if torch_rows:
+        series += [("torch", "torch MHA"), ("torch_no_weights", "torch MHA, need_weights=False")]
+    rows = numpy_result["rows"]
+    fig, ax = plt.subplots(figsize=(12, 4.5))
+    width = 0.8 / len(series)
+    for j, (key, label) in enumerate(series):
+        ys = [(torch_rows.get((r["dtype"], r["B"], r["N"]), {}) if key.startswith("torch") else r)
+              .get(key, {"median": float("nan")})["median"] * 1e3 for r in rows]
+        ax.bar([i + (j - len(series) / 2 + 0.5) * width for i in range(len(rows))], ys, width, label=label)
+    ax.set_xticks(range(len(rows)), [f"{r['dtype']}\nB={r['B']} N={r['N']}" for r in rows])
+    ax.set_yscale("log")
+    ax.set_ylabel("forward + backward, ms (median, log scale)")
+    ax.set_title(f"Multi-head attention, D = {rows[0]['D']}, h = {rows[0]['h']}, biases on")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, a few seconds")
+    parser.add_argument("--repeats", type=int, default=None, help="timed runs per case")
+    parser.add_argument("--out", default=None, help="markdown output (default docs/performance_table.md)")
+    parser.add_argument("--plot", action="store_true", help="also plot in --quick mode")
+    parser.add_argument("--no-torch", action="store_true", help="skip PyTorch even if installed")
+    parser.add_argument("--worker", choices=("numpy", "torch"), help=argparse.SUPPRESS)
+    parser.add_argument("--case", help=argparse.SUPPRESS)  # dtype:B:N, one case per worker
+    parser.add_argument("--tricks", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.repeats is None:
+        args.repeats = 2 if args.quick else 7
+    configs = QUICK_CONFIGS if args.quick else FULL_CONFIGS
+    D, h = (16, 2) if args.quick else (512, 8)
+    if args.case:  # a worker measures one (dtype, B, N) case
+        dtype, B, N = args.case.split(":")
+        configs, dtypes = [(int(B), int(N))], (dtype,)
+    else:
+        dtypes = DTYPES
+    if args.worker == "numpy":
+        print(json.dumps(numpy_worker(configs, dtypes, args.repeats, D, h,
+                                      64 if args.quick else 2048, tricks=args.tricks)))
+        return 0
+    if args.worker == "torch":
+        print(json.dumps(torch_worker(configs, dtypes, args.repeats, D, h)))
+        return 0
+    # One fresh process per library AND per case, alternating NumPy and PyTorch, so a
+    # change in the machine's load during the run hits both sides of each ratio alike.
+    numpy_result, torch_result, torch_ok = None, None, not args.no_torch
+    for dtype in DTYPES:
+        for B, N in configs:
+            case = ["--case", f"{dtype}:{B}:{N}"]
+            r = _run_worker("numpy", args, case)
+            if numpy_result is None:
+                numpy_result = r
+            else:
+                numpy_result["rows"] += r["rows"]
+                numpy_result["peak"].update(r["peak"])
+            t = _run_worker("torch", args, case) if torch_ok else None
+            torch_ok = t is not None  # not installed: stop trying
+            if t is not None and torch_result is None:
+                torch_result = t
+            elif t is not None:
+                torch_result["rows"] += t["rows"]
+    n_tricks = configs[-1][1]  # each trick alone at the longest sequence, B = 1
+    numpy_result["tricks"] = {"N": n_tricks}
+    for dtype in DTYPES:
+        r = _run_worker("numpy", args, ["--tricks", "--case", f"{dtype}:1:{n_tricks}"])
+        numpy_result["tricks"][dtype] = r["tricks"][dtype]
+    table = make_table(numpy_result, torch_result)
+    print(table)
+    out = Path(args.out) if args.out else ROOT / "docs" / "performance_table.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(table)
+    out.with_suffix(".json").write_text(json.dumps({"numpy": numpy_result, "torch": torch_result}, indent=1))
+    if args.plot or not args.quick:
+        make_plot(numpy_result, torch_result, out.with_suffix(".png"))
+    if args.out is None and not args.quick:
+        _update_doc(ROOT / "docs" / "performance.md", table)
+    return 0
+
+
+def _update_doc(doc, table):
+    """Replace the text between the BEGIN/END bench_mha markers of ``doc``, if both exist."""
+    begin, end = "<!-- BEGIN bench_mha -->", "<!-- END bench_mha -->"
+    if not doc.exists():
+        return
+    text = doc.read_text()
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        doc.write_text(head + begin + "\n" + table + rest[rest.index(end):])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
