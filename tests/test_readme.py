@@ -46,3 +46,18 @@ def test_training_line_matches_the_recorded_demo():
     demo = json.loads((README.parent / "docs" / "training_results.json").read_text())["demo"]
     line = f"single-head final loss: {demo['single']:.4f}  multi-head final loss: {demo['multi']:.4f}"
     assert f"`{line}`" in TEXT
+
+
+def test_performance_table_matches_the_recorded_benchmark():
+    """The README's headline rows are the committed benchmark run, not hand-typed numbers."""
+    import json
+
+    run = json.loads((README.parent / "docs" / "performance_table.json").read_text())
+    torch_rows = {(r["dtype"], r["B"], r["N"]): r for r in run["torch"]["rows"]}
+    for r in run["numpy"]["rows"]:
+        ours = r["ours"]["median"]
+        theirs = torch_rows[(r["dtype"], r["B"], r["N"])]["torch"]["median"]
+        gflops = r["flops"] / ours / 1e9
+        row = (f"| {r['dtype']} | {r['B']} | {r['N']:,} | {ours * 1e3:.0f} ms | {gflops:.1f} |"
+               f" {100 * gflops / r['peak']:.0f}% | {theirs * 1e3:.0f} ms | {ours / theirs:.2f} |")
+        assert row in TEXT, row
