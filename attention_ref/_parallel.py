@@ -26,10 +26,13 @@ in the calling thread, in one piece, so small (test-sized) problems pay no overh
 """
 from __future__ import annotations
 
+import operator
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+
+import numpy as np
 
 __all__ = ["get_num_threads", "set_num_threads", "num_threads", "for_each_row_block"]
 
@@ -45,7 +48,7 @@ def _default_threads() -> int:
     """ATTENTION_REF_NUM_THREADS if set, else the number of cores (at most 8)."""
     env = os.environ.get("ATTENTION_REF_NUM_THREADS")
     if env:
-        if not env.strip().isdigit() or int(env) < 1:
+        if not env.strip().isdecimal() or not env.strip().isascii() or int(env) < 1:
             raise ValueError(f"ATTENTION_REF_NUM_THREADS must be a positive integer, got {env!r}")
         return int(env)
     return max(1, min(8, os.cpu_count() or 1))
@@ -62,10 +65,18 @@ def get_num_threads() -> int:
 
 
 def set_num_threads(n: int) -> None:
-    """Set the number of threads for the elementwise work; 1 turns the pool off."""
+    """Set the number of threads for the elementwise work; 1 turns the pool off.
+
+    The setting is process-wide (like BLAS's thread count): set it once, not from several
+    threads at a time.
+    """
     global _threads, _pool
-    if isinstance(n, bool) or not isinstance(n, int):
+    if isinstance(n, (bool, np.bool_)):
         raise TypeError(f"n must be a positive integer, got {type(n).__name__} {n!r}")
+    try:
+        n = operator.index(n)  # int or NumPy integer
+    except TypeError:
+        raise TypeError(f"n must be a positive integer, got {type(n).__name__} {n!r}") from None
     if n < 1:
         raise ValueError(f"n must be a positive integer, got {n!r}")
     with _lock:
@@ -77,7 +88,10 @@ def set_num_threads(n: int) -> None:
 
 @contextmanager
 def num_threads(n: int):
-    """``with num_threads(1): ...`` runs the block with the pool off, then restores it."""
+    """``with num_threads(1): ...`` runs the block with the pool off, then restores it.
+
+    Process-wide, like :func:`set_num_threads`: do not nest it across threads.
+    """
     old = get_num_threads()
     set_num_threads(n)
     try:
@@ -87,12 +101,22 @@ def num_threads(n: int):
 
 
 def _get_pool() -> ThreadPoolExecutor:
-    """The module's pool, created on first use."""
+    """The module's pool, created on first use (call with ``_lock`` held)."""
     global _pool
-    with _lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=_threads, thread_name_prefix="attention_ref")
-        return _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=_threads, thread_name_prefix="attention_ref")
+    return _pool
+
+
+def _forget_pool_after_fork() -> None:
+    """A forked child inherits the pool object but not its threads: start afresh."""
+    global _pool, _lock
+    _pool = None
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool_after_fork)
 
 
 def for_each_row_block(fn, n_rows: int, n_cols: int) -> None:
@@ -112,5 +136,13 @@ def for_each_row_block(fn, n_rows: int, n_cols: int) -> None:
         for start, stop in blocks:  # a loop over cache-sized BLOCKS, not over positions
             fn(start, stop)
         return
-    # list() waits for every block and re-raises the first exception of any of them
-    list(_get_pool().map(lambda block: fn(*block), blocks))
+    errstate = np.geterr()  # np.errstate is per thread: carry the caller's into the workers
+
+    def run(block):
+        with np.errstate(**errstate):
+            fn(*block)
+
+    with _lock:  # submit under the lock, so set_num_threads cannot shut the pool meanwhile
+        futures = [_get_pool().submit(run, block) for block in blocks]
+    for future in futures:  # wait for every block; re-raise the first exception
+        future.result()

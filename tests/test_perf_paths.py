@@ -205,3 +205,45 @@ def test_folded_rows_product_matches_batched_product(dtype):
         ref = np.einsum("...i,ij->...j", arr.astype(np.float64), W.astype(np.float64))
         tol = 1e-12 if dtype == np.float64 else 1e-5
         assert_close(got, ref, rtol=tol, atol=tol, what="x @ W")
+
+
+def test_pool_respects_the_callers_errstate_and_survives_fork():
+    """Review findings: np.errstate is per thread, and a forked child has no pool threads."""
+    import os
+
+    import attention_ref._parallel as par
+    from attention_ref.softmax import _softmax
+
+    x = np.zeros((1024, 1024))
+    x[:, 0] = 1000.0  # exp(-1000) underflows
+    with par.num_threads(2), np.errstate(under="raise"):
+        with pytest.raises(FloatingPointError):
+            y = x.copy()
+            _softmax(y, axis=-1, out=y)  # in place: the blocked, threaded path
+    with par.num_threads(2):
+        y = x.copy()
+        _softmax(y, axis=-1, out=y)  # the pool exists now
+        if not hasattr(os, "fork"):
+            return
+        import warnings
+
+        with warnings.catch_warnings():  # Python 3.12+ warns about fork() with threads running
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:  # child: must not hang waiting on the parent's threads
+            try:
+                y = x.copy()
+                _softmax(y, axis=-1, out=y)
+            finally:
+                os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        assert status == 0
+
+
+def test_set_num_threads_accepts_numpy_integers():
+    import attention_ref._parallel as par
+
+    old = par.get_num_threads()
+    par.set_num_threads(np.int64(1))
+    assert par.get_num_threads() == 1
+    par.set_num_threads(old)
