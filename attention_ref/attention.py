@@ -20,6 +20,7 @@ import numpy as np
 from ._checks import (
     as_mask,
     as_real_array,
+    as_upstream,
     broadcast_batch,
     cast,
     cast_mask,
@@ -144,11 +145,7 @@ def scaled_dot_product_attention_backward(dout, cache: AttentionCache):
     dk : array, shape of k
     dv : array, shape of v
     """
-    dout = np.asarray(dout)
-    out = cache.out
-    if dout.shape != out.shape:
-        raise ValueError(f"dout must have shape {out.shape} (the forward output), got {dout.shape}")
-    return _attention_backward(dout.astype(out.dtype, copy=False), cache)
+    return _attention_backward(as_upstream(dout, cache.out.shape, cache.out.dtype), cache)
 
 
 def _attention_backward(dout, cache: AttentionCache):

@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._checks import as_real_array, cast, common_dtype, require_ndim
+from ._checks import as_real_array, as_upstream, cast, common_dtype, require_ndim
 
 __all__ = ["LinearCache", "linear_forward", "linear_backward"]
 
@@ -100,9 +100,7 @@ def linear_backward(dy, cache: LinearCache):
     db : array (d_out,), or None when the forward had no bias
     """
     x, W, has_bias = cache
-    dy = np.asarray(dy, dtype=x.dtype)
-    if dy.shape != x.shape[:-1] + (W.shape[1],):
-        raise ValueError(f"dy must have shape {x.shape[:-1] + (W.shape[1],)}, got {dy.shape}")
+    dy = as_upstream(dy, x.shape[:-1] + (W.shape[1],), x.dtype, "dy")
     dx = _matmul_rows(dy, W.T)  # dx = dy W^T, (..., Din)
     x2 = x.reshape(-1, x.shape[-1])  # (rows, Din)
     dy2 = dy.reshape(-1, dy.shape[-1])  # (rows, Dout)

@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._checks import as_real_array
+from ._checks import as_real_array, as_upstream
 from ._parallel import for_each_row_block
 
 __all__ = ["SoftmaxCache", "softmax_forward", "softmax_backward"]
@@ -103,10 +103,7 @@ def softmax_backward(dy, cache: SoftmaxCache):
     dx : array, same shape as ``dy``
     """
     y, axis = cache
-    dy = np.asarray(dy, dtype=y.dtype)
-    if dy.shape != y.shape:
-        raise ValueError(f"dy must have shape {y.shape}, got {dy.shape}")
-    return _softmax_backward(dy, y, axis)
+    return _softmax_backward(as_upstream(dy, y.shape, y.dtype, "dy"), y, axis)
 
 
 def _softmax_backward(dy, y, axis):
