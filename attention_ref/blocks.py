@@ -26,6 +26,7 @@ import numpy as np
 
 from ._checks import as_real_array, unbroadcast
 from .layer_norm import LayerNormCache, layer_norm_backward, layer_norm_forward
+from .linear import glorot_uniform  # re-exported for the block modules
 
 __all__ = [
     "OPTIONAL_PARAMS",
@@ -241,12 +242,6 @@ def join_grads(grads_by_group: Mapping, param_keys) -> dict:
     ordered = {k: flat[k] for k in param_keys}
     ordered.update({k: v for k, v in flat.items() if k not in ordered})
     return ordered
-
-
-def glorot_uniform(rng, fan_in: int, fan_out: int, dtype=np.float64) -> np.ndarray:
-    """Xavier/Glorot uniform weights ``U(-a, a)``, ``a = sqrt(6 / (fan_in + fan_out))``."""
-    a = float(np.sqrt(6.0 / (fan_in + fan_out)))
-    return rng.uniform(-a, a, size=(fan_in, fan_out)).astype(dtype)  # (fan_in, fan_out)
 
 
 def in_group(group: str, sublayer: Callable) -> Callable:

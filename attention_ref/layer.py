@@ -9,8 +9,10 @@ import numpy as np
 from ._checks import as_real_array, check_positive_int
 from .attention import _attention_forward
 from .heads import _merge, _split
-from .linear import _linear
+from .linear import _linear, glorot_uniform
 from .multi_head import (
+    _group_heads,
+    _ungroup_heads,
     check_multi_head_inputs,
     multi_head_attention_backward,
     multi_head_attention_forward,
@@ -142,15 +144,11 @@ class MultiHeadAttention:
         self.d_k, self.d_v, self.strategy = d_k, d_v, strategy
         rng = np.random.default_rng(seed)
 
-        def glorot(fan_in, fan_out):
-            a = np.sqrt(6.0 / (fan_in + fan_out))
-            return rng.uniform(-a, a, size=(fan_in, fan_out)).astype(dtype)
-
         shapes = {"q": (d_model, num_heads * d_k), "k": (kdim, hkv * d_k),
                   "v": (vdim, hkv * d_v), "o": (num_heads * d_v, d_model)}
         self.params = {}
         for name, (fan_in, fan_out) in shapes.items():
-            self.params["W_" + name] = glorot(fan_in, fan_out)
+            self.params["W_" + name] = glorot_uniform(rng, fan_in, fan_out, dtype)
             if bias:
                 self.params["b_" + name] = np.zeros(fan_out, dtype=dtype)
         self.grads = None
@@ -221,9 +219,9 @@ class MultiHeadAttention:
         k = _split(_linear(x_t, p["W_k"], p.get("b_k")), hkv)  # (..., Hkv, 1, Dk)
         v = _split(_linear(x_t, p["W_v"], p.get("b_v")), hkv)  # (..., Hkv, 1, Dv)
         cache.append(k, v)
-        q = q.reshape(q.shape[:-3] + (hkv, h // hkv) + q.shape[-2:])  # (..., Hkv, G, 1, Dk)
+        q = _group_heads(q, hkv)  # (..., Hkv, G, 1, Dk)
         keys = cache.keys[..., None, :, :]  # (..., Hkv, 1, T, Dk)
         values = cache.values[..., None, :, :]  # (..., Hkv, 1, T, Dv)
         o, _ = _attention_forward(q, keys, values, None)  # (..., Hkv, G, 1, Dv)
-        heads = o.reshape(o.shape[:-4] + (h,) + o.shape[-2:])  # (..., H, 1, Dv)
+        heads = _ungroup_heads(o)  # (..., H, 1, Dv)
         return _linear(_merge(heads), p["W_o"], p.get("b_o"))  # (..., 1, d_model)

@@ -10,7 +10,7 @@ import numpy as np
 
 from ._checks import as_real_array, as_upstream, cast, common_dtype, require_ndim
 
-__all__ = ["LinearCache", "linear_forward", "linear_backward"]
+__all__ = ["LinearCache", "glorot_uniform", "linear_forward", "linear_backward"]
 
 
 class LinearCache(NamedTuple):
@@ -107,3 +107,10 @@ def linear_backward(dy, cache: LinearCache):
     dW = x2.T @ dy2  # (Din, Dout)
     db = dy2.sum(axis=0) if has_bias else None  # (Dout,)
     return dx, dW, db
+
+
+def glorot_uniform(rng, fan_in: int, fan_out: int, dtype=np.float64) -> np.ndarray:
+    """Xavier/Glorot uniform weights ``U(-a, a)``, ``a = sqrt(6 / (fan_in + fan_out))``,
+    drawn from the ``numpy.random.Generator`` ``rng`` (the layers' seeded initialisation)."""
+    a = float(np.sqrt(6.0 / (fan_in + fan_out)))
+    return rng.uniform(-a, a, size=(fan_in, fan_out)).astype(dtype)  # (fan_in, fan_out)

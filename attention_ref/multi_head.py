@@ -29,6 +29,7 @@ import numpy as np
 from ._checks import (
     as_mask,
     as_real_array,
+    as_upstream,
     broadcast_batch,
     cast,
     cast_mask,
@@ -71,8 +72,7 @@ class MultiHeadCache(NamedTuple):
     @property
     def weights(self) -> np.ndarray:
         """Attention probabilities of every head, (..., H, Nq, Nk)."""
-        w = self.attention.weights  # (..., Hkv, G, Nq, Nk)
-        return w.reshape(w.shape[:-4] + (self.num_heads,) + w.shape[-2:])
+        return _ungroup_heads(self.attention.weights)  # (..., Hkv, G, Nq, Nk) -> (..., H, Nq, Nk)
 
 
 def _check_params(params, num_heads, num_kv_heads, dims):
@@ -164,6 +164,16 @@ def _project(x, p, w_name, b_name):
     return _linear(x, W, b), LinearCache(x, W, b is not None)
 
 
+def _group_heads(x, num_kv_heads):
+    """Group query heads by the key/value head they share: (..., H, N, D) -> (..., Hkv, G, N, D)."""
+    return x.reshape(x.shape[:-3] + (num_kv_heads, x.shape[-3] // num_kv_heads) + x.shape[-2:])
+
+
+def _ungroup_heads(x):
+    """The inverse of :func:`_group_heads`: (..., Hkv, G, N, D) -> (..., H, N, D)."""
+    return x.reshape(x.shape[:-4] + (x.shape[-4] * x.shape[-3],) + x.shape[-2:])
+
+
 def _group_mask(mask):
     """Give a (..., Nq, Nk) mask two axes of size 1 for (Hkv, G), so one mask serves all heads."""
     if mask is None or mask.ndim < 2:
@@ -198,19 +208,18 @@ def multi_head_attention_forward(query, key, value, params, num_heads, mask=None
     """
     query, key, value, p, mask, head_mask, h, hkv = check_multi_head_inputs(
         query, key, value, params, num_heads, mask, num_kv_heads, head_mask)
-    g = h // hkv
     # 1. projections
     Q, q_cache = _project(query, p, "W_q", "b_q")  # (..., Nq, H*Dk)
     K, k_cache = _project(key, p, "W_k", "b_k")  # (..., Nk, Hkv*Dk)
     V, v_cache = _project(value, p, "W_v", "b_v")  # (..., Nk, Hkv*Dv)
     # 2. split heads; query heads grouped by the key/value head they share
     q = _split(Q, h)  # (..., H, Nq, Dk)
-    q = q.reshape(q.shape[:-3] + (hkv, g) + q.shape[-2:])  # (..., Hkv, G, Nq, Dk)
+    q = _group_heads(q, hkv)  # (..., Hkv, G, Nq, Dk)
     k = _split(K, hkv)[..., None, :, :]  # (..., Hkv, 1, Nk, Dk)
     v = _split(V, hkv)[..., None, :, :]  # (..., Hkv, 1, Nk, Dv)
     # 3. attention, broadcasting each key/value head over its G query heads
     o, attn_cache = _attention_forward(q, k, v, _group_mask(mask))  # (..., Hkv, G, Nq, Dv)
-    heads = o.reshape(o.shape[:-4] + (h,) + o.shape[-2:])  # (..., H, Nq, Dv)
+    heads = _ungroup_heads(o)  # (..., H, Nq, Dv)
     # 4. head mask
     masked = heads if head_mask is None else heads * head_mask[:, None, None]
     # 5. concat
@@ -238,12 +247,8 @@ def multi_head_attention_backward(dout, cache: MultiHeadCache):
         ``"head_mask"`` when a head mask was given
     """
     c = cache
-    out_shape = c.q_proj.x.shape[:-1] + (c.o_proj.W.shape[1],)
-    dout = np.asarray(dout)
-    if dout.shape[-2:] != out_shape[-2:] or dout.shape[:-2] != c.heads.shape[:-3]:
-        raise ValueError(f"dout must have the forward output's shape {c.heads.shape[:-3] + out_shape[-2:]},"
-                         f" got {dout.shape}")
-    dout = dout.astype(c.o_proj.x.dtype, copy=False)
+    out_shape = c.heads.shape[:-3] + (c.heads.shape[-2], c.o_proj.W.shape[1])  # (..., Nq, Dout)
+    dout = as_upstream(dout, out_shape, c.o_proj.x.dtype)
     h, hkv = c.num_heads, c.num_kv_heads
     grads = {}
     # 6. out = concat W_o + b_o
@@ -259,12 +264,12 @@ def multi_head_attention_backward(dout, cache: MultiHeadCache):
         grads["head_mask"] = dhm.reshape(-1, h).sum(axis=0)  # (H,)
         dheads = dmasked * c.head_mask[:, None, None]
     # 3. attention per (key/value head, query head in its group)
-    do = dheads.reshape(dheads.shape[:-3] + (hkv, h // hkv) + dheads.shape[-2:])  # (..., Hkv, G, Nq, Dv)
+    do = _group_heads(dheads, hkv)  # (..., Hkv, G, Nq, Dv)
     dq, dk, dv = _attention_backward(do, c.attention)
     # the broadcast of k, v over G has been summed away by the attention backward:
     # each key/value head collects the gradients of all the query heads sharing it
     # 2. split heads: the backward of a split is a merge
-    dQ = _merge(dq.reshape(dq.shape[:-4] + (h,) + dq.shape[-2:]))  # (..., Nq, H*Dk)
+    dQ = _merge(_ungroup_heads(dq))  # (..., Nq, H*Dk)
     dK = _merge(dk[..., 0, :, :])  # (..., Nk, Hkv*Dk)
     dV = _merge(dv[..., 0, :, :])  # (..., Nk, Hkv*Dv)
     # 1. projections

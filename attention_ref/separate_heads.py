@@ -14,7 +14,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .attention import AttentionCache, _attention_backward, _attention_forward
+from ._checks import as_upstream
+from .attention import _attention_backward, _attention_forward
 from .linear import LinearCache, _linear, linear_backward
 from .multi_head import check_multi_head_inputs
 
@@ -76,10 +77,8 @@ def multi_head_attention_separate_heads_backward(dout, cache: SeparateHeadsCache
     """Backward of the head-by-head form; returns ``(dquery, dkey, dvalue, grads)`` like
     :func:`multi_head_attention_backward`. Each head's weight gradient fills its own
     column block of ``dW_q``, ``dW_k``, ``dW_v``; the input gradients add up over heads."""
-    dout = np.asarray(dout, dtype=cache.o_proj.x.dtype)
-    expected = cache.o_proj.x.shape[:-1] + (cache.o_proj.W.shape[1],)
-    if dout.shape != expected:
-        raise ValueError(f"dout must have the forward output's shape {expected}, got {dout.shape}")
+    expected = cache.o_proj.x.shape[:-1] + (cache.o_proj.W.shape[1],)  # (..., Nq, Dout)
+    dout = as_upstream(dout, expected, cache.o_proj.x.dtype)
     dconcat, dW_o, db_o = linear_backward(dout, cache.o_proj)  # (..., Nq, H*Dv)
     h = len(cache.head_caches)
     d_v = dconcat.shape[-1] // h
