@@ -11,7 +11,6 @@ Symbols: N sequence length, D = d_model, H heads, Dk head width, T repeats.
 """
 from __future__ import annotations
 
-import math
 import re
 
 import numpy as np
@@ -22,9 +21,7 @@ from .blocks import add_norm_forward
 from .flash import flash_attention_backward, flash_attention_forward
 from .layer import MultiHeadAttention
 from .linear_attention import linear_attention_forward
-from .multi_head import multi_head_attention_forward
 from .rope import rope_forward
-from .separate_heads import multi_head_attention_separate_heads_forward
 
 __all__ = [
     "params_001_readings", "big_o_exponents", "growth_exponents", "argmax_spectrum", "view_004",

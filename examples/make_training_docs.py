@@ -31,7 +31,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout's package
 sys.path.insert(0, str(ROOT / "examples"))
 
-from train_two_heads import N_POSITIONS, final_line, run, summary_lines  # noqa: E402
+from train_two_heads import final_line, run, summary_lines  # noqa: E402
 
 from attention_ref.toy_task import init_toy_model, train_toy_model  # noqa: E402
 
