@@ -2,13 +2,19 @@
 
 Run from the repository root::
 
-    python benchmarks/bench_mha.py            # full run, about 3-6 minutes on 2 quiet cores
     python benchmarks/bench_mha.py --quick    # tiny sizes, a few seconds: checks it runs
+    python benchmarks/bench_mha.py            # full run, about 8 minutes on 2 quiet cores
+    python benchmarks/bench_mha.py --write    # full run, then regenerate the committed docs
+    python benchmarks/bench_mha.py --render   # regenerate the docs from the committed JSON
 
-It prints a markdown table and writes it to ``docs/performance_table.md`` (``--out``), with
-the raw numbers beside it as JSON. Every library is timed in its OWN subprocess: NumPy's
-BLAS threads and PyTorch's thread pool fight over the cores when they share a process.
-PyTorch is used only when it happens to be installed; it is never a dependency.
+It prints a markdown table and writes nothing unless asked: ``--out FILE`` writes the table
+to FILE with the raw numbers (JSON) beside it; ``--write`` (full run only: tiny sizes must
+never become the committed numbers) rewrites ``docs/performance_table.md/.json/.png``, the
+marked table of ``docs/performance.md`` and the marked table of the README's Performance
+section, with the machine and the date of the run. Every library is timed in its OWN
+subprocess: NumPy's BLAS threads and PyTorch's thread pool fight over the cores when they
+share a process. PyTorch is used only when it happens to be installed; it is never a
+dependency.
 
 Timing: ``time.perf_counter``, one warm-up call, then the median of ``--repeats`` runs
 (the spread, min..max, is recorded too, so noise is visible).
@@ -26,7 +32,10 @@ D = h * d_k and h heads, query = key = value:
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -34,6 +43,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+TABLE = ROOT / "docs" / "performance_table.md"  # with .json and .png beside it
 FULL_CONFIGS = [(8, 128), (4, 512), (1, 2048)]  # (B, N) with D = 512, h = 8
 QUICK_CONFIGS = [(2, 16)]
 DTYPES = ("float32", "float64")
@@ -117,7 +127,7 @@ def numpy_worker(configs, dtypes, repeats, D, h, peak_n, tricks=True):
     from attention_ref import _parallel
 
     result = {"peak": {}, "rows": [], "threads": _parallel.get_num_threads(),
-              "numpy": np.__version__}
+              "numpy": np.__version__, "blas_threads": _blas_threads()}
     for dtype in dtypes:  # BLAS peak: a large square matrix product, 2*n^3 FLOPs
         a = np.random.default_rng(0).standard_normal((peak_n, peak_n)).astype(dtype)
         b = a.T.copy()  # not a.T itself: NumPy would call syrk for a @ a.T
@@ -218,6 +228,15 @@ def tricks_worker(np, N, D, h, dtype, repeats):
     pair("one fused x W_qkv (D, 3D) instead of x W_q, x W_k, x W_v",
          lambda: [x @ w for w in W], lambda: x @ W_qkv)
     return rows
+
+
+def _blas_threads():
+    """BLAS threads of this process: threadpoolctl's answer if installed, else the variable."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return os.environ.get("OPENBLAS_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS") or "library default"
+    return max((p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"), default=None)
 
 
 # --------------------------------------------------------------------------- torch side
@@ -335,17 +354,103 @@ def make_plot(numpy_result, torch_result, path):
     plt.close(fig)
 
 
+def machine(numpy_result, torch_result) -> dict:
+    """Where a run was made: CPU model, core count, library versions and their threads."""
+    cpuinfo = Path("/proc/cpuinfo")
+    names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+             if line.startswith("model name")] if cpuinfo.exists() else []
+    return {"cpu": (names[0] if names else platform.processor()) or platform.machine(),
+            "cores": os.cpu_count(), "numpy": numpy_result["numpy"],
+            "blas_threads": numpy_result.get("blas_threads"),
+            "torch": torch_result["torch"] if torch_result else None,
+            "torch_threads": torch_result["threads"] if torch_result else None}
+
+
+def machine_line(run) -> str:
+    """One sentence saying where and when ``run`` was measured."""
+    m = run.get("machine")
+    if m is None:
+        return "Machine and date: not recorded in this run's JSON (it predates their recording)."
+    torch = f"PyTorch {m['torch']} ({m['torch_threads']} threads)" if m["torch"] else "PyTorch not installed"
+    return (f"Run of {run['date']} (UTC) on {m['cpu']}, {m['cores']} cores;"
+            f" NumPy {m['numpy']} (BLAS threads: {m['blas_threads']}), {torch}.")
+
+
+def docs_table(run) -> str:
+    """docs/performance_table.md: the machine line, then the full table of one run."""
+    return machine_line(run) + "\n\n" + make_table(run["numpy"], run["torch"])
+
+
+def readme_block(run) -> str:
+    """The README's table: ours against the matmul peak and against both PyTorch paths."""
+    numpy_result, torch_result = run["numpy"], run["torch"]
+    torch_rows = {(r["dtype"], r["B"], r["N"]): r for r in (torch_result or {}).get("rows", [])}
+    lines = ["| dtype | B | N | ours | GFLOP/s | % of matmul peak"
+             " | `torch.nn.MultiheadAttention(..., need_weights=True)` (default) | ours / that"
+             " | `need_weights=False` (fused) | ours / that |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in numpy_result["rows"]:
+        t = r["ours"]["median"]
+        gflops = r["flops"] / t / 1e9
+        peak = r.get("peak", numpy_result["peak"][r["dtype"]])
+        cells = [r["dtype"], str(r["B"]), f"{r['N']:,}", f"{t * 1e3:.0f} ms", f"{gflops:.1f}",
+                 f"{100 * gflops / peak:.0f}%"]
+        tr = torch_rows.get((r["dtype"], r["B"], r["N"]))
+        for key in ("torch", "torch_no_weights"):
+            cells += [f"{tr[key]['median'] * 1e3:.0f} ms", f"{t / tr[key]['median']:.2f}"] if tr else ["-", "-"]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", f"Forward + backward, D = {r['D']}, h = {r['h']}, biases on; median of the timed runs"
+              f" after one warm-up. {machine_line(run)}"]
+    return "\n".join(lines) + "\n"
+
+
+def save(run, out, plot):
+    """The table to ``out``, the raw numbers to ``out`` with .json and, if ``plot``, bars to .png."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(docs_table(run))
+    out.with_suffix(".json").write_text(json.dumps(run, indent=1))
+    if plot:
+        make_plot(run["numpy"], run["torch"], out.with_suffix(".png"))
+
+
+def update_docs(run):
+    """Rewrite the marked tables of docs/performance.md and of the README from ``run``."""
+    for doc, block, name in [(ROOT / "docs" / "performance.md", docs_table(run), "bench_mha"),
+                             (ROOT / "README.md", readme_block(run), "bench_mha readme")]:
+        if _update_doc(doc, block, name):
+            print(f"wrote the {name} block of {doc.relative_to(ROOT)}")
+        else:
+            print(f"warning: {doc.relative_to(ROOT)} has no <!-- BEGIN {name} --> ... <!-- END {name} --> block")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes, a few seconds")
     parser.add_argument("--repeats", type=int, default=None, help="timed runs per case")
-    parser.add_argument("--out", default=None, help="markdown output (default docs/performance_table.md)")
-    parser.add_argument("--plot", action="store_true", help="also plot in --quick mode")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--out", default=None, metavar="FILE",
+                       help="also write the table to FILE and the raw numbers to FILE's .json (default: print only)")
+    where.add_argument("--write", action="store_true",
+                       help="full run only: regenerate docs/performance_table.md/.json/.png and the tables"
+                            " of docs/performance.md and README.md")
+    where.add_argument("--render", action="store_true",
+                       help="regenerate docs/performance_table.md and those tables from the committed"
+                            " docs/performance_table.json, timing nothing")
+    parser.add_argument("--plot", action="store_true", help="also plot in --quick mode (with --out)")
     parser.add_argument("--no-torch", action="store_true", help="skip PyTorch even if installed")
     parser.add_argument("--worker", choices=("numpy", "torch"), help=argparse.SUPPRESS)
     parser.add_argument("--case", help=argparse.SUPPRESS)  # dtype:B:N, one case per worker
     parser.add_argument("--tricks", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.quick and args.write:
+        parser.error("--write regenerates the committed docs and needs the full run: --quick sizes"
+                     " must never become the committed numbers (use --out FILE to keep a quick run)")
+    if args.render:
+        run = json.loads(TABLE.with_suffix(".json").read_text())
+        TABLE.write_text(docs_table(run))
+        print(f"wrote {TABLE.relative_to(ROOT)}")
+        update_docs(run)
+        return 0
     if args.repeats is None:
         args.repeats = 2 if args.quick else 7
     configs = QUICK_CONFIGS if args.quick else FULL_CONFIGS
@@ -385,28 +490,31 @@ def main(argv=None):
     for dtype in DTYPES:
         r = _run_worker("numpy", args, ["--tricks", "--case", f"{dtype}:1:{n_tricks}"])
         numpy_result["tricks"][dtype] = r["tricks"][dtype]
-    table = make_table(numpy_result, torch_result)
-    print(table)
-    out = Path(args.out) if args.out else ROOT / "docs" / "performance_table.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(table)
-    out.with_suffix(".json").write_text(json.dumps({"numpy": numpy_result, "torch": torch_result}, indent=1))
-    if args.plot or not args.quick:
-        make_plot(numpy_result, torch_result, out.with_suffix(".png"))
-    if args.out is None and not args.quick:
-        _update_doc(ROOT / "docs" / "performance.md", table)
+    run = {"numpy": numpy_result, "torch": torch_result, "machine": machine(numpy_result, torch_result),
+           "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")}
+    print(docs_table(run))
+    if args.out:
+        save(run, Path(args.out), plot=args.plot or not args.quick)
+        print(f"wrote {args.out} and its .json" + (", .png" if args.plot or not args.quick else ""))
+    if args.write:
+        save(run, TABLE, plot=True)
+        print(f"wrote {TABLE.relative_to(ROOT)}, .json, .png")
+        update_docs(run)
     return 0
 
 
-def _update_doc(doc, table):
-    """Replace the text between the BEGIN/END bench_mha markers of ``doc``, if both exist."""
-    begin, end = "<!-- BEGIN bench_mha -->", "<!-- END bench_mha -->"
+def _update_doc(doc, block, name="bench_mha") -> bool:
+    """Replace the text between ``<!-- BEGIN name -->`` and ``<!-- END name -->`` of ``doc``;
+    False (and nothing written) unless both markers exist."""
+    begin, end = f"<!-- BEGIN {name} -->", f"<!-- END {name} -->"
     if not doc.exists():
-        return
+        return False
     text = doc.read_text()
-    if begin in text and end in text:
-        head, rest = text.split(begin, 1)
-        doc.write_text(head + begin + "\n" + table + rest[rest.index(end):])
+    if begin not in text or end not in text:
+        return False
+    head, rest = text.split(begin, 1)
+    doc.write_text(head + begin + "\n" + block + rest[rest.index(end):])
+    return True
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""The benchmark script runs, and its FLOP counter is right. Nothing here is timed."""
+"""The benchmark script runs, its FLOP counter is right, and the README's table is rendered from
+the committed run. Nothing here is timed."""
 from __future__ import annotations
 
 import importlib.util
@@ -10,7 +11,8 @@ import numpy as np
 import attention_ref as ar
 from tests._helpers import assert_close
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_mha.py"
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks" / "bench_mha.py"
 
 
 def _load():
@@ -54,11 +56,58 @@ def test_quick_run_writes_the_table(tmp_path):
     raw = json.loads(out.with_suffix(".json").read_text())
     assert {r["flops"] for r in raw["numpy"]["rows"]} == {bench.mha_flops(B, N, 16, 2) for B, N in bench.QUICK_CONFIGS}
     assert raw["torch"] is None
+    assert raw["machine"]["cores"] and raw["machine"]["numpy"] == np.__version__
+    assert len(raw["date"]) == len("YYYY-MM-DD")
 
 
 def test_update_doc_replaces_only_the_marked_block(tmp_path):
     bench = _load()
     doc = tmp_path / "performance.md"
     doc.write_text("intro\n<!-- BEGIN bench_mha -->\nold table\n<!-- END bench_mha -->\noutro\n")
-    bench._update_doc(doc, "| new |\n")
+    assert bench._update_doc(doc, "| new |\n")
     assert doc.read_text() == "intro\n<!-- BEGIN bench_mha -->\n| new |\n<!-- END bench_mha -->\noutro\n"
+    assert not bench._update_doc(doc, "| other |\n", "bench_mha readme")  # no such markers: untouched
+    assert "| new |" in doc.read_text()
+
+
+def _fake_run(with_torch=True):
+    """One float32 case: 500 ms for 1e11 FLOPs (200 GFLOP/s) against a 400 GFLOP/s peak;
+    PyTorch 400 ms with its default need_weights=True, 250 ms with need_weights=False."""
+    row = {"dtype": "float32", "B": 1, "N": 2048, "D": 512, "h": 8, "flops": 10**11, "peak": 400.0,
+           "ours": {"median": 0.5}}
+    torch_row = {"dtype": "float32", "B": 1, "N": 2048, "torch": {"median": 0.4},
+                 "torch_no_weights": {"median": 0.25}}
+    machine = {"cpu": "Test CPU 3000", "cores": 4, "numpy": "2.0.0", "blas_threads": 4,
+               "torch": "2.13.0" if with_torch else None, "torch_threads": 4 if with_torch else None}
+    return {"numpy": {"rows": [row], "peak": {"float32": 400.0}},
+            "torch": {"rows": [torch_row], "torch": "2.13.0", "threads": 4} if with_torch else None,
+            "machine": machine, "date": "2026-01-02"}
+
+
+def test_readme_block_shows_both_torch_paths_and_the_machine():
+    block = _load().readme_block(_fake_run())
+    header, _, row = block.splitlines()[:3]
+    assert "`torch.nn.MultiheadAttention(..., need_weights=True)`" in header
+    assert "`need_weights=False`" in header
+    assert row == "| float32 | 1 | 2,048 | 500 ms | 200.0 | 50% | 400 ms | 1.25 | 250 ms | 2.00 |"
+    assert ("Run of 2026-01-02 (UTC) on Test CPU 3000, 4 cores; NumPy 2.0.0 (BLAS threads: 4),"
+            " PyTorch 2.13.0 (4 threads).") in block
+
+
+def test_readme_block_without_torch():
+    block = _load().readme_block(_fake_run(with_torch=False))
+    assert "| float32 | 1 | 2,048 | 500 ms | 200.0 | 50% | - | - | - | - |" in block
+    assert "PyTorch not installed" in block
+
+
+def test_committed_tables_are_rendered_from_the_committed_run():
+    """README.md, docs/performance.md and docs/performance_table.md hold what
+    ``bench_mha.py --render`` makes of docs/performance_table.json: no hand-typed numbers."""
+    bench = _load()
+    run = json.loads((ROOT / "docs" / "performance_table.json").read_text())
+    assert (ROOT / "docs" / "performance_table.md").read_text() == bench.docs_table(run)
+    for doc, block, name in [("docs/performance.md", bench.docs_table(run), "bench_mha"),
+                             ("README.md", bench.readme_block(run), "bench_mha readme")]:
+        text = (ROOT / doc).read_text()
+        begin = f"<!-- BEGIN {name} -->\n"
+        assert begin + block + f"<!-- END {name} -->" in text, f"{doc}: run python benchmarks/bench_mha.py --render"
