@@ -65,13 +65,17 @@ class GradcheckReport:
                 lines.append(f"{r.name:<16} {str(r.shape):<16} FAIL: {r.message}")
                 continue
             rel = "-" if np.isnan(r.rel_err) else f"{r.rel_err:.1e}"
+            # where a passing input's largest error sits is rounding noise (it moves with the
+            # BLAS and the CPU): the position is shown only where it points at a mistake
+            worst = str(r.worst_index) if not r.ok else "-"
             lines.append(
                 f"{r.name:<16} {str(r.shape):<16} {r.scale:>10.3g} {r.max_abs_err:>11.1e} {rel:>9}"
-                f"  {str(r.worst_index):<14} {'ok' if r.ok else 'FAIL'}"
+                f"  {worst:<14} {'ok' if r.ok else 'FAIL'}"
             )
         lines.extend(f"FAIL: {e}" for e in self.errors)
         lines.append(f"(pass: abs err <= {self.atol:g} + {self.rtol:g} * max|grad|; eps = {self.eps:g};"
-                     " rel err '-' means the gradient is zero to within atol)")
+                     " rel err '-' means the gradient is zero to within atol;"
+                     " worst index is shown for failing inputs)")
         return "\n".join(lines)
 
     def raise_if_failed(self) -> None:
@@ -153,6 +157,24 @@ def _compare(name, analytic, numerical, atol, rtol) -> GradcheckRow:
     return GradcheckRow(name, shape, ok, max_abs, rel, scale, tuple(int(i) for i in worst))
 
 
+def _out_and_cache(result):
+    """Unpack ``forward``'s ``(out, cache)``; a clear TypeError for anything else."""
+    if isinstance(result, tuple) and len(result) == 2:
+        out, cache = result
+        if isinstance(out, np.ndarray) or np.isscalar(out):
+            return out, cache
+        got = f"a tuple whose first entry is a {type(out).__name__}, not an array"
+    elif isinstance(result, tuple):
+        got = f"a tuple of length {len(result)}"
+    elif isinstance(result, np.ndarray):
+        got = f"a bare array of shape {result.shape}"
+    else:
+        got = f"a {type(result).__name__}"
+    raise TypeError(f"gradcheck: forward must return a tuple (out, cache), got {got}; wrap a function "
+                    "that returns only the output as `lambda *a: (f(*a), None)` with a backward that "
+                    "ignores the cache")
+
+
 def gradcheck(forward, backward, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, seed=0,
               names=None) -> GradcheckReport:
     """Compare ``backward`` with central finite differences of ``forward``, in float64.
@@ -179,6 +201,11 @@ def gradcheck(forward, backward, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, seed=0
     GradcheckReport; ``.ok`` is True when every input passed, ``str(report)`` is the
     table and ``report.raise_if_failed()`` raises :class:`GradcheckError` with it.
 
+    Raises
+    ------
+    TypeError : no differentiable input, or ``forward`` returned something other than a
+        tuple ``(out, cache)`` (a bare array, a tuple of another length); never a false FAIL.
+
     Every input is copied to float64 before use, so the caller's arrays are never modified,
     and each input is perturbed on its own even when one array object was passed for
     several inputs (self-attention passes ``x`` as query, key and value).
@@ -193,7 +220,7 @@ def gradcheck(forward, backward, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, seed=0
     base = [_private_copy(x) if i < n_diff else
             (np.array(x) if isinstance(x, np.ndarray) else x) for i, x in enumerate(inputs)]
 
-    out, cache = forward(*base)
+    out, cache = _out_and_cache(forward(*base))
     out = np.asarray(out, dtype=np.float64)
     dout = np.random.default_rng(seed).standard_normal(out.shape)
     analytic = backward(dout, cache)
@@ -216,7 +243,8 @@ def gradcheck(forward, backward, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, seed=0
                 args[position] = x
             else:
                 args[position][key] = x
-            return float(np.sum(np.asarray(forward(*args)[0], dtype=np.float64) * dout))
+            out_x, _ = _out_and_cache(forward(*args))
+            return float(np.sum(np.asarray(out_x, dtype=np.float64) * dout))
         return f
 
     rows = []

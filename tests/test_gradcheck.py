@@ -156,3 +156,45 @@ def test_detects_a_small_error_and_tolerates_none_bias():
 
     assert gradcheck(linear_forward, slightly_off, x, W).ok  # within default rtol=1e-3
     assert not gradcheck(linear_forward, slightly_off, x, W, atol=1e-8, rtol=1e-7).ok
+
+
+@pytest.mark.parametrize("n_rows", [2, 3])
+def test_forward_returning_a_bare_array_is_a_type_error(n_rows):
+    """A (2, 5) array would unpack into two rows (a false FAIL), a (3, 5) one would not
+    unpack at all: both are the same user mistake and get the same clear message."""
+    x = np.random.default_rng(4).standard_normal((n_rows, 5))
+    with pytest.raises(TypeError, match=rf"\(out, cache\), got a bare array of shape \({n_rows}, 5\)"):
+        gradcheck(lambda z: 2.0 * z, lambda dout, cache: 2.0 * dout, x)
+
+
+def test_forward_returning_a_tuple_of_the_wrong_length_is_a_type_error():
+    x = np.random.default_rng(5).standard_normal((2, 3))
+    with pytest.raises(TypeError, match="got a tuple of length 3"):
+        gradcheck(lambda z: (z, None, None), lambda dout, cache: dout, x)
+    with pytest.raises(TypeError, match="got a tuple of length 1"):
+        gradcheck(lambda z: (z,), lambda dout, cache: dout, x)
+    with pytest.raises(TypeError, match="first entry is a dict"):
+        gradcheck(lambda z: ({"out": z}, None), lambda dout, cache: dout, x)
+
+
+def test_forward_without_a_cache_wrapped_as_the_message_says_passes():
+    x = np.random.default_rng(6).standard_normal((2, 5))
+    report = gradcheck(lambda z: (2.0 * z, None), lambda dout, cache: 2.0 * dout, x)
+    assert report.ok, str(report)
+
+
+def test_worst_index_is_shown_only_for_failing_inputs():
+    """For a passing input the position of the largest error is rounding noise that moves
+    with the BLAS and the CPU; for a failing one it points at the mistake."""
+    rng = np.random.default_rng(7)
+    x, W = rng.standard_normal((5, 3)), rng.standard_normal((3, 3))
+
+    def wrong(dy, cache):
+        dx, dW, db = linear_backward(dy, cache)
+        return dx, dW.T, db  # a transposed dW: right shape, wrong values
+
+    report = gradcheck(linear_forward, wrong, x, W, names=["x", "W"])
+    x_line, W_line = [line for line in str(report).splitlines() if line.startswith(("x ", "W "))]
+    assert x_line.split()[-2:] == ["-", "ok"]
+    assert W_line.endswith("FAIL") and str(report.rows[1].worst_index) in W_line
+    assert report.rows[0].worst_index is not None  # the field itself is kept
