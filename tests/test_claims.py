@@ -354,3 +354,16 @@ def test_two_head_printed_concat_row_major():
     out = matvec(list(t["printed_concat"]), row_major)
     assert out == pytest.approx([285.23, 291.97, 298.71], abs=1e-9)
     np.testing.assert_allclose(two_head_example().output_from_printed_concat_row_major[0], out, atol=1e-12)
+
+
+def test_hull_wins_are_counted_beyond_a_tie():
+    """Which of two tied scores rounding puts on top depends on the CPU and the NumPy version
+    (the 0.1-degree circle passes exactly through the tie directions); a win must be by more
+    than HULL_TIE_TOL of the largest score, so the counts are the same on every machine."""
+    one_ulp_above = np.array([[10.0, np.nextafter(10.0, 11.0), 10.0, 4.0]])  # (T=1, 4 keys)
+    assert not ex._beats(one_ulp_above, 1).any() and not ex._beats(one_ulp_above, 0).any()
+    clearly_above = np.array([[10.0, 10.0 + 1e-6, 10.0, 4.0]])
+    assert ex._beats(clearly_above, 1).all()
+    search = ex.hull_single_query_search()
+    assert search["best_margin_k3"] == 0.0  # the tie at q = (1, 1) direction, never a win
+    assert sum(search["strictly_first"]) < search["n_queries"]  # the tie directions win for no key
