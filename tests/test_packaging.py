@@ -1,0 +1,31 @@
+"""setup.cfg's lower bounds are exactly what CI's oldest leg pins, so they are proven."""
+import configparser
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _requirements(text: str) -> dict:
+    """'name>=1.24' lines -> {'name': '1.24'}."""
+    return dict(re.findall(r"^\s*([A-Za-z0-9_.-]+)\s*>=\s*([0-9.]+)\s*$", text, flags=re.M))
+
+
+def test_every_lower_bound_is_pinned_by_the_oldest_ci_leg():
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    bounds = _requirements(cfg["options"]["install_requires"])
+    bounds |= _requirements(cfg["options.extras_require"]["test"])
+    pins = dict(re.findall(r"^([A-Za-z0-9_.-]+)==([0-9.]+)\.\*$",
+                           (ROOT / ".ci" / "oldest-constraints.txt").read_text(), flags=re.M))
+    assert {"numpy", "matplotlib"} <= set(bounds)
+    assert pins == bounds, f"setup.cfg lower bounds {bounds} != .ci/oldest-constraints.txt pins {pins}"
+
+
+def test_ci_runs_both_ends_of_the_matrix():
+    run = (ROOT / ".ci" / "run").read_text()
+    assert "run_leg oldest 3.10 .ci/oldest-constraints.txt" in run
+    assert "run_leg newest 3.13" in run
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    assert cfg["options"]["python_requires"].strip() == ">=3.10"
