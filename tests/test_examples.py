@@ -66,7 +66,8 @@ def test_parameter_count(capsys):
     out = run(capsys, "parameter_count")
     assert "    512   8   1,048,576   1,048,576   1,050,624    1,050,624" in out
     assert "  1 kv heads: 589,824" in out  # 2 d^2 + 2 d d_k = 524,288 + 65,536
-    assert "max |difference| = 0.0e+00" in out
+    assert "separate heads vs parallel form: max |difference| < 1e-12" in out
+    assert "Concat W^O: max |difference| < 1e-12" in out
 
 
 def test_cost_and_low_rank(capsys, tmp_path):
