@@ -4,21 +4,34 @@ Every public forward validates its arguments here *before* any arithmetic, so a
 user sees a message that names the argument and its shape instead of NumPy's
 ``matmul:`` or broadcasting message from deep inside a computation.
 
-Dtype policy (one place, used everywhere):
+Dtype policy (one place, used everywhere, upstream gradients included):
 
 * integer input is accepted and computed in float64;
 * float32 stays float32, float64 stays float64 (the default everywhere);
 * when arrays of different float widths meet, NumPy's ``result_type`` decides
   (float32 with float64 gives float64);
-* booleans, strings, objects and complex numbers are rejected with ``TypeError``;
+* other floats (float16, longdouble), booleans, strings, objects and complex numbers
+  are rejected with ``TypeError``;
 * NaN and +/-inf are rejected with ``ValueError`` (except ``-inf`` inside a
   float mask or a softmax input, where it means "weight exactly zero").
+
+Results too large for the dtype (attention scores ``q k^T / sqrt(d_k)`` of inputs near
+1e19 in float32, 1e154 in float64; projections; linear attention's sums) raise
+``FloatingPointError`` naming the inputs, the dtype and its largest finite value
+(:func:`overflow_error`) instead of returning NaN with a NumPy ``RuntimeWarning``.
 """
 from __future__ import annotations
+
+import os
+import sys
+import warnings
 
 import numpy as np
 
 __all__ = []  # private module
+
+#: The floating dtypes the library computes in (integers are computed in float64).
+FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _describe(x) -> str:
@@ -31,8 +44,9 @@ def _describe(x) -> str:
 def as_real_array(x, name: str, *, allow_neg_inf: bool = False) -> np.ndarray:
     """Return ``x`` as a real floating ndarray (no copy when it already is one).
 
-    Raises ``TypeError`` for booleans, strings, objects and complex numbers and
-    ``ValueError`` for NaN or infinity (``-inf`` allowed when ``allow_neg_inf``).
+    Raises ``TypeError`` for booleans, strings, objects, complex numbers and floats other
+    than float32 and float64 (integers become float64), and ``ValueError`` for NaN or
+    infinity (``-inf`` allowed when ``allow_neg_inf``).
     """
     if x is None:
         raise TypeError(f"{name} must be an array of real numbers, got None")
@@ -40,22 +54,44 @@ def as_real_array(x, name: str, *, allow_neg_inf: bool = False) -> np.ndarray:
         arr = np.asarray(x)
     except Exception as exc:  # ragged lists and the like
         raise TypeError(f"{name} must be an array of real numbers: {exc}") from None
-    kind = arr.dtype.kind
-    if kind == "b":
+    if arr.dtype.kind == "b":
         raise TypeError(
             f"{name} must hold real numbers, got a boolean {_describe(arr)}"
             " (boolean arrays are masks: pass them as mask=)"
         )
-    if kind in "iu":
-        arr = arr.astype(np.float64)
-    elif kind != "f":
-        raise TypeError(f"{name} must hold real numbers, got {_describe(arr)}")
+    arr = _real_dtype(arr, name)
     if not np.isfinite(arr).all():
         if np.isnan(arr).any():
             raise ValueError(f"{name} contains NaN ({_describe(arr)})")
         if not allow_neg_inf or np.isposinf(arr).any():
             raise ValueError(f"{name} contains infinity ({_describe(arr)})")
     return arr
+
+
+def _real_dtype(arr: np.ndarray, name: str) -> np.ndarray:
+    """``arr`` in a dtype of the policy: float32 or float64 as it is, integers in float64."""
+    kind = arr.dtype.kind
+    if kind in "iu":
+        return arr.astype(np.float64)
+    if kind != "f":
+        raise TypeError(f"{name} must hold real numbers, got {_describe(arr)}")
+    if arr.dtype not in FLOAT_DTYPES:
+        raise TypeError(
+            f"{name} must be float32 or float64 (integers are computed in float64), got"
+            f" {_describe(arr)}; convert it with {name}.astype(np.float32)"
+        )
+    return arr
+
+
+def check_float_dtype(dtype, name: str = "dtype") -> np.dtype:
+    """A ``dtype=`` argument as a NumPy dtype, or ``TypeError`` unless float32 or float64."""
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"{name} must be a floating dtype, float32 or float64, got {dtype!r}") from None
+    if dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{name} must be a floating dtype, float32 or float64, got {dtype}")
+    return dtype
 
 
 def common_dtype(*arrays) -> np.dtype:
@@ -95,15 +131,47 @@ def check_positive_int(value, name: str) -> int:
     return int(value)
 
 
-def as_mask(mask, name: str = "mask") -> np.ndarray | None:
+def check_nonnegative_int(value, name: str) -> int:
+    """Return ``value`` as an int, or raise if it is not an integer >= 0 (a length may be 0)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be a non-negative integer, got {value!r}")
+    if value < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {value}")
+    return int(value)
+
+
+def as_mask(mask, name: str = "mask", *, warn: bool = True) -> np.ndarray | None:
     """Validate an attention mask: boolean (True = may attend) or float (added to scores).
 
+    The one place every mask is normalised (the blockwise path, which reads its mask tile
+    by tile, calls the same :func:`check_mask_dtype` and :func:`warn_if_keep_mask`).
     Integer masks are rejected: 0/1 integers are read as "keep" by some libraries and
-    as "block" by others, so we ask for an explicit ``astype(bool)``.
+    as "block" by others, so we ask for an explicit ``astype(bool)``. A float mask of
+    only 0s and 1s gets a ``UserWarning`` (see :func:`warn_if_keep_mask`) unless ``warn``
+    is False (for a mask its caller has validated, and warned about, already).
     """
     if mask is None:
         return None
-    arr = np.asarray(mask)
+    try:
+        arr = np.asarray(mask)
+    except Exception as exc:  # ragged lists and the like
+        raise TypeError(f"{name} must be a boolean or floating array: {exc}") from None
+    arr = check_mask_dtype(arr, name)
+    if arr.dtype == bool:
+        return arr
+    # one pass, no copy: NaN propagates to the maximum, +inf is the maximum, -inf (blocked) is allowed
+    mask_max = arr.max(initial=-np.inf)
+    if np.isnan(mask_max):
+        raise ValueError(f"{name} contains NaN ({_describe(arr)})")
+    if mask_max == np.inf:
+        raise ValueError(f"{name} contains infinity ({_describe(arr)})")
+    if warn:
+        warn_if_keep_mask(arr, name, mask_max)
+    return arr
+
+
+def check_mask_dtype(arr: np.ndarray, name: str = "mask") -> np.ndarray:
+    """A mask's dtype: boolean, float32 or float64, else ``TypeError`` (integers: say ``astype(bool)``)."""
     kind = arr.dtype.kind
     if kind == "b":
         return arr
@@ -112,7 +180,33 @@ def as_mask(mask, name: str = "mask") -> np.ndarray | None:
             f"{name} must be boolean (True = may attend) or floating (added to the scores),"
             f" got an integer {_describe(arr)}; use {name}.astype(bool) for a keep-mask"
         )
-    return as_real_array(arr, name, allow_neg_inf=True)
+    return _real_dtype(arr, name)
+
+
+def warn_if_keep_mask(mask: np.ndarray, name: str, mask_max) -> None:
+    """``UserWarning`` when a float mask holds only 0s and 1s, with at least one 1.
+
+    That is almost always a boolean keep-mask cast to float (``causal_mask(n).astype(float)``):
+    added to the scores it raises the allowed keys by 1 and blocks nothing, so future
+    tokens get through. ``mask_max`` is the mask's maximum (the callers have it already),
+    so the usual additive masks (0 and -inf, or 0 and a large negative number) cost nothing.
+    """
+    if mask_max != 1 or mask.min() < 0 or not ((mask == 0) | (mask == 1)).all():
+        return
+    warnings.warn(
+        f"{name} is a float mask of 0s and 1s: float masks are ADDED to the scaled scores, so"
+        " it adds 1 where it holds 1 and blocks nothing. For a keep-mask (1 = may attend) pass"
+        f" {name}.astype(bool); for an additive mask use 0 and -inf (mask_to_additive)",
+        UserWarning, stacklevel=_caller_stacklevel())
+
+
+def _caller_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning at the first frame outside this package."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    frame, level = sys._getframe(1), 1  # the frame that calls warnings.warn is level 1
+    while frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == package:
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def cast_mask(mask: np.ndarray | None, dtype, name: str = "mask") -> np.ndarray | None:
@@ -156,11 +250,60 @@ def unbroadcast(grad: np.ndarray, shape: tuple) -> np.ndarray:
     return grad.sum(axis=axes).reshape(shape)
 
 
+def as_gradient(grad, name: str = "dout") -> np.ndarray:
+    """An upstream gradient under the inputs' rules: real (float32, float64 or integer) and finite."""
+    try:
+        grad = np.asarray(grad)
+    except Exception as exc:  # ragged lists and the like
+        raise TypeError(f"{name} must be an array of real numbers: {exc}") from None
+    if grad.dtype.kind == "b":
+        raise TypeError(f"{name} must hold real numbers, got a boolean {_describe(grad)}")
+    return as_real_array(grad, name)
+
+
 def as_upstream(grad, shape: tuple, dtype, name: str = "dout") -> np.ndarray:
-    """An upstream gradient checked against the forward output's shape, in its dtype."""
-    grad = np.asarray(grad)
+    """An upstream gradient checked against the forward output's shape, in its dtype.
+
+    Every public backward starts here: ``ValueError`` for a shape other than the
+    forward output's (both shapes in the message) or for NaN / infinity, ``TypeError``
+    for a dtype outside the policy (booleans, strings, objects, complex, float16).
+    """
+    grad = as_gradient(grad, name)
     if grad.shape != tuple(shape):
         raise ValueError(f"{name} must have shape {tuple(shape)} (the forward output's), got {grad.shape}")
-    if grad.dtype.kind not in "fiu":
-        raise TypeError(f"{name} must hold real numbers, got dtype {grad.dtype}")
     return grad.astype(dtype, copy=False)
+
+
+#: Headroom for rounding when a bound decides that a product cannot overflow: sums of
+#: d terms are rounded d times, so stay a factor 2 below the dtype's largest finite value.
+OVERFLOW_HEADROOM = 2.0
+
+
+def _abs_max(x: np.ndarray) -> float:
+    """``max |x|`` as a Python float (0 for an empty array), without an ``abs`` copy."""
+    if not x.size:
+        return 0.0
+    return max(float(x.max()), -float(x.min()))
+
+
+def scores_may_overflow(q: np.ndarray, k: np.ndarray, scale: float) -> bool:
+    """Whether ``q k^T * scale`` could overflow q's dtype: False for all but huge inputs.
+
+    ``|q_i . k_j| <= d_k max|q| max|k|`` (each of the d_k terms is at most
+    ``max|q| max|k|``), so two reductions over q and k decide it without a pass over the
+    (n_q, n_k) scores; the bound is computed in Python floats, which cannot overflow
+    silently into a wrong answer (they become ``inf``, which compares as too large).
+    """
+    bound = q.shape[-1] * scale * _abs_max(q) * _abs_max(k)
+    return OVERFLOW_HEADROOM * bound > float(np.finfo(q.dtype).max)
+
+
+def overflow_error(what: str, dtype, inputs) -> FloatingPointError:
+    """The error for a result that overflows ``dtype``; ``inputs`` is ``[(name, array), ...]``."""
+    dtype = np.dtype(dtype)
+    sizes = ", ".join(f"largest |{name}| = {_abs_max(np.asarray(a)):.3g}" for name, a in inputs)
+    fix = " or compute in float64" if dtype == np.float32 else ""
+    return FloatingPointError(
+        f"overflow in {what}: the result exceeds the largest finite {dtype}, {np.finfo(dtype).max:.4g}"
+        f" ({sizes}); scale the inputs down{fix}"
+    )

@@ -9,6 +9,13 @@ Forward, numbered so the backward can walk it in reverse:
 2. masking: ``scores[~mask] = -inf`` (boolean) or ``scores += mask`` (float)
 3. ``weights = softmax(scores)`` along the keys          (..., Nq, Nk)
 4. ``out = weights v``                                   (..., Nq, Dv)
+
+Scores too large for the dtype (``q`` and ``k`` near 1e19 in float32, 1e154 in float64)
+raise ``FloatingPointError`` naming q, k, the dtype and its largest finite value, instead
+of NaN and a NumPy ``RuntimeWarning``. No pass over the (..., Nq, Nk) scores on ordinary
+inputs: a bound from ``max|q|`` and ``max|k|`` rules overflow out (two reductions each),
+and a float mask that overflows the scores shows in the softmax's row maxima, which it
+computes anyway.
 """
 from __future__ import annotations
 
@@ -26,11 +33,13 @@ from ._checks import (
     cast_mask,
     check_mask_shape,
     common_dtype,
+    overflow_error,
     require_ndim,
+    scores_may_overflow,
     unbroadcast,
 )
 from ._parallel import for_each_row_block
-from .softmax import _softmax
+from .softmax import _ScoresOverflow, _softmax
 
 __all__ = [
     "AttentionCache",
@@ -97,17 +106,24 @@ def scaled_dot_product_attention_forward(q, k, v, mask=None):
     -------
     out : array (..., n_q, d_v); zero for a query with no allowed key
     cache : AttentionCache; ``cache.weights`` (..., n_q, n_k) are the probabilities
+
+    Raises
+    ------
+    FloatingPointError : when the scores (plus a float mask) overflow the dtype
     """
     q, k, v, mask, _ = check_attention_inputs(q, k, v, mask)
     return _attention_forward(q, k, v, mask)
 
 
-def _attention_forward(q, k, v, mask):
-    """Unchecked forward on validated, same-dtype inputs."""
+def _attention_forward(q, k, v, mask, names=("q", "k")):
+    """Unchecked forward on validated, same-dtype inputs; ``names`` label q and k in errors."""
     scale = 1.0 / math.sqrt(q.shape[-1])  # a Python float keeps float32 work in float32
     # 1. scores = q k^T / sqrt(d_k), computed as (q / sqrt(d_k)) k^T: the scale touches
-    #    n_q * d_k numbers instead of n_q * n_k.
-    scores = (q * scale) @ k.swapaxes(-1, -2)  # (..., Nq, Nk)
+    #    n_q * d_k numbers instead of n_q * n_k. Overflow is reported by name, below.
+    with np.errstate(over="ignore", invalid="ignore"):
+        scores = (q * scale) @ k.swapaxes(-1, -2)  # (..., Nq, Nk)
+    if scores_may_overflow(q, k, scale) and not np.isfinite(scores).all():  # a pass only near the limit
+        raise overflow_error("the attention scores q k^T / sqrt(d_k)", q.dtype, zip(names, (q, k)))
     # 2. masking
     if mask is not None:
         full = np.broadcast_shapes(scores.shape, mask.shape)
@@ -116,9 +132,14 @@ def _attention_forward(q, k, v, mask):
         if mask.dtype == bool:
             np.copyto(scores, -np.inf, where=~mask)  # blocked keys get weight exactly 0
         else:
-            scores += mask  # already in the scores' dtype (see cast_mask)
+            with np.errstate(over="ignore"):  # a +inf sum shows in the softmax's row maxima
+                scores += mask  # already in the scores' dtype (see cast_mask)
     # 3. weights = softmax(scores), in place: nobody else holds `scores`
-    weights = _softmax(scores, axis=-1, out=scores)  # (..., Nq, Nk)
+    try:
+        weights = _softmax(scores, axis=-1, out=scores)  # (..., Nq, Nk)
+    except _ScoresOverflow:  # finite scores (step 1), so a huge positive float mask did it
+        what = f"the scores q k^T / sqrt(d_k) + mask (largest mask value {mask.max():.3g})"
+        raise overflow_error(what, q.dtype, zip(names, (q, k))) from None
     # 4. out = weights v
     out = weights @ v  # (..., Nq, Dv)
     return out, AttentionCache(q, k, v, weights, out, scale)

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._checks import as_real_array, unbroadcast
+from ._checks import as_real_array, as_upstream, unbroadcast
 from .layer_norm import LayerNormCache, layer_norm_backward, layer_norm_forward
 from .linear import glorot_uniform  # re-exported for the block modules
 
@@ -96,7 +96,8 @@ class ResidualCache(NamedTuple):
     norm_first: bool
     x_shape: tuple  # the input's shape (the output's may be larger: cross-attention can
     # broadcast a shared target sequence against a batch of memories)
-    y_dtype: np.dtype = np.dtype(np.float64)  # the output's dtype; dy is cast to it
+    y_shape: tuple  # the output's shape, which dy must have
+    y_dtype: np.dtype  # the output's dtype; dy is cast to it
 
 
 def residual_forward(x, sublayer: Callable, gamma, beta, *, norm_first=False, eps=1e-5):
@@ -128,7 +129,7 @@ def residual_forward(x, sublayer: Callable, gamma, beta, *, norm_first=False, ep
         s, sub_cache = sublayer(x)  # (..., D)
         _check_sublayer_width(x, s)
         y, norm_cache = layer_norm_forward(x + s, gamma, beta, eps)  # (..., D)
-    return y, ResidualCache(sub_cache, norm_cache, norm_first, x.shape, y.dtype)
+    return y, ResidualCache(sub_cache, norm_cache, norm_first, x.shape, y.shape, y.dtype)
 
 
 def _check_sublayer_width(x, s):
@@ -152,7 +153,7 @@ def residual_backward(dy, cache: ResidualCache, sublayer_backward: Callable):
     extra : what ``sublayer_backward`` returned besides ``dz``
     dgamma, dbeta : arrays (d,)
     """
-    dy = np.asarray(dy).astype(cache.y_dtype, copy=False)  # a float64 dy keeps float32 float32
+    dy = as_upstream(dy, cache.y_shape, cache.y_dtype, "dy")  # a float64 dy keeps float32 float32
     if cache.norm_first:
         # y = x + s, s = sublayer(z), z = LN(x)
         dz, extra = sublayer_backward(dy, cache.sublayer)  # (..., D)

@@ -24,7 +24,16 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._checks import as_mask, as_real_array, broadcast_batch, check_mask_shape, check_positive_int, require_ndim
+from ._checks import (
+    as_mask,
+    as_real_array,
+    as_upstream,
+    broadcast_batch,
+    check_float_dtype,
+    check_mask_shape,
+    check_positive_int,
+    require_ndim,
+)
 from .blocks import (
     ResidualCache,
     check_block_params,
@@ -39,7 +48,12 @@ from .blocks import (
 from .encoder_block import _check_block_options, _ffn_params, _ln_params, _self_attention_backward
 from .feed_forward import FFN_PARAM_NAMES, feed_forward_backward, feed_forward_forward
 from .masks import causal_mask
-from .multi_head import PARAM_NAMES, multi_head_attention_backward, multi_head_attention_forward
+from .multi_head import (
+    PARAM_NAMES,
+    _multi_head_attention_forward,
+    check_multi_head_inputs,
+    multi_head_attention_backward,
+)
 
 __all__ = [
     "DECODER_GROUPS",
@@ -137,11 +151,17 @@ def decoder_block_forward(x, memory, params, num_heads, mask=None, memory_mask=N
     memory_mask = as_mask(memory_mask, "memory_mask")
     check_mask_shape(memory_mask, batch + (n, m), "memory_mask")
 
+    def attention(group, query, key_value, group_mask):
+        """Multi-head attention of one group; the masks were validated, and warned about, above."""
+        checked = check_multi_head_inputs(query, key_value, key_value, p[group], num_heads, group_mask,
+                                          warn_mask=False)
+        return _multi_head_attention_forward(*checked, tuple(p[group]))
+
     def self_attention(z):
-        return multi_head_attention_forward(z, z, z, p["self_attn"], num_heads, self_mask)
+        return attention("self_attn", z, z, self_mask)
 
     def cross_attention(z):
-        return multi_head_attention_forward(z, memory, memory, p["cross_attn"], num_heads, memory_mask)
+        return attention("cross_attn", z, memory, memory_mask)
 
     def ffn(z):
         return feed_forward_forward(z, p["ffn"], activation)
@@ -162,12 +182,18 @@ def decoder_block_forward(x, memory, params, num_heads, mask=None, memory_mask=N
 def decoder_block_backward(dout, cache: DecoderBlockCache):
     """Gradients of :func:`decoder_block_forward`, its three sub-layers in reverse.
 
+    Parameters
+    ----------
+    dout : array (..., n, d_model), upstream gradient
+    cache : DecoderBlockCache from the forward
+
     Returns
     -------
     dx : array (..., n, d_model)
     dmemory : array (..., m, d_memory), from the cross-attention's keys and values
     grads : flat dict with the keys of ``params``
     """
+    dout = as_upstream(dout, cache.ffn.y_shape, cache.ffn.y_dtype)
     g = {}
     # 3. feed-forward sub-layer
     dh2, g["ffn"], dgamma, dbeta = residual_backward(dout, cache.ffn, feed_forward_backward)
@@ -192,6 +218,7 @@ def init_decoder_block_params(d_model, num_heads, d_ff=None, *, d_memory=None, s
     d_memory = d_model if d_memory is None else check_positive_int(d_memory, "d_memory")
     if d_model % num_heads:
         raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
+    dtype = check_float_dtype(dtype)
     rng = np.random.default_rng(seed)
     p = {}
     for group, d_kv_in in (("self_attn", d_model), ("cross_attn", d_memory)):
@@ -218,9 +245,17 @@ class TransformerDecoderBlock:
         _check_block_options(activation, norm_first)
         self.params = init_decoder_block_params(d_model, num_heads, d_ff, d_memory=d_memory,
                                                 seed=seed, dtype=dtype)
+        self.d_model, self.d_ff = d_model, self.params["ffn.W_1"].shape[1]
+        self.d_memory = self.params["cross_attn.W_k"].shape[0]
         self.num_heads, self.activation, self.norm_first, self.eps = num_heads, activation, norm_first, eps
+        self.dtype = self.params["ffn.W_1"].dtype
         self.grads = None
         self.cache = None
+
+    def __repr__(self):
+        return (f"TransformerDecoderBlock(d_model={self.d_model}, num_heads={self.num_heads}, d_ff={self.d_ff},"
+                f" d_memory={self.d_memory}, activation={self.activation!r}, norm_first={self.norm_first},"
+                f" eps={self.eps}, dtype='{self.dtype}')")
 
     def forward(self, x, memory, mask=None, memory_mask=None):
         """Run the block on ``x`` (..., n, d_model) attending to ``memory`` (..., m, d_memory)."""

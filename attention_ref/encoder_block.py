@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._checks import as_real_array, check_positive_int, require_ndim
+from ._checks import as_real_array, as_upstream, check_float_dtype, check_positive_int, require_ndim
 from .blocks import (
     ResidualCache,
     check_block_params,
@@ -122,12 +122,18 @@ def encoder_block_forward(x, params, num_heads, mask=None, norm_first=False, *,
 def encoder_block_backward(dout, cache: EncoderBlockCache):
     """Gradients of :func:`encoder_block_forward`, its two sub-layers in reverse.
 
+    Parameters
+    ----------
+    dout : array (..., n, d_model), upstream gradient
+    cache : EncoderBlockCache from the forward
+
     Returns
     -------
     dx : array (..., n, d_model)
     grads : flat dict with the keys of ``params`` (plus ``"self_attn.head_mask"`` when a
         head mask was given)
     """
+    dout = as_upstream(dout, cache.ffn.y_shape, cache.ffn.y_dtype)
     g = {}
     # 2. feed-forward sub-layer
     dh, g["ffn"], dgamma2, dbeta2 = residual_backward(dout, cache.ffn, feed_forward_backward)
@@ -146,6 +152,7 @@ def init_encoder_block_params(d_model, num_heads, d_ff=None, *, seed=None, dtype
     d_ff = 4 * d_model if d_ff is None else check_positive_int(d_ff, "d_ff")
     if d_model % num_heads:
         raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
+    dtype = check_float_dtype(dtype)
     rng = np.random.default_rng(seed)
     p = {}
     for name in ("q", "k", "v", "o"):
@@ -198,9 +205,16 @@ class TransformerEncoderBlock:
                  eps=1e-5, seed=None, dtype=np.float64):
         _check_block_options(activation, norm_first)
         self.params = init_encoder_block_params(d_model, num_heads, d_ff, seed=seed, dtype=dtype)
+        self.d_model, self.d_ff = d_model, self.params["ffn.W_1"].shape[1]
         self.num_heads, self.activation, self.norm_first, self.eps = num_heads, activation, norm_first, eps
+        self.dtype = self.params["ffn.W_1"].dtype
         self.grads = None
         self.cache = None
+
+    def __repr__(self):
+        return (f"TransformerEncoderBlock(d_model={self.d_model}, num_heads={self.num_heads}, d_ff={self.d_ff},"
+                f" activation={self.activation!r}, norm_first={self.norm_first}, eps={self.eps},"
+                f" dtype='{self.dtype}')")
 
     def forward(self, x, mask=None, head_mask=None):
         """Run the block on ``x`` (..., n, d_model); returns (..., n, d_model)."""

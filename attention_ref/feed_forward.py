@@ -28,8 +28,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._checks import as_real_array, common_dtype
-from .linear import LinearCache, _check_linear, _linear, linear_backward
+from ._checks import as_real_array, as_upstream, common_dtype
+from .linear import LinearCache, _check_linear, _linear, _linear_backward
 
 __all__ = [
     "ACTIVATIONS",
@@ -66,7 +66,8 @@ def relu_forward(h):
 
 
 def relu_backward(da, h):
-    """``dh = da * [h > 0]`` (derivative 0 at h = 0)."""
+    """``dh = da * [h > 0]`` (derivative 0 at h = 0); ``da`` shaped like ``h``."""
+    da = as_upstream(da, h.shape, h.dtype, "da")
     return np.where(h > 0, da, 0.0).astype(h.dtype, copy=False)
 
 
@@ -78,8 +79,9 @@ def gelu_forward(h):
 
 
 def gelu_backward(da, h):
-    """``dh = da * (0.5 (1 + t) + 0.5 h (1 - t^2) s (1 + 3 c h^2))``, ``t`` as in the forward."""
-    da = np.asarray(da).astype(h.dtype, copy=False)  # a float64 da keeps float32 float32
+    """``dh = da * (0.5 (1 + t) + 0.5 h (1 - t^2) s (1 + 3 c h^2))``, ``t`` as in the forward;
+    ``da`` shaped like ``h``."""
+    da = as_upstream(da, h.shape, h.dtype, "da")  # a float64 da keeps float32 float32
     t, u = _gelu_tanh(h)
     dt_dh = (1.0 - t * t) * _GELU_S * (1.0 + 3.0 * _GELU_C * u * u)  # exactly 0 where |h| >= 10
     return da * (0.5 * (1.0 + t) + 0.5 * h * dt_dh)
@@ -161,17 +163,24 @@ def feed_forward_backward(dy, cache: FeedForwardCache):
     ``da = dy W_2^T``, ``dh = da * act'(h)``, ``dx = dh W_1^T``; the weight gradients are
     those of :func:`attention_ref.linear_backward`.
 
+    Parameters
+    ----------
+    dy : array (..., d_out), upstream gradient
+    cache : FeedForwardCache from the forward
+
     Returns
     -------
     dx : array (..., d_model)
     grads : dict with the keys of ``params`` (None for a bias given as None)
     """
+    fc2 = cache.fc2
+    dy = as_upstream(dy, fc2.x.shape[:-1] + (fc2.W.shape[1],), fc2.x.dtype, "dy")
     _, act_backward = _ACT[cache.activation]
     grads = {}
     # 3. y = a W_2 + b_2
-    da, grads["W_2"], grads["b_2"] = linear_backward(dy, cache.fc2)  # (..., F)
+    da, grads["W_2"], grads["b_2"] = _linear_backward(dy, fc2)  # (..., F)
     # 2. a = act(h)
     dh = act_backward(da, cache.h)  # (..., F)
     # 1. h = x W_1 + b_1
-    dx, grads["W_1"], grads["b_1"] = linear_backward(dh, cache.fc1)  # (..., D)
+    dx, grads["W_1"], grads["b_1"] = _linear_backward(dh, cache.fc1)  # (..., D)
     return dx, {n: grads[n] for n in cache.param_keys}

@@ -19,6 +19,11 @@ Forward, for one query block against key blocks ``b = 1, 2, ...`` (numbered for 
 Memory beyond inputs and output: O(Bq * Bk) per batch element for one tile, plus the
 (..., Nq) vectors ``m, l``. The backward recomputes ``p = exp((s - m) - log l)`` tile by tile.
 
+Scores too large for the dtype raise ``FloatingPointError`` naming q, k, the dtype and its
+largest finite value, as in :func:`attention_ref.scaled_dot_product_attention_forward`:
+tiles are checked one by one only when a bound from ``max|q|`` and ``max|k|`` allows an
+overflow, and a float mask that overflows shows in the tile's row maximum (step 2).
+
 The Python loops below run over *blocks* only (Nq/Bq times Nk/Bk iterations); each
 iteration is vectorised over the batch axes and within the block.
 """
@@ -29,7 +34,16 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._checks import as_upstream, check_mask_shape, check_positive_int, unbroadcast
+from ._checks import (
+    as_upstream,
+    check_mask_dtype,
+    check_mask_shape,
+    check_positive_int,
+    overflow_error,
+    scores_may_overflow,
+    unbroadcast,
+    warn_if_keep_mask,
+)
 from .attention import check_attention_inputs
 from .local import check_window
 
@@ -121,20 +135,19 @@ def _mask_tile(mask, qs, qe, ks, ke):
 
 
 def _check_mask(mask, scores_shape):
-    """The caller's mask itself (no copy, no scan of its values): dtype and shape only.
+    """The caller's mask itself (no copy): dtype and shape, and the 0/1 float mask warning.
 
-    The core's ``as_mask`` would scan (and ``cast_mask`` copy) the whole Nq x Nk array;
-    here the values are checked one tile at a time by :func:`_float_mask_tile`.
+    The core's ``as_mask`` would allocate (and ``cast_mask`` copy) arrays of the whole
+    Nq x Nk size; here the values are checked one tile at a time by
+    :func:`_float_mask_tile`. A float mask is read once whole, by a reduction that
+    allocates nothing (its maximum), to spot a keep-mask cast to float.
     """
     if mask is None:
         return None
-    arr = np.asarray(mask)  # the caller's array when it already is one
-    if arr.dtype.kind in "iu":
-        raise TypeError(f"mask must be boolean (True = may attend) or floating (added to the scores),"
-                        f" got an integer array of dtype {arr.dtype}; use mask.astype(bool) for a keep-mask")
-    if arr.dtype.kind not in "bf":
-        raise TypeError(f"mask must be boolean or floating, got an array of dtype {arr.dtype}")
+    arr = check_mask_dtype(np.asarray(mask))  # the caller's array when it already is one
     check_mask_shape(arr, scores_shape)
+    if arr.dtype != bool:
+        warn_if_keep_mask(arr, "mask", arr.max(initial=-np.inf))
     return arr
 
 
@@ -151,9 +164,16 @@ def _float_mask_tile(tile, dtype):
     return tile
 
 
-def _scores(q_blk, k, mask, qs, qe, ks, ke, n_q, n_k, causal, window):
-    """Step 1 for one tile: scaled scores with every mask applied; ``q_blk`` is pre-scaled."""
-    s = q_blk @ k[..., ks:ke, :].swapaxes(-1, -2)  # (..., Bq, Bk)
+def _scores(q_blk, k, mask, qs, qe, ks, ke, n_q, n_k, causal, window, q=None):
+    """Step 1 for one tile: scaled scores with every mask applied; ``q_blk`` is pre-scaled.
+
+    Given the unscaled ``q``, raise if the tile's product overflows (the forward passes it
+    when :func:`scores_may_overflow`; the backward recomputes tiles the forward checked).
+    """
+    with np.errstate(over="ignore", invalid="ignore"):  # reported below, by name
+        s = q_blk @ k[..., ks:ke, :].swapaxes(-1, -2)  # (..., Bq, Bk)
+    if q is not None and not np.isfinite(s).all():
+        raise overflow_error("the attention scores q k^T / sqrt(d_k)", s.dtype, [("q", q), ("k", k)])
     keep = _structural_keep(qs, qe, ks, ke, n_q, n_k, causal, window)
     if keep is not None:
         s = np.where(keep, s, -np.inf)  # blocked keys get weight exactly 0
@@ -189,7 +209,9 @@ def flash_attention_forward(q, k, v, mask=None, causal=False, block_size=128, *,
         broadcastable to (..., n_q, n_k); read one tile at a time and never copied whole:
         its dtype and shape are checked up front, its values tile by tile, so a NaN or
         +inf raises ``ValueError`` when its tile is reached (before anything is returned;
-        tiles that ``causal`` / ``window`` skip are never read)
+        tiles that ``causal`` / ``window`` skip are never used). A float mask of only 0s
+        and 1s warns, as everywhere (:mod:`attention_ref.masks`): that takes one
+        reduction over it, its maximum, which allocates nothing
     causal : query ``i`` attends only keys ``j <= i + n_k - n_q``; key blocks entirely in
         the future are never visited
     block_size : rows per query block and per key block
@@ -202,6 +224,10 @@ def flash_attention_forward(q, k, v, mask=None, causal=False, block_size=128, *,
     out : array (..., n_q, d_v); zero for a query with no allowed key
     cache : FlashAttentionCache (inputs, the caller's mask, output and the (..., n_q) row
         maximum and log row sum)
+
+    Raises
+    ------
+    FloatingPointError : when the scores (plus a float mask) overflow the dtype
     """
     causal, window, block = _check_options(causal, window, block_size)
     q, k, v, _, scores_shape = check_attention_inputs(q, k, v, None)
@@ -212,6 +238,7 @@ def flash_attention_forward(q, k, v, mask=None, causal=False, block_size=128, *,
     out = np.zeros(batch + (n_q, d_v), dtype)  # (..., Nq, Dv)
     row_max = np.zeros(batch + (n_q,), dtype)  # (..., Nq)
     log_row_sum = np.full(batch + (n_q,), np.inf, dtype)  # (..., Nq)
+    q_to_check = q if scores_may_overflow(q, k, scale) else None  # check tiles only near the limit
     for qs in range(0, n_q, block):  # loop over query blocks
         qe = min(qs + block, n_q)
         q_blk = q[..., qs:qe, :] * scale  # (..., Bq, Dk)
@@ -221,10 +248,13 @@ def flash_attention_forward(q, k, v, mask=None, causal=False, block_size=128, *,
         for ks in _key_blocks(qs, qe, n_q, n_k, block, causal, window):  # loop over key blocks
             ke = min(ks + block, n_k)
             # 1. scores of this tile, masked
-            s = _scores(q_blk, k, mask, qs, qe, ks, ke, n_q, n_k, causal, window)  # (..., Bq, Bk)
+            s = _scores(q_blk, k, mask, qs, qe, ks, ke, n_q, n_k, causal, window, q_to_check)  # (..., Bq, Bk)
             # 2. new running maximum; a row with no allowed key so far keeps m = -inf and
             #    uses 0 as its reference so that exp never sees -inf - (-inf)
-            m_new = np.maximum(m, s.max(axis=-1))  # (..., Bq)
+            tile_max = s.max(axis=-1)  # (..., Bq)
+            if (tile_max == np.inf).any():  # finite scores (step 1), so a huge positive float mask did it
+                raise overflow_error("the scores q k^T / sqrt(d_k) + mask", dtype, [("q", q), ("k", k)])
+            m_new = np.maximum(m, tile_max)  # (..., Bq)
             m_ref = np.where(np.isfinite(m_new), m_new, 0.0).astype(dtype, copy=False)
             # with extreme finite float masks (e.g. -3e38 against +3e38) the differences
             # below overflow to -inf, whose exp is the exact weight 0: not an error

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import check_positive_int
+from ._checks import as_gradient, check_positive_int
 
 __all__ = ["split_heads", "merge_heads", "split_heads_backward", "merge_heads_backward"]
 
@@ -84,11 +84,25 @@ def _merge(x):
 
 def split_heads_backward(dheads) -> np.ndarray:
     """Backward of :func:`split_heads`: the split is a permutation, so its transpose is
-    its inverse, :func:`merge_heads`. (..., H, N, Dh) -> (..., N, H*Dh)."""
-    return merge_heads(dheads)
+    its inverse, :func:`merge_heads`. (..., H, N, Dh) -> (..., N, H*Dh).
+
+    ``dheads`` is checked like every upstream gradient (real, finite); with no cache, its
+    shape is checked against the layout only."""
+    dheads = as_gradient(dheads, "dheads")
+    if dheads.ndim < 3:
+        raise ValueError(f"dheads must have shape (..., num_heads, n, d_head), got shape {dheads.shape}")
+    return _merge(dheads)
 
 
 def merge_heads_backward(dmerged, num_heads: int) -> np.ndarray:
     """Backward of :func:`merge_heads`: its transpose is :func:`split_heads`.
-    (..., N, H*Dh) -> (..., H, N, Dh)."""
-    return split_heads(dmerged, num_heads)
+    (..., N, H*Dh) -> (..., H, N, Dh).
+
+    ``dmerged`` is checked like every upstream gradient (real, finite); with no cache, its
+    shape is checked against the layout and ``num_heads`` only."""
+    num_heads = check_positive_int(num_heads, "num_heads")
+    dmerged = as_gradient(dmerged, "dmerged")
+    if dmerged.ndim < 2 or dmerged.shape[-1] % num_heads:
+        raise ValueError(f"dmerged must have shape (..., n, num_heads * d_head) with num_heads={num_heads},"
+                         f" got shape {dmerged.shape}")
+    return _split(dmerged, num_heads)

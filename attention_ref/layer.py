@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import as_real_array, check_positive_int
+from ._checks import as_real_array, check_float_dtype, check_positive_int
 from .attention import _attention_forward
 from .heads import _merge, _split
 from .linear import _linear, glorot_uniform
@@ -42,6 +42,12 @@ class KVCache:
         self._k = None  # (..., Hkv, capacity, Dk)
         self._v = None  # (..., Hkv, capacity, Dv)
         self.length = 0
+
+    def __repr__(self):
+        if self._k is None:
+            return "KVCache(length=0)"
+        return (f"KVCache(length={self.length}, keys={self.keys.shape}, values={self.values.shape},"
+                f" dtype='{self._k.dtype}')")
 
     @property
     def keys(self):
@@ -137,11 +143,10 @@ class MultiHeadAttention:
         if strategy == "separate" and hkv != num_heads:
             raise ValueError("strategy='separate' supports ordinary multi-head attention only"
                              f" (num_kv_heads == num_heads), got num_kv_heads={hkv}")
-        dtype = np.dtype(dtype)
-        if dtype.kind != "f":
-            raise TypeError(f"dtype must be a floating type, got {dtype}")
+        dtype = check_float_dtype(dtype)
         self.d_model, self.num_heads, self.num_kv_heads = d_model, num_heads, hkv
-        self.d_k, self.d_v, self.strategy = d_k, d_v, strategy
+        self.d_k, self.d_v, self.kdim, self.vdim = d_k, d_v, kdim, vdim
+        self.bias, self.dtype, self.strategy = bool(bias), dtype, strategy
         rng = np.random.default_rng(seed)
 
         shapes = {"q": (d_model, num_heads * d_k), "k": (kdim, hkv * d_k),
@@ -154,6 +159,11 @@ class MultiHeadAttention:
         self.grads = None
         self.cache = None
         self._self_attention = False
+
+    def __repr__(self):
+        return (f"MultiHeadAttention(d_model={self.d_model}, num_heads={self.num_heads},"
+                f" num_kv_heads={self.num_kv_heads}, d_k={self.d_k}, d_v={self.d_v}, kdim={self.kdim},"
+                f" vdim={self.vdim}, bias={self.bias}, dtype='{self.dtype}', strategy={self.strategy!r})")
 
     def parameter_count(self) -> int:
         """Number of scalars in ``params`` (``4 d_model^2 + 4 d_model`` for the default

@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._checks import as_real_array, cast, common_dtype, require_ndim
+from ._checks import as_real_array, as_upstream, cast, common_dtype, require_ndim
 
 __all__ = ["LayerNormCache", "layer_norm_forward", "layer_norm_backward"]
 
@@ -112,10 +112,7 @@ def layer_norm_backward(dy, cache: LayerNormCache):
     dgamma, dbeta : arrays (d,)
     """
     x_hat, rstd, gamma = cache
-    dy = np.asarray(dy)
-    if dy.shape != x_hat.shape:
-        raise ValueError(f"dy must have the forward output's shape {x_hat.shape}, got {dy.shape}")
-    dy = dy.astype(x_hat.dtype, copy=False)
+    dy = as_upstream(dy, x_hat.shape, x_hat.dtype, "dy")
     d = x_hat.shape[-1]
     # 3. y = gamma * x_hat + beta
     dy2 = dy.reshape(-1, d)  # (rows, D)

@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._checks import as_real_array, as_upstream, cast, common_dtype, require_ndim
+from ._checks import as_real_array, as_upstream, cast, common_dtype, overflow_error, require_ndim
 
 __all__ = ["LinearCache", "glorot_uniform", "linear_forward", "linear_backward"]
 
@@ -57,9 +57,13 @@ def linear_forward(x, W, b=None):
     -------
     y : array (..., d_out)
     cache : LinearCache for :func:`linear_backward`
+
+    Raises
+    ------
+    FloatingPointError : when ``x W + b`` overflows the dtype (names x, W, b and their sizes)
     """
     x, W, b = _check_linear(x, W, b)
-    return _linear(x, W, b), LinearCache(x, W, b is not None)
+    return _linear_finite(x, W, b), LinearCache(x, W, b is not None)
 
 
 def _matmul_rows(x, W):
@@ -83,6 +87,21 @@ def _linear(x, W, b):
     return y
 
 
+def _linear_finite(x, W, b, names=("x", "W", "b")):
+    """:func:`_linear` that raises ``FloatingPointError`` naming its inputs when ``y`` overflows.
+
+    The check is one pass over ``y`` (..., Dout), small next to the product's Din * Dout
+    operations per row."""
+    with np.errstate(over="ignore", invalid="ignore"):  # reported below, by name
+        y = _linear(x, W, b)  # (..., Dout)
+    if not np.isfinite(y).all():
+        x_name, W_name, b_name = names
+        inputs = [(x_name, x), (W_name, W)] + ([] if b is None else [(b_name, b)])
+        what = f"{x_name} {W_name}" + ("" if b is None else f" + {b_name}")
+        raise overflow_error(what, y.dtype, inputs)
+    return y
+
+
 def linear_backward(dy, cache: LinearCache):
     """Gradients of ``y = x W + b``.
 
@@ -99,8 +118,13 @@ def linear_backward(dy, cache: LinearCache):
     dW : array (d_in, d_out)
     db : array (d_out,), or None when the forward had no bias
     """
+    x, W, _ = cache
+    return _linear_backward(as_upstream(dy, x.shape[:-1] + (W.shape[1],), x.dtype, "dy"), cache)
+
+
+def _linear_backward(dy, cache: LinearCache):
+    """Unchecked backward, for callers that have checked their own upstream gradient."""
     x, W, has_bias = cache
-    dy = as_upstream(dy, x.shape[:-1] + (W.shape[1],), x.dtype, "dy")
     dx = _matmul_rows(dy, W.T)  # dx = dy W^T, (..., Din)
     x2 = x.reshape(-1, x.shape[-1])  # (rows, Din)
     dy2 = dy.reshape(-1, dy.shape[-1])  # (rows, Dout)

@@ -30,6 +30,11 @@ plain formula would then give 0 / 0 = NaN. Adding a small constant to the normal
 what linear-attention implementations usually do (Katharopoulos et al. 2020 use 1e-6);
 it changes a normal-range output by a relative ``DEN_EPS / den`` (``den`` is typically of
 order ``n_k``) and turns the degenerate cases into ``out = 0``.
+
+The sums ``S``, ``z`` and the products with ``phi(q)`` grow like ``n |q| |k| |v|``; when
+they overflow the dtype (q, k and v all near 1e13 in float32) the forward raises
+``FloatingPointError`` naming q, k, v, the dtype and its largest finite value, found by
+one pass over ``den`` (..., Nq) and ``out`` (..., Nq, Dv).
 """
 from __future__ import annotations
 
@@ -37,7 +42,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._checks import as_upstream, unbroadcast
+from ._checks import as_upstream, overflow_error, unbroadcast
 from .attention import check_attention_inputs
 
 __all__ = ["DEN_EPS", "FEATURE_MAPS", "LinearAttentionCache", "linear_attention_forward", "linear_attention_backward"]
@@ -102,6 +107,10 @@ def linear_attention_forward(q, k, v, causal=False, feature_map="elu"):
     out : array (..., n_q, d_v)
     cache : LinearAttentionCache
 
+    Raises
+    ------
+    FloatingPointError : when the sums overflow the dtype
+
     Cost: O((n_q + n_k) d_k d_v) time; memory O(d_k d_v) per batch element for the
     summaries (O(n d_k d_v) when causal, for the prefix sums).
     """
@@ -115,6 +124,17 @@ def linear_attention_forward(q, k, v, causal=False, feature_map="elu"):
         raise ValueError(f"causal linear attention needs n_q <= n_k (the queries are the last"
                          f" n_q positions): q has shape {q.shape}, k has shape {k.shape}")
     phi, _ = FEATURE_MAPS[feature_map]
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported below, by name
+        fq, fk, S, z, den, out = _linear_attention(q, k, v, phi, causal)
+    if not (np.isfinite(den).all() and np.isfinite(out).all()):
+        raise overflow_error("the linear-attention sums phi(k)^T v, phi(q) S and phi(q) . z",
+                             q.dtype, [("q", q), ("k", k), ("v", v)])
+    return out, LinearAttentionCache(q, k, v, fq, fk, S, z, den, out, bool(causal), feature_map)
+
+
+def _linear_attention(q, k, v, phi, causal):
+    """Steps 1-4 on validated inputs: ``fq, fk, S, z, den, out``."""
+    n_q, n_k = q.shape[-2], k.shape[-2]
     # 1. features
     fq, fk = phi(q), phi(k)  # (..., Nq, Dk), (..., Nk, Dk)
     # 2. key summaries
@@ -135,7 +155,7 @@ def linear_attention_forward(q, k, v, causal=False, feature_map="elu"):
     #    (> 0 in exact arithmetic) underflows to 0 for very negative q, k, or when n_k = 0
     den = den + DEN_EPS  # (..., Nq); stored floored, so the backward differentiates this
     out = num / den[..., None]  # (..., Nq, Dv)
-    return out, LinearAttentionCache(q, k, v, fq, fk, S, z, den, out, bool(causal), feature_map)
+    return fq, fk, S, z, den, out
 
 
 def linear_attention_backward(dout, cache: LinearAttentionCache):

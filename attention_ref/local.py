@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import check_positive_int
+from ._checks import check_nonnegative_int
 
 __all__ = ["local_window_mask", "check_window"]
 
@@ -37,7 +37,7 @@ def local_window_mask(n: int, window: int, n_k: int | None = None, *, causal: bo
 
     Parameters
     ----------
-    n : number of queries (and keys, unless ``n_k`` is given)
+    n : number of queries (and keys, unless ``n_k`` is given); 0 gives an empty mask
     window : non-negative int, the largest allowed distance ``|p_i - j|``
     n_k : number of keys; the queries are the last ``n`` positions, ``p_i = i + n_k - n``
     causal : also forbid keys in the future (``j > p_i``)
@@ -47,8 +47,8 @@ def local_window_mask(n: int, window: int, n_k: int | None = None, *, causal: bo
     mask : bool array (n, n_k), True = may attend; for ``n_k = n`` row ``i`` is True on
         ``max(0, i - window) <= j <= min(n - 1, i + window)`` (``<= i`` when causal)
     """
-    n = check_positive_int(n, "n")
-    n_k = n if n_k is None else check_positive_int(n_k, "n_k")
+    n = check_nonnegative_int(n, "n")
+    n_k = n if n_k is None else check_nonnegative_int(n_k, "n_k")
     window = check_window(window)
     position = np.arange(n)[:, None] + (n_k - n)  # (Nq, 1), p_i
     key = np.arange(n_k)[None, :]  # (1, Nk), j

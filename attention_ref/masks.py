@@ -8,7 +8,13 @@ It is the *opposite* of ``torch.nn.MultiheadAttention``'s ``attn_mask`` and
 a ``torch.nn.MultiheadAttention``-style mask here, pass ``~mask``.
 
 **Float masks are added to the scaled scores** ``q k^T / sqrt(d_k)`` before the softmax;
-``-inf`` blocks a key exactly, ``0`` leaves it alone, other values bias it.
+``-inf`` blocks a key exactly, ``0`` leaves it alone, other values bias it. So a boolean
+mask cast to float is *not* the same mask: ``causal_mask(n).astype(float)`` adds 1 to the
+allowed scores and blocks nothing, letting every query see the future. A float mask whose
+entries are all 0 or 1 (with at least one 1) is almost always that mistake, so it raises
+a ``UserWarning`` naming the fix, ``mask.astype(bool)``; the usual additive masks (0 and
+``-inf``, or 0 and a large negative number, e.g. from :func:`mask_to_additive`) and an
+all-zero mask stay silent.
 
 A blocked key gets weight exactly 0 (we use ``-inf``, never a finite stand-in such as
 ``-1e9``). A query whose keys are all blocked gets zero weights, zero output and zero
@@ -21,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import check_positive_int
+from ._checks import check_float_dtype, check_nonnegative_int, check_positive_int
 
 __all__ = ["causal_mask", "padding_mask", "mask_to_additive"]
 
@@ -31,7 +37,7 @@ def causal_mask(n: int, n_k: int | None = None) -> np.ndarray:
 
     Parameters
     ----------
-    n : number of queries (and keys, unless ``n_k`` is given)
+    n : number of queries (and keys, unless ``n_k`` is given); 0 gives an empty mask
     n_k : number of keys (default ``n``). Queries and keys are aligned at the end: query
         ``i`` sits at position ``i + n_k - n`` and sees keys ``j <= i + n_k - n``. With
         ``n_k > n`` the queries are the last ``n`` tokens attending to a prefix; with
@@ -39,10 +45,10 @@ def causal_mask(n: int, n_k: int | None = None) -> np.ndarray:
 
     Returns
     -------
-    mask : bool array (n, n_k), lower triangular
+    mask : bool array (n, n_k), lower triangular ((0, 0) for ``n = 0``)
     """
-    n = check_positive_int(n, "n")
-    n_k = n if n_k is None else check_positive_int(n_k, "n_k")
+    n = check_nonnegative_int(n, "n")
+    n_k = n if n_k is None else check_nonnegative_int(n_k, "n_k")
     return np.tri(n, n_k, k=n_k - n, dtype=bool)  # (Nq, Nk)
 
 
@@ -74,6 +80,5 @@ def mask_to_additive(mask: np.ndarray, dtype=np.float64) -> np.ndarray:
     mask = np.asarray(mask)
     if mask.dtype.kind != "b":
         raise TypeError(f"mask must be boolean, got dtype {mask.dtype}")
-    if np.dtype(dtype).kind != "f":
-        raise TypeError(f"dtype must be a floating type (to hold -inf), got {np.dtype(dtype)}")
+    dtype = check_float_dtype(dtype)  # a float, to hold -inf
     return np.where(mask, 0.0, -np.inf).astype(dtype)

@@ -18,6 +18,9 @@ Forward, numbered so the backward can walk it in reverse:
 4. optional ``head_mask``: head ``i``'s output is multiplied by ``head_mask[i]``
 5. merge heads (the documents' ``Concat``)  ``(..., H, Nq, Dv) -> (..., Nq, H*Dv)``
 6. output projection ``out = concat W_o + b_o``
+
+A projection or attention scores too large for the dtype raise ``FloatingPointError``
+naming the inputs (``query W_q + b_q``, ...), the dtype and its largest finite value.
 """
 from __future__ import annotations
 
@@ -40,7 +43,7 @@ from ._checks import (
 )
 from .attention import AttentionCache, _attention_backward, _attention_forward
 from .heads import _merge, _split
-from .linear import LinearCache, _linear, linear_backward
+from .linear import LinearCache, _linear_backward, _linear_finite
 
 __all__ = [
     "PARAM_NAMES",
@@ -53,6 +56,8 @@ __all__ = [
 #: The keys a ``params`` dict may hold; the biases are optional (absent or None).
 PARAM_NAMES = ("W_q", "b_q", "W_k", "b_k", "W_v", "b_v", "W_o", "b_o")
 _WEIGHTS = ("W_q", "W_k", "W_v", "W_o")
+#: How an overflow error names the attention's q and k: the projected query and key.
+_SCORE_NAMES = ("query W_q + b_q", "key W_k + b_k")
 
 
 class MultiHeadCache(NamedTuple):
@@ -123,11 +128,12 @@ def _check_params(params, num_heads, num_kv_heads, dims):
 
 
 def check_multi_head_inputs(query, key, value, params, num_heads, mask=None,
-                            num_kv_heads=None, head_mask=None):
+                            num_kv_heads=None, head_mask=None, *, warn_mask=True):
     """Validate every argument of the multi-head forward before any arithmetic.
 
     Returns ``(query, key, value, p, mask, head_mask, num_heads, num_kv_heads)`` with
     arrays cast to their common dtype; ``p`` holds only the parameters that are present.
+    ``warn_mask=False`` skips the 0/1 float mask warning (for a caller that gave it).
     """
     num_heads = check_positive_int(num_heads, "num_heads")
     num_kv_heads = num_heads if num_kv_heads is None else check_positive_int(num_kv_heads, "num_kv_heads")
@@ -146,7 +152,7 @@ def check_multi_head_inputs(query, key, value, params, num_heads, mask=None,
     p = _check_params(params, num_heads, num_kv_heads, dims)
     batch = broadcast_batch([(n, s[:-2]) for n, s in dims.items()],
                             what="batch dimensions of query, key and value")
-    mask = as_mask(mask)
+    mask = as_mask(mask, warn=warn_mask)
     check_mask_shape(mask, batch + (query.shape[-2], key.shape[-2]))
     if head_mask is not None:
         head_mask = as_real_array(head_mask, "head_mask")
@@ -158,10 +164,10 @@ def check_multi_head_inputs(query, key, value, params, num_heads, mask=None,
             cast(head_mask, dtype), num_heads, num_kv_heads)
 
 
-def _project(x, p, w_name, b_name):
-    """Step 1 or 6: ``x W + b`` with its cache (inputs already validated)."""
+def _project(x, p, w_name, b_name, x_name):
+    """Step 1 or 6: ``x W + b`` with its cache (inputs already validated; overflow raises)."""
     W, b = p[w_name], p.get(b_name)
-    return _linear(x, W, b), LinearCache(x, W, b is not None)
+    return _linear_finite(x, W, b, (x_name, w_name, b_name)), LinearCache(x, W, b is not None)
 
 
 def _group_heads(x, num_kv_heads):
@@ -205,29 +211,37 @@ def multi_head_attention_forward(query, key, value, params, num_heads, mask=None
     -------
     out : array (..., n_q, d_out)
     cache : MultiHeadCache; ``cache.weights`` (..., h, n_q, n_k) are the probabilities
+
+    Raises
+    ------
+    FloatingPointError : when a projection or the scores overflow the dtype
     """
-    query, key, value, p, mask, head_mask, h, hkv = check_multi_head_inputs(
-        query, key, value, params, num_heads, mask, num_kv_heads, head_mask)
+    checked = check_multi_head_inputs(query, key, value, params, num_heads, mask, num_kv_heads, head_mask)
+    return _multi_head_attention_forward(*checked, tuple(params))
+
+
+def _multi_head_attention_forward(query, key, value, p, mask, head_mask, h, hkv, param_keys):
+    """The six steps on the validated arguments :func:`check_multi_head_inputs` returns."""
     # 1. projections
-    Q, q_cache = _project(query, p, "W_q", "b_q")  # (..., Nq, H*Dk)
-    K, k_cache = _project(key, p, "W_k", "b_k")  # (..., Nk, Hkv*Dk)
-    V, v_cache = _project(value, p, "W_v", "b_v")  # (..., Nk, Hkv*Dv)
+    Q, q_cache = _project(query, p, "W_q", "b_q", "query")  # (..., Nq, H*Dk)
+    K, k_cache = _project(key, p, "W_k", "b_k", "key")  # (..., Nk, Hkv*Dk)
+    V, v_cache = _project(value, p, "W_v", "b_v", "value")  # (..., Nk, Hkv*Dv)
     # 2. split heads; query heads grouped by the key/value head they share
     q = _split(Q, h)  # (..., H, Nq, Dk)
     q = _group_heads(q, hkv)  # (..., Hkv, G, Nq, Dk)
     k = _split(K, hkv)[..., None, :, :]  # (..., Hkv, 1, Nk, Dk)
     v = _split(V, hkv)[..., None, :, :]  # (..., Hkv, 1, Nk, Dv)
     # 3. attention, broadcasting each key/value head over its G query heads
-    o, attn_cache = _attention_forward(q, k, v, _group_mask(mask))  # (..., Hkv, G, Nq, Dv)
+    o, attn_cache = _attention_forward(q, k, v, _group_mask(mask), _SCORE_NAMES)  # (..., Hkv, G, Nq, Dv)
     heads = _ungroup_heads(o)  # (..., H, Nq, Dv)
     # 4. head mask
     masked = heads if head_mask is None else heads * head_mask[:, None, None]
     # 5. concat
     concat = _merge(masked)  # (..., Nq, H*Dv)
     # 6. output projection
-    out, o_cache = _project(concat, p, "W_o", "b_o")  # (..., Nq, Dout)
+    out, o_cache = _project(concat, p, "W_o", "b_o", "concat")  # (..., Nq, Dout)
     cache = MultiHeadCache(q_cache, k_cache, v_cache, attn_cache, heads, head_mask,
-                           o_cache, h, hkv, tuple(params))
+                           o_cache, h, hkv, param_keys)
     return out, cache
 
 
@@ -252,7 +266,7 @@ def multi_head_attention_backward(dout, cache: MultiHeadCache):
     h, hkv = c.num_heads, c.num_kv_heads
     grads = {}
     # 6. out = concat W_o + b_o
-    dconcat, grads["W_o"], grads["b_o"] = linear_backward(dout, c.o_proj)  # (..., Nq, H*Dv)
+    dconcat, grads["W_o"], grads["b_o"] = _linear_backward(dout, c.o_proj)  # (..., Nq, H*Dv)
     # 5. concat = merge(masked): the backward of a merge is a split
     dmasked = _split(dconcat, h)  # (..., H, Nq, Dv)
     # 4. masked = heads * head_mask
@@ -273,9 +287,9 @@ def multi_head_attention_backward(dout, cache: MultiHeadCache):
     dK = _merge(dk[..., 0, :, :])  # (..., Nk, Hkv*Dk)
     dV = _merge(dv[..., 0, :, :])  # (..., Nk, Hkv*Dv)
     # 1. projections
-    dquery, grads["W_q"], grads["b_q"] = linear_backward(dQ, c.q_proj)
-    dkey, grads["W_k"], grads["b_k"] = linear_backward(dK, c.k_proj)
-    dvalue, grads["W_v"], grads["b_v"] = linear_backward(dV, c.v_proj)
+    dquery, grads["W_q"], grads["b_q"] = _linear_backward(dQ, c.q_proj)
+    dkey, grads["W_k"], grads["b_k"] = _linear_backward(dK, c.k_proj)
+    dvalue, grads["W_v"], grads["b_v"] = _linear_backward(dV, c.v_proj)
     ordered = {n: grads[n] for n in c.param_keys}
     if "head_mask" in grads:
         ordered["head_mask"] = grads["head_mask"]

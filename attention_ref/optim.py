@@ -79,6 +79,9 @@ class SGD:
         self.momentum = _check_rate(momentum, "momentum", 0.0, 1.0, strict_low=False)
         self.velocity = {}
 
+    def __repr__(self):
+        return f"SGD(lr={self.lr}, momentum={self.momentum})"
+
     def step(self, grads):
         """``v <- mu v + g``, ``theta <- theta - lr v`` for every parameter with a gradient."""
         for name, theta, g in _checked_pairs(self.params, grads):  # all checked before any update
@@ -100,6 +103,9 @@ class Adam:
         self.eps = _check_rate(eps, "eps")
         self.t = 0
         self.m, self.s = {}, {}
+
+    def __repr__(self):
+        return f"Adam(lr={self.lr}, betas=({self.beta1}, {self.beta2}), eps={self.eps})"
 
     def step(self, grads):
         """One Adam update of every parameter with a gradient."""

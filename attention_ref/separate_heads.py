@@ -16,8 +16,8 @@ import numpy as np
 
 from ._checks import as_upstream
 from .attention import _attention_backward, _attention_forward
-from .linear import LinearCache, _linear, linear_backward
-from .multi_head import check_multi_head_inputs
+from .linear import LinearCache, _linear_backward, _linear_finite
+from .multi_head import _SCORE_NAMES, check_multi_head_inputs
 
 __all__ = [
     "SeparateHeadsCache",
@@ -60,15 +60,15 @@ def multi_head_attention_separate_heads_forward(query, key, value, params, num_h
         W_q, b_q = _head_slice(p, "W_q", i, d_k), _head_slice(p, "b_q", i, d_k)
         W_k, b_k = _head_slice(p, "W_k", i, d_k), _head_slice(p, "b_k", i, d_k)
         W_v, b_v = _head_slice(p, "W_v", i, d_v), _head_slice(p, "b_v", i, d_v)
-        q_i = _linear(query, W_q, b_q)  # Q_i = query W_i^Q, (..., Nq, Dk)
-        k_i = _linear(key, W_k, b_k)  # K_i = key W_i^K, (..., Nk, Dk)
-        v_i = _linear(value, W_v, b_v)  # V_i = value W_i^V, (..., Nk, Dv)
-        head_i, attn = _attention_forward(q_i, k_i, v_i, mask)  # (..., Nq, Dv)
+        q_i = _linear_finite(query, W_q, b_q, ("query", "W_q", "b_q"))  # Q_i = query W_i^Q, (..., Nq, Dk)
+        k_i = _linear_finite(key, W_k, b_k, ("key", "W_k", "b_k"))  # K_i = key W_i^K, (..., Nk, Dk)
+        v_i = _linear_finite(value, W_v, b_v, ("value", "W_v", "b_v"))  # V_i = value W_i^V, (..., Nk, Dv)
+        head_i, attn = _attention_forward(q_i, k_i, v_i, mask, _SCORE_NAMES)  # (..., Nq, Dv)
         outs.append(head_i)
         caches.append((LinearCache(query, W_q, b_q is not None), LinearCache(key, W_k, b_k is not None),
                        LinearCache(value, W_v, b_v is not None), attn))
     concat = np.concatenate(outs, axis=-1)  # Concat(head_1..head_h), (..., Nq, H*Dv)
-    out = _linear(concat, p["W_o"], p.get("b_o"))  # (..., Nq, Dout)
+    out = _linear_finite(concat, p["W_o"], p.get("b_o"), ("concat", "W_o", "b_o"))  # (..., Nq, Dout)
     o_cache = LinearCache(concat, p["W_o"], p.get("b_o") is not None)
     return out, SeparateHeadsCache(tuple(caches), o_cache, tuple(params))
 
@@ -79,7 +79,7 @@ def multi_head_attention_separate_heads_backward(dout, cache: SeparateHeadsCache
     column block of ``dW_q``, ``dW_k``, ``dW_v``; the input gradients add up over heads."""
     expected = cache.o_proj.x.shape[:-1] + (cache.o_proj.W.shape[1],)  # (..., Nq, Dout)
     dout = as_upstream(dout, expected, cache.o_proj.x.dtype)
-    dconcat, dW_o, db_o = linear_backward(dout, cache.o_proj)  # (..., Nq, H*Dv)
+    dconcat, dW_o, db_o = _linear_backward(dout, cache.o_proj)  # (..., Nq, H*Dv)
     h = len(cache.head_caches)
     d_v = dconcat.shape[-1] // h
     parts = {n: [] for n in ("W_q", "b_q", "W_k", "b_k", "W_v", "b_v")}
@@ -88,7 +88,7 @@ def multi_head_attention_separate_heads_backward(dout, cache: SeparateHeadsCache
         dhead = dconcat[..., i * d_v:(i + 1) * d_v]  # Concat's backward: slice, (..., Nq, Dv)
         dq_i, dk_i, dv_i = _attention_backward(dhead, attn)
         for name, d_in, lc in (("q", dq_i, qc), ("k", dk_i, kc), ("v", dv_i, vc)):
-            dx, dW, db = linear_backward(d_in, lc)
+            dx, dW, db = _linear_backward(d_in, lc)
             parts["W_" + name].append(dW)
             parts["b_" + name].append(db)
             if name == "q":

@@ -55,6 +55,11 @@ def softmax_forward(x, axis=-1):
     return y, SoftmaxCache(y, axis)
 
 
+class _ScoresOverflow(FloatingPointError):
+    """A row maximum of +inf or NaN: overflowed attention scores (``softmax_forward``
+    rejects both in its input); the attention forwards re-raise it naming their inputs."""
+
+
 def _softmax(x: np.ndarray, axis: int, out: np.ndarray | None = None) -> np.ndarray:
     """Unchecked stable softmax; ``out=x`` overwrites ``x`` (for arrays nobody else holds)."""
     if out is x and x.ndim >= 2 and axis % x.ndim == x.ndim - 1 and x.size and x.flags.c_contiguous:
@@ -74,6 +79,8 @@ def _softmax_plain(x: np.ndarray, axis: int, out: np.ndarray | None = None) -> n
     """The formula itself: ``exp(x - m) / sum(exp(x - m))`` with ``m`` the row maximum."""
     m = x.max(axis=axis, keepdims=True, initial=-np.inf)  # row maximum (-inf for an empty row)
     m[m == -np.inf] = 0  # all -inf row: subtract 0 so exp gives 0, never nan
+    if not np.isfinite(m).all():  # the check costs (rows, 1): the row maxima, computed anyway
+        raise _ScoresOverflow("a softmax row maximum is +inf or NaN")
     with np.errstate(over="ignore"):  # x - m below the dtype's range is -inf: exp gives 0
         y = np.subtract(x, m, out=out)
     np.exp(y, out=y)

@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._checks import check_positive_int
+from ._checks import as_upstream, check_positive_int
 from .encoder_block import encoder_block_backward, encoder_block_forward, init_encoder_block_params
 from .linear import linear_backward, linear_forward
 from .optim import Adam
@@ -112,8 +112,10 @@ def toy_model_forward(x, params, num_heads, head_mask=None):
 
 def toy_model_backward(dpred, cache: ToyModelCache):
     """Gradients of :func:`toy_model_forward`: ``(dx, grads)`` with the keys of ``params``."""
+    readout = cache.readout
+    dpred = as_upstream(dpred, readout.x.shape[:-1] + (readout.W.shape[1],), readout.x.dtype, "dpred")  # (B, 2)
     grads = {}
-    dz0, grads["readout.W"], grads["readout.b"] = linear_backward(dpred, cache.readout)  # (B, D)
+    dz0, grads["readout.W"], grads["readout.b"] = linear_backward(dpred, readout)  # (B, D)
     seq_shape = cache.block.attn.norm.x_hat.shape  # (B, N+1, D)
     dz = np.zeros(seq_shape, dz0.dtype)
     dz[:, 0] = dz0  # only the summary token is read out

@@ -492,3 +492,16 @@ def test_inputs_not_modified(norm_first):
     for k in pe:
         np.testing.assert_array_equal(pe[k], copies[1][k])
     np.testing.assert_array_equal(dout, np.ones_like(y))
+
+
+def test_block_reprs_show_their_sizes_and_rebuild_equal_blocks():
+    enc = TransformerEncoderBlock(8, 2, activation="gelu", norm_first=True, dtype=np.float32)
+    assert repr(enc) == ("TransformerEncoderBlock(d_model=8, num_heads=2, d_ff=32, activation='gelu',"
+                         " norm_first=True, eps=1e-05, dtype='float32')")
+    dec = TransformerDecoderBlock(8, 4, 16, d_memory=6)
+    assert repr(dec) == ("TransformerDecoderBlock(d_model=8, num_heads=4, d_ff=16, d_memory=6,"
+                         " activation='relu', norm_first=False, eps=1e-05, dtype='float64')")
+    for block in (enc, dec):
+        rebuilt = eval(repr(block), {type(block).__name__: type(block)})  # the repr is a constructor call
+        assert {n: (p.shape, p.dtype) for n, p in rebuilt.params.items()} == \
+            {n: (p.shape, p.dtype) for n, p in block.params.items()}

@@ -98,3 +98,12 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="batch"):
         layer.decode_step(np.ones((3, 1, 8)), cache)
     assert cache.length == 1
+
+
+def test_cache_repr_shows_length_shapes_and_dtype():
+    cache = KVCache()
+    assert repr(cache) == "KVCache(length=0)"
+    layer = MultiHeadAttention(4, 2, num_kv_heads=1, seed=0, dtype=np.float32)
+    for t in range(3):
+        layer.decode_step(np.ones((2, 1, 4), np.float32), cache)
+    assert repr(cache) == "KVCache(length=3, keys=(2, 1, 3, 2), values=(2, 1, 3, 2), dtype='float32')"

@@ -104,7 +104,7 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="x contains NaN"):
         layer_norm_forward(np.full((2, 4), np.nan), np.ones(4), np.zeros(4))
     _, cache = layer_norm_forward(x + np.arange(4), np.ones(4), np.zeros(4))
-    with pytest.raises(ValueError, match=r"dy must have the forward output's shape \(2, 4\)"):
+    with pytest.raises(ValueError, match=r"dy must have shape \(2, 4\) \(the forward output's\)"):
         layer_norm_backward(np.zeros((4, 2)), cache)
 
 

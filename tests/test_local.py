@@ -52,7 +52,14 @@ def test_bad_window(window, exc):
 
 
 def test_bad_n():
-    with pytest.raises(ValueError, match="n"):
-        local_window_mask(0, 2)
+    with pytest.raises(ValueError, match="n must be a non-negative integer"):
+        local_window_mask(-1, 2)
     with pytest.raises(ValueError, match="n_k"):
-        local_window_mask(3, 2, 0)
+        local_window_mask(3, 2, -1)
+
+
+def test_empty_lengths_give_empty_masks():
+    """n = 0 (or n_k = 0) works like causal_mask: the forwards accept empty sequences."""
+    assert local_window_mask(0, 2).shape == (0, 0) and local_window_mask(0, 2).dtype == bool
+    assert local_window_mask(3, 2, 0).shape == (3, 0)
+    assert local_window_mask(0, 1, 4, causal=True).shape == (0, 4)

@@ -242,3 +242,15 @@ class TestLayer:
     def test_backward_before_forward(self):
         with pytest.raises(RuntimeError, match="before forward"):
             MultiHeadAttention(4, 2).backward(np.ones((1, 4)))
+
+
+def test_layer_repr_shows_its_sizes_and_rebuilds_an_equal_layer():
+    layer = MultiHeadAttention(8, 4, num_kv_heads=2, kdim=6, bias=False, dtype=np.float32)
+    text = repr(layer)
+    assert text == ("MultiHeadAttention(d_model=8, num_heads=4, num_kv_heads=2, d_k=2, d_v=2, kdim=6,"
+                    " vdim=8, bias=False, dtype='float32', strategy='parallel')")
+    rebuilt = eval(text, {"MultiHeadAttention": MultiHeadAttention})  # the repr is a constructor call
+    assert {n: p.shape for n, p in rebuilt.params.items()} == {n: p.shape for n, p in layer.params.items()}
+    assert repr(MultiHeadAttention(6, 2, d_k=5, d_v=3, strategy="separate")) == (
+        "MultiHeadAttention(d_model=6, num_heads=2, num_kv_heads=2, d_k=5, d_v=3, kdim=6, vdim=6,"
+        " bias=True, dtype='float64', strategy='separate')")

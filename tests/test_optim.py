@@ -135,3 +135,8 @@ def test_bad_arguments():
         Adam({}, betas=(0.9, 1.5))
     with pytest.raises(TypeError, match="lr must be a real number"):
         Adam({}, lr="fast")
+
+
+def test_reprs_show_the_hyperparameters():
+    assert repr(SGD({}, lr=0.1, momentum=0.9)) == "SGD(lr=0.1, momentum=0.9)"
+    assert repr(Adam({})) == "Adam(lr=0.001, betas=(0.9, 0.999), eps=1e-08)"

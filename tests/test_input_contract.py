@@ -1,0 +1,388 @@
+"""The input contract, everywhere: upstream gradients, dtypes, overflowing scores.
+
+* every public backward checks its upstream gradient as the forwards check their inputs:
+  the forward output's shape (``ValueError`` naming it and both shapes), finite entries
+  (``ValueError``), a dtype of the policy (``TypeError``);
+* only float32 and float64 are computed in (integers in float64): float16, complex,
+  object, boolean and string arrays, and such ``dtype=`` arguments, are a ``TypeError``;
+* scores (and projections, and linear attention's sums) too large for the dtype raise
+  ``FloatingPointError`` naming the inputs, the dtype and its largest finite value,
+  never NaN with a NumPy ``RuntimeWarning``.
+"""
+import re
+import warnings
+
+import numpy as np
+import pytest
+
+import attention_ref as ar
+from attention_ref import toy_task
+
+from _helpers import random_params
+
+# --- a. every public backward validates its upstream gradient ---------------------------
+
+
+def _linear(rng):
+    y, cache = ar.linear_forward(rng.standard_normal((2, 3, 4)), rng.standard_normal((4, 5)), np.zeros(5))
+    return y, lambda d: ar.linear_backward(d, cache), "dy"
+
+
+def _softmax(rng):
+    y, cache = ar.softmax_forward(rng.standard_normal((3, 4)))
+    return y, lambda d: ar.softmax_backward(d, cache), "dy"
+
+
+def _attention(rng):
+    q, k, v = rng.standard_normal((3, 4)), rng.standard_normal((5, 4)), rng.standard_normal((5, 2))
+    out, cache = ar.scaled_dot_product_attention_forward(q, k, v)
+    return out, lambda d: ar.scaled_dot_product_attention_backward(d, cache), "dout"
+
+
+def _multi_head(rng):
+    x = rng.standard_normal((2, 3, 4))
+    out, cache = ar.multi_head_attention_forward(x, x, x, random_params(rng, 4, 2, 2, 2), 2)
+    return out, lambda d: ar.multi_head_attention_backward(d, cache), "dout"
+
+
+def _separate_heads(rng):
+    x = rng.standard_normal((3, 4))
+    out, cache = ar.multi_head_attention_separate_heads_forward(x, x, x, random_params(rng, 4, 2, 2, 2), 2)
+    return out, lambda d: ar.multi_head_attention_separate_heads_backward(d, cache), "dout"
+
+
+def _flash(rng):
+    q = rng.standard_normal((5, 2))
+    out, cache = ar.flash_attention_forward(q, q, q, causal=True, block_size=2)
+    return out, lambda d: ar.flash_attention_backward(d, cache), "dout"
+
+
+def _linear_attention(rng):
+    q = rng.standard_normal((4, 3))
+    out, cache = ar.linear_attention_forward(q, q, q[:, :2])
+    return out, lambda d: ar.linear_attention_backward(d, cache), "dout"
+
+
+def _rope(rng):
+    y, cache = ar.rope_forward(rng.standard_normal((3, 4)))
+    return y, lambda d: ar.rope_backward(d, cache), "dy"
+
+
+def _layer_norm(rng):
+    y, cache = ar.layer_norm_forward(rng.standard_normal((3, 4)), np.ones(4), np.zeros(4))
+    return y, lambda d: ar.layer_norm_backward(d, cache), "dy"
+
+
+def _relu(rng):
+    a, h = ar.relu_forward(rng.standard_normal((3, 4)))
+    return a, lambda d: ar.relu_backward(d, h), "da"
+
+
+def _gelu(rng):
+    a, h = ar.gelu_forward(rng.standard_normal((3, 4)))
+    return a, lambda d: ar.gelu_backward(d, h), "da"
+
+
+def _feed_forward(rng):
+    params = {"W_1": rng.standard_normal((4, 6)), "W_2": rng.standard_normal((6, 4))}
+    y, cache = ar.feed_forward_forward(rng.standard_normal((3, 4)), params)
+    return y, lambda d: ar.feed_forward_backward(d, cache), "dy"
+
+
+def _add_norm(rng):
+    x = rng.standard_normal((3, 4))
+    y, cache = ar.add_norm_forward(x, rng.standard_normal((3, 4)), np.ones(4), np.zeros(4))
+    return y, lambda d: ar.add_norm_backward(d, cache), "dy"
+
+
+def _residual(rng):
+    params = {"W_1": rng.standard_normal((4, 6)), "W_2": rng.standard_normal((6, 4))}
+    y, cache = ar.residual_forward(rng.standard_normal((3, 4)), lambda z: ar.feed_forward_forward(z, params),
+                                   np.ones(4), np.zeros(4))
+    return y, lambda d: ar.residual_backward(d, cache, ar.feed_forward_backward), "dy"
+
+
+def _encoder_block(rng):
+    params = ar.init_encoder_block_params(4, 2, 8, seed=0)
+    y, cache = ar.encoder_block_forward(rng.standard_normal((3, 4)), params, 2)
+    return y, lambda d: ar.encoder_block_backward(d, cache), "dout"
+
+
+def _decoder_block(rng):
+    params = ar.init_decoder_block_params(4, 2, 8, seed=0)
+    y, cache = ar.decoder_block_forward(rng.standard_normal((3, 4)), rng.standard_normal((2, 4)), params, 2)
+    return y, lambda d: ar.decoder_block_backward(d, cache), "dout"
+
+
+def _toy_model(rng):
+    x, _ = toy_task.make_batch(rng, 2, 3)
+    pred, cache = toy_task.toy_model_forward(x, toy_task.init_toy_model(4, 2, 8), 2)
+    return pred, lambda d: toy_task.toy_model_backward(d, cache), "dpred"
+
+
+def _layer(rng):
+    layer = ar.MultiHeadAttention(4, 2, seed=0)
+    return layer(rng.standard_normal((3, 4))), layer.backward, "dout"
+
+
+def _encoder_class(rng):
+    block = ar.TransformerEncoderBlock(4, 2, 8, seed=0)
+    return block(rng.standard_normal((3, 4))), block.backward, "dout"
+
+
+def _decoder_class(rng):
+    block = ar.TransformerDecoderBlock(4, 2, 8, seed=0)
+    return block(rng.standard_normal((3, 4)), rng.standard_normal((2, 4))), block.backward, "dout"
+
+
+#: Every public backward with a cache: a forward, then ``(out, backward(dout), name of dout)``.
+BACKWARDS = {
+    "linear_backward": _linear, "softmax_backward": _softmax,
+    "scaled_dot_product_attention_backward": _attention, "multi_head_attention_backward": _multi_head,
+    "multi_head_attention_separate_heads_backward": _separate_heads, "flash_attention_backward": _flash,
+    "linear_attention_backward": _linear_attention, "rope_backward": _rope,
+    "layer_norm_backward": _layer_norm, "relu_backward": _relu, "gelu_backward": _gelu,
+    "feed_forward_backward": _feed_forward, "add_norm_backward": _add_norm, "residual_backward": _residual,
+    "encoder_block_backward": _encoder_block, "decoder_block_backward": _decoder_block,
+    "toy_model_backward": _toy_model, "MultiHeadAttention.backward": _layer,
+    "TransformerEncoderBlock.backward": _encoder_class, "TransformerDecoderBlock.backward": _decoder_class,
+}
+#: The two without a cache (a split and a merge are permutations): tested on their own below.
+CACHELESS = {"split_heads_backward", "merge_heads_backward"}
+
+BAD_DTYPES = {
+    "string": lambda shape: np.full(shape, "a"),
+    "object": lambda shape: np.ones(shape, dtype=object),
+    "complex": lambda shape: np.ones(shape, dtype=complex),
+    "bool": lambda shape: np.ones(shape, dtype=bool),
+    "float16": lambda shape: np.ones(shape, dtype=np.float16),
+}
+
+
+def test_every_public_backward_is_covered():
+    public = {n for n in ar.__all__ + toy_task.__all__ if n.endswith("_backward")}
+    classes = {f"{c}.backward" for c in ar.__all__ if hasattr(getattr(ar, c), "backward")}
+    assert public | classes == set(BACKWARDS) | CACHELESS
+
+
+@pytest.mark.parametrize("case", BACKWARDS)
+def test_upstream_of_the_wrong_shape_names_both_shapes(case):
+    out, backward, name = BACKWARDS[case](np.random.default_rng(0))
+    bad = np.ones(out.shape[:-1] + (out.shape[-1] + 1,))
+    with pytest.raises(ValueError) as info:
+        backward(bad)
+    message = str(info.value)
+    assert name in message and str(out.shape) in message and str(bad.shape) in message, message
+
+
+@pytest.mark.parametrize("value, word", [(np.nan, "NaN"), (np.inf, "infinity"), (-np.inf, "infinity")])
+@pytest.mark.parametrize("case", BACKWARDS)
+def test_upstream_with_nan_or_inf_is_a_value_error(case, value, word):
+    out, backward, name = BACKWARDS[case](np.random.default_rng(1))
+    dout = np.ones(out.shape)
+    dout.flat[-1] = value
+    with pytest.raises(ValueError, match=f"{name} contains {word}"):
+        backward(dout)
+
+
+@pytest.mark.parametrize("dtype", BAD_DTYPES)
+@pytest.mark.parametrize("case", BACKWARDS)
+def test_upstream_of_a_non_real_dtype_is_a_type_error(case, dtype):
+    out, backward, name = BACKWARDS[case](np.random.default_rng(2))
+    with pytest.raises(TypeError, match=rf"^{name} must"):
+        backward(BAD_DTYPES[dtype](out.shape))
+
+
+@pytest.mark.parametrize("case", ["linear_backward", "scaled_dot_product_attention_backward",
+                                  "encoder_block_backward", "TransformerDecoderBlock.backward"])
+def test_integer_and_float32_upstream_are_accepted(case):
+    """The policy, not a narrowing: integers are computed as float64, float32 is cast."""
+    out, backward, _ = BACKWARDS[case](np.random.default_rng(3))
+    as_float = backward(np.ones(out.shape))
+    for dout in (np.ones(out.shape, int), np.ones(out.shape, np.float32)):
+        for got, want in zip(_flatten(backward(dout)), _flatten(as_float)):
+            np.testing.assert_array_equal(got, want)
+
+
+def _flatten(grads):
+    """The arrays in a backward's result (tuples, dicts), in order."""
+    if isinstance(grads, np.ndarray):
+        return [grads]
+    if isinstance(grads, dict):
+        return [g for v in grads.values() for g in _flatten(v)]
+    if grads is None:
+        return []
+    return [g for v in grads for g in _flatten(v)]
+
+
+def test_heads_backwards_check_their_gradient():
+    with pytest.raises(ValueError, match=r"dheads must have shape \(\.\.\., num_heads, n, d_head\).*\(3, 4\)"):
+        ar.split_heads_backward(np.ones((3, 4)))
+    with pytest.raises(ValueError, match=r"dmerged must have shape .* num_heads=2, got shape \(3, 5\)"):
+        ar.merge_heads_backward(np.ones((3, 5)), 2)
+    with pytest.raises(ValueError, match="dheads contains NaN"):
+        ar.split_heads_backward(np.full((2, 3, 4), np.nan))
+    with pytest.raises(ValueError, match="dmerged contains infinity"):
+        ar.merge_heads_backward(np.full((3, 4), np.inf), 2)
+    for make in BAD_DTYPES.values():
+        with pytest.raises(TypeError, match="dheads"):
+            ar.split_heads_backward(make((2, 3, 4)))
+        with pytest.raises(TypeError, match="dmerged"):
+            ar.merge_heads_backward(make((3, 4)), 2)
+    x = np.arange(24.0).reshape(2, 3, 4)
+    np.testing.assert_array_equal(ar.merge_heads_backward(ar.split_heads_backward(x), 2), x)
+
+
+# --- c. only float32 and float64 (integers computed in float64) -------------------------
+
+def _forwards():
+    """(name of the first argument, call with that argument replaced) for the forwards."""
+    rng = np.random.default_rng(4)
+    x, W = rng.standard_normal((3, 4)), rng.standard_normal((4, 4))  # the argument tried is (4, 4)
+    params = random_params(rng, 4, 2, 2, 2)
+    ffn = {"W_1": W, "W_2": W}
+    return {
+        "linear_forward": ("x", lambda a: ar.linear_forward(a, W)),
+        "softmax_forward": ("x", lambda a: ar.softmax_forward(a)),
+        "scaled_dot_product_attention_forward": ("q", lambda a: ar.scaled_dot_product_attention_forward(a, x, x)),
+        "multi_head_attention_forward": ("query", lambda a: ar.multi_head_attention_forward(a, x, x, params, 2)),
+        "flash_attention_forward": ("q", lambda a: ar.flash_attention_forward(a, x, x)),
+        "linear_attention_forward": ("q", lambda a: ar.linear_attention_forward(a, x, x)),
+        "rope_forward": ("x", lambda a: ar.rope_forward(a)),
+        "layer_norm_forward": ("x", lambda a: ar.layer_norm_forward(a, np.ones(4), np.zeros(4))),
+        "feed_forward_forward": ("x", lambda a: ar.feed_forward_forward(a, ffn)),
+        "encoder_block_forward": ("x", lambda a: ar.encoder_block_forward(a, ar.init_encoder_block_params(4, 2), 2)),
+        "MultiHeadAttention": ("query", lambda a: ar.MultiHeadAttention(4, 2)(a)),
+        "weights": ("params['W_q']", lambda a: ar.multi_head_attention_forward(x, x, x, {**params, "W_q": a}, 2)),
+    }
+
+
+FORWARDS = _forwards()
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.longdouble])
+@pytest.mark.parametrize("case", FORWARDS)
+def test_floats_other_than_float32_and_float64_are_rejected(case, dtype):
+    if np.dtype(dtype) == np.float64:
+        pytest.skip("longdouble is float64 on this platform")
+    name, call = FORWARDS[case]
+    with pytest.raises(TypeError, match=rf"^{re.escape(name)} must be float32 or float64 .*dtype {np.dtype(dtype)}"):
+        call(np.ones((4, 4), dtype))
+
+
+@pytest.mark.parametrize("dtype", [complex, object, bool, "U1"])
+@pytest.mark.parametrize("case", FORWARDS)
+def test_non_real_inputs_are_rejected(case, dtype):
+    name, call = FORWARDS[case]
+    with pytest.raises(TypeError, match=rf"^{re.escape(name)} must hold real numbers.*dtype"):
+        call(np.ones((4, 4), dtype) if dtype != "U1" else np.full((4, 4), "a"))
+
+
+@pytest.mark.parametrize("case", FORWARDS)
+def test_integers_are_computed_in_float64(case):
+    _, call = FORWARDS[case]
+    out = call(np.ones((4, 4), int))
+    out = out[0] if isinstance(out, tuple) else out
+    assert out.dtype == np.float64
+
+
+@pytest.mark.parametrize("mask_dtype", [np.float16, complex, object])
+def test_masks_follow_the_same_policy(mask_dtype):
+    x = np.ones((3, 4))
+    for forward in (ar.scaled_dot_product_attention_forward, ar.flash_attention_forward):
+        with pytest.raises(TypeError, match="mask must"):
+            forward(x, x, x, np.zeros((3, 3), mask_dtype))
+
+
+@pytest.mark.parametrize("make", [
+    lambda dtype: ar.MultiHeadAttention(4, 2, dtype=dtype),
+    lambda dtype: ar.TransformerEncoderBlock(4, 2, dtype=dtype),
+    lambda dtype: ar.TransformerDecoderBlock(4, 2, dtype=dtype),
+    lambda dtype: ar.init_encoder_block_params(4, 2, dtype=dtype),
+    lambda dtype: ar.init_decoder_block_params(4, 2, dtype=dtype),
+    lambda dtype: ar.mask_to_additive(np.ones(3, bool), dtype=dtype),
+])
+@pytest.mark.parametrize("dtype", [np.float16, complex, int, bool, object, "not a dtype"])
+def test_dtype_arguments_must_be_float32_or_float64(make, dtype):
+    with pytest.raises(TypeError, match="dtype must be a floating dtype, float32 or float64"):
+        make(dtype)
+    for good in (np.float32, "float64"):
+        make(good)
+
+
+# --- d. scores that overflow: FloatingPointError, no NumPy warning ----------------------
+
+#: Per dtype: an input size whose q k^T overflows (d_k = 4), and the largest finite value
+#: as the message prints it.
+OVERFLOW = {np.float32: (1e20, "3.403e+38"), np.float64: (1e200, "1.798e+308")}
+
+
+def _raises_overflow(call, *words):
+    """``call()`` raises FloatingPointError naming ``words`` (no NumPy RuntimeWarning first)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(FloatingPointError) as info:
+            call()
+    message = str(info.value)
+    assert all(w in message for w in words), message
+    return message
+
+
+@pytest.mark.parametrize("sign", [1, -1])
+@pytest.mark.parametrize("dtype", OVERFLOW)
+def test_attention_scores_that_overflow_raise(dtype, sign):
+    """sign -1: every score overflows to -inf, which would otherwise look like a fully
+    masked row (zero output, no error at all)."""
+    big, limit = OVERFLOW[dtype]
+    q, v = np.full((2, 4), big, dtype), np.ones((2, 3), dtype)
+    k = sign * q
+    for call in (lambda: ar.scaled_dot_product_attention_forward(q, k, v),
+                 lambda: ar.scaled_dot_product_attention_forward(q, k, v, ar.causal_mask(2)),
+                 lambda: ar.flash_attention_forward(q, k, v, block_size=1),
+                 lambda: ar.flash_attention_forward(q, k, v, causal=True)):
+        _raises_overflow(call, "q k^T / sqrt(d_k)", "|q|", "|k|", np.dtype(dtype).name, limit)
+
+
+@pytest.mark.parametrize("dtype", OVERFLOW)
+def test_multi_head_scores_and_projections_that_overflow_raise(dtype):
+    big, limit = OVERFLOW[dtype]
+    params = {f"W_{n}": np.ones((4, 4), dtype) for n in "qkvo"}  # x W sums 4 entries of x: no cancelling
+    x, ones = np.full((3, 4), big, dtype), np.ones((3, 4), dtype)
+    _raises_overflow(lambda: ar.multi_head_attention_forward(x, x, x, params, 2),
+                     "q k^T / sqrt(d_k)", "query W_q + b_q", "key W_k + b_k", limit)
+    _raises_overflow(lambda: ar.multi_head_attention_separate_heads_forward(x, x, x, params, 2),
+                     "query W_q + b_q", "key W_k + b_k", limit)
+    huge = np.full((3, 4), np.finfo(dtype).max / 2, dtype)  # x W is 2 * max: overflows before any score
+    _raises_overflow(lambda: ar.multi_head_attention_forward(huge, x, x, params, 2),
+                     "overflow in query W_q", "|query|", "|W_q|", np.dtype(dtype).name)
+    _raises_overflow(lambda: ar.multi_head_attention_forward(ones, ones, huge, params, 2),
+                     "overflow in value W_v", "|value|")
+    layer = ar.MultiHeadAttention(4, 2, seed=0, dtype=dtype)
+    _raises_overflow(lambda: layer(x), "q k^T", limit)
+    _raises_overflow(lambda: ar.linear_forward(huge, params["W_q"]), "overflow in x W", "|x|", "|W|")
+
+
+def test_float_mask_that_overflows_the_scores_raises():
+    q = np.full((2, 4), 3e18, np.float32)  # scores 1.8e37: finite, but + 3.3e38 is not
+    mask = np.full((2, 2), 3.3e38, np.float32)
+    for forward in (ar.scaled_dot_product_attention_forward, ar.flash_attention_forward):
+        _raises_overflow(lambda: forward(q, q, q, mask), "q k^T / sqrt(d_k) + mask", "float32")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype, big", [(np.float32, 1e13), (np.float64, 1e110)])
+def test_linear_attention_sums_that_overflow_raise(dtype, big, causal):
+    q = np.full((4, 4), big, dtype)
+    _raises_overflow(lambda: ar.linear_attention_forward(q, q, q, causal=causal),
+                     "linear-attention sums", "|q|", "|k|", "|v|", np.dtype(dtype).name)
+
+
+@pytest.mark.parametrize("dtype, big", [(np.float32, 1e19), (np.float64, 9e153)])
+def test_scores_near_the_limit_that_do_not_overflow_are_computed(dtype, big):
+    """The bound max|q| max|k| d_k allows an overflow here, the exact check finds none."""
+    q, v = np.full((2, 4), big, dtype), np.ones((2, 3), dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for forward in (ar.scaled_dot_product_attention_forward, ar.flash_attention_forward):
+            out, _ = forward(q, q, v)
+            np.testing.assert_array_equal(out, v)  # equal scores: uniform weights over equal values
