@@ -162,7 +162,9 @@ def test_stale_output_is_detected():
 def execute_in_place(path: Path) -> None:
     """Re-execute one notebook top to bottom and save it with its fresh outputs."""
     nb = nbformat.read(path, as_version=4)
-    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
+    for cell in nb.cells:  # no timestamps: a refresh changes only what a reader sees
+        cell.metadata.pop("execution", None)
+    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", record_timing=False,
                             resources={"metadata": {"path": str(path.parent)}}).execute()
     nbformat.write(nb, path)
 
