@@ -1,8 +1,8 @@
-"""``python -m attention_ref``: the step-by-step walkthrough (see :mod:`attention_ref.walkthrough`)."""
+"""``python -m attention_ref``: the step-by-step walkthrough (see :mod:`attention_ref.documents.walkthrough`)."""
 import os
 import sys
 
-from .walkthrough import main
+from .documents.walkthrough import main
 
 try:
     code = main()

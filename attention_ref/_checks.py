@@ -202,9 +202,9 @@ def warn_if_keep_mask(mask: np.ndarray, name: str, mask_max) -> None:
 
 def _caller_stacklevel() -> int:
     """The ``stacklevel`` that points a warning at the first frame outside this package."""
-    package = os.path.dirname(os.path.abspath(__file__))
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep  # attention_ref/ and its subfolders
     frame, level = sys._getframe(1), 1  # the frame that calls warnings.warn is level 1
-    while frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == package:
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
         frame, level = frame.f_back, level + 1
     return level
 

@@ -16,7 +16,7 @@ Two plain ideas, neither of which changes a single number:
   blocks really do run on two cores.
 
 Each row is computed by exactly the same NumPy calls whichever block or thread it lands
-in, so the results are bit-for-bit those of the unblocked code (``tests/test_perf_paths.py``
+in, so the results are bit-for-bit those of the unblocked code (``tests/core/test_perf_paths.py``
 checks this with the pool on and off).
 
 The switch: ``set_num_threads(1)`` (or the environment variable

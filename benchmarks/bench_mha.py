@@ -164,8 +164,8 @@ def tricks_worker(np, N, D, h, dtype, repeats):
     """Each trick of the core measured alone, "before" against "after", on (1, h, N, N)
     scores; returns ``[(trick, before seconds, after seconds), ...]``."""
     from attention_ref import _parallel
-    from attention_ref.attention import _softmax_rows_backward
-    from attention_ref.softmax import _softmax, _softmax_plain
+    from attention_ref.core.attention import _softmax_rows_backward
+    from attention_ref.core.softmax import _softmax, _softmax_plain
 
     rng = np.random.default_rng(1)
     d_k = D // h

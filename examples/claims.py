@@ -11,7 +11,7 @@ from pathlib import Path
 
 import _common  # noqa: F401  (puts the checkout on sys.path)
 
-from attention_ref.claims import render_markdown, render_text
+from attention_ref.documents.claims import render_markdown, render_text
 
 DEFAULT = Path(__file__).resolve().parent.parent / "docs" / "claims.md"
 

@@ -11,9 +11,9 @@ import numpy as np
 from _common import parse, save
 
 from attention_ref import softmax_forward
-from attention_ref.claims import fmt
+from attention_ref.documents.claims import fmt
 from attention_ref.documents import HULL
-from attention_ref.experiments import hull_scores, hull_single_query_search, hull_vertices
+from attention_ref.documents.experiments import hull_scores, hull_single_query_search, hull_vertices
 
 
 def report() -> list[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from _common import parse, save
 
-from attention_ref.experiments import (
+from attention_ref.documents.experiments import (
     attention_cost,
     attention_pairs,
     energy_rank,

@@ -10,7 +10,7 @@ at the shortened length the tests use (8 epochs), stores the results in
 (the text between ``<!-- begin generated: NAME -->`` and ``<!-- end generated: NAME -->``)
 from them. Without ``--write`` it only checks that the document matches the JSON.
 
-``tests/test_toy_task.py`` keeps both honest cheaply: it checks that every generated
+``tests/documents/test_toy_task.py`` keeps both honest cheaply: it checks that every generated
 block of the document equals :func:`render_blocks` of the committed JSON, recomputes the
 parameter count, and retrains ONE seed (seed 0, 20 epochs, a few seconds) and compares it
 with the JSON to within 1e-9; the other nineteen runs are trusted to the same code.
@@ -33,17 +33,17 @@ sys.path.insert(0, str(ROOT / "examples"))
 
 from train_two_heads import final_line, run, summary_lines  # noqa: E402
 
-from attention_ref.toy_task import init_toy_model, train_toy_model  # noqa: E402
+from attention_ref.documents.toy_task import init_toy_model, train_toy_model  # noqa: E402
 
 DOC = ROOT / "docs" / "training.md"
 RESULTS = ROOT / "docs" / "training_results.json"
 NUM_SEEDS = 10
-SHORT_EPOCHS = 8  # the shortened run of tests/test_toy_task.py
+SHORT_EPOCHS = 8  # the shortened run of tests/documents/test_toy_task.py
 _BLOCK = re.compile(r"<!-- begin generated: (\w+) -->\n(.*?)<!-- end generated: \1 -->", re.S)
 
 
 def defaults() -> dict:
-    """The training settings: the defaults of :func:`attention_ref.toy_task.train_toy_model`."""
+    """The training settings: the defaults of :func:`attention_ref.documents.toy_task.train_toy_model`."""
     sig = inspect.signature(train_toy_model).parameters
     return {k: sig[k].default for k in ("epochs", "steps_per_epoch", "batch_size", "d_model", "d_ff",
                                         "lr", "eval_size", "n_positions")}

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from _common import parse
 
-from attention_ref.claims import tiny
-from attention_ref.experiments import parameter_count, strategies_max_difference, sum_formula_difference
+from attention_ref.documents.claims import tiny
+from attention_ref.documents.experiments import parameter_count, strategies_max_difference, sum_formula_difference
 
 CONFIGS = ((512, 1), (512, 8), (768, 12), (1024, 16))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from _common import parse, save
 
-from attention_ref.experiments import DEFAULT_D_KS, saturation, score_variance
+from attention_ref.documents.experiments import DEFAULT_D_KS, saturation, score_variance
 
 
 def table(d_ks=DEFAULT_D_KS) -> list[str]:

@@ -25,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))  # this checkout's package
 
-from attention_ref.toy_task import (  # noqa: E402
+from attention_ref.documents.toy_task import (  # noqa: E402
     attention_on_targets,
     head_pruning_losses,
     make_batch,
@@ -56,7 +56,7 @@ def run(seed=0, epochs=EPOCHS, steps_per_epoch=STEPS, plots=None, verbose=True):
     for line in summary_lines(on_targets, pruning):
         say(line)
     if plots is not None:
-        from attention_ref.plot_training import plot_attention_maps, plot_loss_curves
+        from attention_ref.plot.training import plot_attention_maps, plot_loss_curves
 
         out = pathlib.Path(plots)
         out.mkdir(parents=True, exist_ok=True)

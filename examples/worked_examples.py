@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from _common import parse, save
 
-from attention_ref.walkthrough import example_section
+from attention_ref.documents.walkthrough import example_section
 
 
 def main(argv=None) -> int:

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import attention_ref as ar
-from attention_ref import toy_task
+from attention_ref.documents import toy_task
 
 from _helpers import random_params
 

@@ -40,7 +40,7 @@ def test_linked_files_exist():
 
 def test_training_line_matches_the_recorded_demo():
     """The README quotes the demo's final line; the numbers come from the JSON that
-    tests/test_toy_task.py re-trains and checks (seed 0, full length)."""
+    tests/documents/test_toy_task.py re-trains and checks (seed 0, full length)."""
     import json
 
     demo = json.loads((README.parent / "docs" / "training_results.json").read_text())["demo"]

@@ -1,0 +1,208 @@
+"""Scaled dot-product attention, ``softmax(q k^T / sqrt(d_k) + mask) v``, and its backward.
+
+Symbols: ``...`` batch axes (any number, broadcast between q, k and v), Nq queries,
+Nk keys, Dk query/key width, Dv value width.
+
+Forward, numbered so the backward can walk it in reverse:
+
+1. ``scores = q k^T / sqrt(d_k)``                        (..., Nq, Nk)
+2. masking: ``scores[~mask] = -inf`` (boolean) or ``scores += mask`` (float)
+3. ``weights = softmax(scores)`` along the keys          (..., Nq, Nk)
+4. ``out = weights v``                                   (..., Nq, Dv)
+
+Scores too large for the dtype (``q`` and ``k`` near 1e19 in float32, 1e154 in float64)
+raise ``FloatingPointError`` naming q, k, the dtype and its largest finite value, instead
+of NaN and a NumPy ``RuntimeWarning``. No pass over the (..., Nq, Nk) scores on ordinary
+inputs: a bound from ``max|q|`` and ``max|k|`` rules overflow out (two reductions each),
+and a float mask that overflows the scores shows in the softmax's row maxima, which it
+computes anyway.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from .._checks import (
+    as_mask,
+    as_real_array,
+    as_upstream,
+    broadcast_batch,
+    cast,
+    cast_mask,
+    check_mask_shape,
+    common_dtype,
+    overflow_error,
+    require_ndim,
+    scores_may_overflow,
+    unbroadcast,
+)
+from .._parallel import for_each_row_block
+from .softmax import _ScoresOverflow, _softmax
+
+__all__ = [
+    "AttentionCache",
+    "scaled_dot_product_attention_forward",
+    "scaled_dot_product_attention_backward",
+]
+
+
+class AttentionCache(NamedTuple):
+    """What the backward needs; ``weights`` are the attention probabilities."""
+
+    q: np.ndarray  # (..., Nq, Dk)
+    k: np.ndarray  # (..., Nk, Dk)
+    v: np.ndarray  # (..., Nk, Dv)
+    weights: np.ndarray  # (..., Nq, Nk), softmax output; 0 where masked
+    out: np.ndarray  # (..., Nq, Dv), kept for D_i = rowsum(dout_i * out_i)
+    scale: float  # 1 / sqrt(d_k)
+
+
+def check_attention_inputs(q, k, v, mask, names=("q", "k", "v")):
+    """Validate q, k, v and mask; return them cast to one dtype plus the scores' shape."""
+    q_name, k_name, v_name = names
+    q = as_real_array(q, q_name)
+    k = as_real_array(k, k_name)
+    v = as_real_array(v, v_name)
+    require_ndim(q, q_name, 2, "(..., n_q, d_k)")
+    require_ndim(k, k_name, 2, "(..., n_k, d_k)")
+    require_ndim(v, v_name, 2, "(..., n_k, d_v)")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"{q_name} and {k_name} must share their last dimension d_k: {q_name} has shape"
+            f" {q.shape}, {k_name} has shape {k.shape}"
+        )
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"{k_name} and {v_name} must have the same length n_k (axis -2): {k_name} has"
+            f" shape {k.shape}, {v_name} has shape {v.shape}"
+        )
+    if q.shape[-1] == 0:
+        raise ValueError(f"d_k must be positive: {q_name} has shape {q.shape}")
+    batch = broadcast_batch(
+        [(q_name, q.shape[:-2]), (k_name, k.shape[:-2]), (v_name, v.shape[:-2])],
+        what="batch dimensions (all but the last two axes)",
+    )
+    scores_shape = batch + (q.shape[-2], k.shape[-2])
+    mask = as_mask(mask)
+    check_mask_shape(mask, scores_shape)
+    dtype = common_dtype(q, k, v)
+    return cast(q, dtype), cast(k, dtype), cast(v, dtype), cast_mask(mask, dtype), scores_shape
+
+
+def scaled_dot_product_attention_forward(q, k, v, mask=None):
+    """Scaled dot-product attention ``softmax(q k^T / sqrt(d_k) + mask) v``.
+
+    Parameters
+    ----------
+    q : array (..., n_q, d_k), queries
+    k : array (..., n_k, d_k), keys
+    v : array (..., n_k, d_v), values
+    mask : None, bool array (True = may attend) or float array (added to the scaled
+        scores), broadcastable to (..., n_q, n_k); see :mod:`attention_ref.core.masks`
+
+    Returns
+    -------
+    out : array (..., n_q, d_v); zero for a query with no allowed key
+    cache : AttentionCache; ``cache.weights`` (..., n_q, n_k) are the probabilities
+
+    Raises
+    ------
+    FloatingPointError : when the scores (plus a float mask) overflow the dtype
+    """
+    q, k, v, mask, _ = check_attention_inputs(q, k, v, mask)
+    return _attention_forward(q, k, v, mask)
+
+
+def _attention_forward(q, k, v, mask, names=("q", "k")):
+    """Unchecked forward on validated, same-dtype inputs; ``names`` label q and k in errors."""
+    scale = 1.0 / math.sqrt(q.shape[-1])  # a Python float keeps float32 work in float32
+    # 1. scores = q k^T / sqrt(d_k), computed as (q / sqrt(d_k)) k^T: the scale touches
+    #    n_q * d_k numbers instead of n_q * n_k. Overflow is reported by name, below.
+    with np.errstate(over="ignore", invalid="ignore"):
+        scores = (q * scale) @ k.swapaxes(-1, -2)  # (..., Nq, Nk)
+    if scores_may_overflow(q, k, scale) and not np.isfinite(scores).all():  # a pass only near the limit
+        raise overflow_error("the attention scores q k^T / sqrt(d_k)", q.dtype, zip(names, (q, k)))
+    # 2. masking
+    if mask is not None:
+        full = np.broadcast_shapes(scores.shape, mask.shape)
+        if full != scores.shape:  # the mask carries batch axes of v only: widen the scores
+            scores = np.broadcast_to(scores, full).copy()  # (..., Nq, Nk)
+        if mask.dtype == bool:
+            np.copyto(scores, -np.inf, where=~mask)  # blocked keys get weight exactly 0
+        else:
+            with np.errstate(over="ignore"):  # a +inf sum shows in the softmax's row maxima
+                scores += mask  # already in the scores' dtype (see cast_mask)
+    # 3. weights = softmax(scores), in place: nobody else holds `scores`
+    try:
+        weights = _softmax(scores, axis=-1, out=scores)  # (..., Nq, Nk)
+    except _ScoresOverflow:  # finite scores (step 1), so a huge positive float mask did it
+        what = f"the scores q k^T / sqrt(d_k) + mask (largest mask value {mask.max():.3g})"
+        raise overflow_error(what, q.dtype, zip(names, (q, k))) from None
+    # 4. out = weights v
+    out = weights @ v  # (..., Nq, Dv)
+    return out, AttentionCache(q, k, v, weights, out, scale)
+
+
+def scaled_dot_product_attention_backward(dout, cache: AttentionCache):
+    """Gradients of scaled dot-product attention with respect to q, k and v.
+
+    Walking the forward in reverse, with ``P = weights`` and ``S = scores``:
+
+    4. ``out = P v``          gives ``dv = P^T dout`` and ``dP = dout v^T``
+    3. ``P = softmax(S)``     gives ``dS = P * (dP - D)`` with ``D_i = sum_j P_ij dP_ij``
+    2. masking                masked entries have ``P = 0`` hence ``dS = 0``: nothing to do
+    1. ``S = q k^T / sqrt(d_k)`` gives ``dq = dS k / sqrt(d_k)``, ``dk = dS^T q / sqrt(d_k)``
+
+    Parameters
+    ----------
+    dout : array (..., n_q, d_v), upstream gradient
+    cache : AttentionCache from the forward
+
+    Returns
+    -------
+    dq : array, shape of q
+    dk : array, shape of k
+    dv : array, shape of v
+    """
+    return _attention_backward(as_upstream(dout, cache.out.shape, cache.out.dtype), cache)
+
+
+def _attention_backward(dout, cache: AttentionCache):
+    """Unchecked backward."""
+    q, k, v, weights, out, scale = cache
+    # 4. out = P v
+    dv = weights.swapaxes(-1, -2) @ dout  # (..., Nk, Dv)
+    dweights = dout @ v.swapaxes(-1, -2)  # (..., Nq, Nk)
+    # 3. softmax: D_i = sum_j P_ij dP_ij = sum_j P_ij (dout_i . v_j) = dout_i . out_i,
+    #    an n_q * d_v reduction instead of an n_q * n_k one.
+    D = (dout * out).sum(axis=-1, keepdims=True)  # (..., Nq, 1)
+    dscores = _softmax_rows_backward(dweights, weights, D)  # dS = P * (dP - D), (..., Nq, Nk)
+    # 1. S = (q / sqrt(d_k)) k^T
+    dq = (dscores @ k) * scale  # (..., Nq, Dk)
+    dk = (dscores.swapaxes(-1, -2) @ q) * scale  # (..., Nk, Dk)
+    return unbroadcast(dq, q.shape), unbroadcast(dk, k.shape), unbroadcast(dv, v.shape)
+
+
+def _softmax_rows_backward(dweights, weights, D):
+    """``dS = P * (dP - D)`` written over ``dP`` (a fresh array nobody else holds)."""
+    if (dweights.shape != weights.shape or not dweights.size
+            or not (dweights.flags.c_contiguous and weights.flags.c_contiguous)):
+        dweights -= D  # plain form for broadcast or strided layouts
+        dweights *= weights
+        return dweights
+    # fast path: the same two in-place operations over cache-sized row blocks on every
+    # core (see _parallel.py); rows are independent, so the numbers are identical
+    n_k = dweights.shape[-1]
+    dP = dweights.reshape(-1, n_k)  # (rows, Nk), views of the contiguous arrays
+    P = weights.reshape(-1, n_k)  # (rows, Nk)
+    D = np.broadcast_to(D, dweights.shape[:-1] + (1,)).reshape(-1, 1)  # (rows, 1)
+
+    def rows(start, stop):
+        dS = dP[start:stop]
+        dS -= D[start:stop]  # dP - D
+        dS *= P[start:stop]  # P * (dP - D)
+
+    for_each_row_block(rows, dP.shape[0], n_k)
+    return dweights

@@ -1,0 +1,84 @@
+"""Attention masks: one convention for the whole library.
+
+**Boolean masks: ``True`` means "this query may attend to this key".**
+This is the convention of PyTorch's ``torch.nn.functional.scaled_dot_product_attention``.
+It is the *opposite* of ``torch.nn.MultiheadAttention``'s ``attn_mask`` and
+``key_padding_mask``, where ``True`` means "blocked". The code in document 004
+(``masked_fill(mask == 0, -1e9)``) agrees with us: 1/True keeps, 0/False blocks. To bring
+a ``torch.nn.MultiheadAttention``-style mask here, pass ``~mask``.
+
+**Float masks are added to the scaled scores** ``q k^T / sqrt(d_k)`` before the softmax;
+``-inf`` blocks a key exactly, ``0`` leaves it alone, other values bias it. So a boolean
+mask cast to float is *not* the same mask: ``causal_mask(n).astype(float)`` adds 1 to the
+allowed scores and blocks nothing, letting every query see the future. A float mask whose
+entries are all 0 or 1 (with at least one 1) is almost always that mistake, so it raises
+a ``UserWarning`` naming the fix, ``mask.astype(bool)``; the usual additive masks (0 and
+``-inf``, or 0 and a large negative number, e.g. from :func:`mask_to_additive`) and an
+all-zero mask stay silent.
+
+A blocked key gets weight exactly 0 (we use ``-inf``, never a finite stand-in such as
+``-1e9``). A query whose keys are all blocked gets zero weights, zero output and zero
+gradient instead of NaN.
+
+Every mask must broadcast to the scores' shape ``(..., n_q, n_k)``; in multi-head
+attention the same mask applies to every head.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._checks import check_float_dtype, check_nonnegative_int, check_positive_int
+
+__all__ = ["causal_mask", "padding_mask", "mask_to_additive"]
+
+
+def causal_mask(n: int, n_k: int | None = None) -> np.ndarray:
+    """Boolean mask letting query ``i`` attend to keys ``j <= i`` (no peeking ahead).
+
+    Parameters
+    ----------
+    n : number of queries (and keys, unless ``n_k`` is given); 0 gives an empty mask
+    n_k : number of keys (default ``n``). Queries and keys are aligned at the end: query
+        ``i`` sits at position ``i + n_k - n`` and sees keys ``j <= i + n_k - n``. With
+        ``n_k > n`` the queries are the last ``n`` tokens attending to a prefix; with
+        ``n_k < n`` the first ``n - n_k`` queries see no key at all (zero output).
+
+    Returns
+    -------
+    mask : bool array (n, n_k), lower triangular ((0, 0) for ``n = 0``)
+    """
+    n = check_nonnegative_int(n, "n")
+    n_k = n if n_k is None else check_nonnegative_int(n_k, "n_k")
+    return np.tri(n, n_k, k=n_k - n, dtype=bool)  # (Nq, Nk)
+
+
+def padding_mask(lengths, n: int) -> np.ndarray:
+    """Boolean mask that hides the padding keys of each sequence in a batch.
+
+    Parameters
+    ----------
+    lengths : int array (B,) (or any shape ``batch``), the true length of each sequence
+    n : padded length
+
+    Returns
+    -------
+    mask : bool array (*batch, 1, n); ``mask[b, 0, j]`` is ``j < lengths[b]``. The middle
+        axis of size 1 lets it broadcast against scores ``(*batch, n_q, n)``.
+    """
+    n = check_positive_int(n, "n")
+    lengths = np.asarray(lengths)
+    if lengths.dtype.kind not in "iu":
+        raise TypeError(f"lengths must be integers, got dtype {lengths.dtype}")
+    if lengths.size and (lengths.min() < 0 or lengths.max() > n):
+        raise ValueError(f"lengths must lie in [0, {n}], got {lengths.tolist()}")
+    positions = np.arange(n)  # (N,)
+    return (positions < lengths[..., None])[..., None, :]  # (*batch, 1, N)
+
+
+def mask_to_additive(mask: np.ndarray, dtype=np.float64) -> np.ndarray:
+    """Turn a boolean mask into the equivalent float mask (0 where allowed, -inf where not)."""
+    mask = np.asarray(mask)
+    if mask.dtype.kind != "b":
+        raise TypeError(f"mask must be boolean, got dtype {mask.dtype}")
+    dtype = check_float_dtype(dtype)  # a float, to hold -inf
+    return np.where(mask, 0.0, -np.inf).astype(dtype)

@@ -1,0 +1,296 @@
+"""Multi-head attention, the weight-split parallel form, and its backward.
+
+``MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O``,
+``head_i = Attention(query W_i^Q, key W_i^K, value W_i^V)``, where ``W_i^Q`` is the block
+of columns ``i*d_k:(i+1)*d_k`` of ``W_q`` (and likewise for ``W_k``, ``W_v``).
+
+Symbols: ``...`` batch axes, Nq/Nk query/key lengths, Dq/Dkin/Dvin input widths,
+H query heads, Hkv key/value heads (H for ordinary attention, 1 for multi-query,
+in between for grouped-query), G = H // Hkv query heads per key/value head,
+Dk/Dv head widths, Dout output width.
+
+Forward, numbered so the backward can walk it in reverse:
+
+1. projections  ``Q = query W_q + b_q``, ``K = key W_k + b_k``, ``V = value W_v + b_v``
+2. split heads  ``(..., N, H*Dk) -> (..., H, N, Dk)``
+3. attention per head, all heads at once (key/value head ``j`` serves query heads
+   ``j*G .. j*G+G-1``, i.e. query head ``i`` uses key/value head ``i // G``)
+4. optional ``head_mask``: head ``i``'s output is multiplied by ``head_mask[i]``
+5. merge heads (the documents' ``Concat``)  ``(..., H, Nq, Dv) -> (..., Nq, H*Dv)``
+6. output projection ``out = concat W_o + b_o``
+
+A projection or attention scores too large for the dtype raise ``FloatingPointError``
+naming the inputs (``query W_q + b_q``, ...), the dtype and its largest finite value.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import NamedTuple
+
+import numpy as np
+
+from .._checks import (
+    as_mask,
+    as_real_array,
+    as_upstream,
+    broadcast_batch,
+    cast,
+    cast_mask,
+    check_mask_shape,
+    check_positive_int,
+    common_dtype,
+    require_ndim,
+)
+from .attention import AttentionCache, _attention_backward, _attention_forward
+from .heads import _merge, _split
+from .linear import LinearCache, _linear_backward, _linear_finite
+
+__all__ = [
+    "PARAM_NAMES",
+    "MultiHeadCache",
+    "multi_head_attention_forward",
+    "multi_head_attention_backward",
+    "check_multi_head_inputs",
+]
+
+#: The keys a ``params`` dict may hold; the biases are optional (absent or None).
+PARAM_NAMES = ("W_q", "b_q", "W_k", "b_k", "W_v", "b_v", "W_o", "b_o")
+_WEIGHTS = ("W_q", "W_k", "W_v", "W_o")
+#: How an overflow error names the attention's q and k: the projected query and key.
+_SCORE_NAMES = ("query W_q + b_q", "key W_k + b_k")
+
+
+class MultiHeadCache(NamedTuple):
+    """Nested caches of the six forward steps, plus what ties them together."""
+
+    q_proj: LinearCache  # step 1, query
+    k_proj: LinearCache  # step 1, key
+    v_proj: LinearCache  # step 1, value
+    attention: AttentionCache  # step 3: q (..., Hkv, G, Nq, Dk), k and v (..., Hkv, 1, Nk, D)
+    heads: np.ndarray  # (..., H, Nq, Dv), head outputs before the head mask
+    head_mask: np.ndarray | None  # (H,), step 4
+    o_proj: LinearCache  # step 6
+    num_heads: int
+    num_kv_heads: int
+    param_keys: tuple  # the keys of params, so grads mirrors them
+
+    @property
+    def weights(self) -> np.ndarray:
+        """Attention probabilities of every head, (..., H, Nq, Nk)."""
+        return _ungroup_heads(self.attention.weights)  # (..., Hkv, G, Nq, Nk) -> (..., H, Nq, Nk)
+
+
+def _check_params(params, num_heads, num_kv_heads, dims):
+    """Validate the parameter dict against the head counts and input widths."""
+    if not isinstance(params, Mapping):
+        raise TypeError(f"params must be a dict with keys {PARAM_NAMES}, got {type(params).__name__}")
+    unknown = sorted(set(params) - set(PARAM_NAMES))
+    if unknown:
+        raise ValueError(f"params has unknown keys {unknown}; allowed keys are {PARAM_NAMES}")
+    missing = [n for n in _WEIGHTS if params.get(n) is None]
+    if missing:
+        raise ValueError(f"params is missing the weights {missing}")
+    p = {n: as_real_array(params[n], f"params['{n}']") for n in PARAM_NAMES if params.get(n) is not None}
+    for n in _WEIGHTS:
+        if p[n].ndim != 2:
+            raise ValueError(f"params['{n}'] must be a 2-D matrix, got shape {p[n].shape}")
+    shapes = {n: a.shape for n, a in p.items()}
+
+    def fail(msg):
+        raise ValueError(f"{msg}; parameter shapes: {shapes}")
+
+    h, hkv = num_heads, num_kv_heads
+    width_q, width_k, width_v = p["W_q"].shape[1], p["W_k"].shape[1], p["W_v"].shape[1]
+    if width_q % h:
+        fail(f"params['W_q'] has {width_q} columns, not divisible by num_heads={h}")
+    d_k = width_q // h
+    if d_k == 0:
+        fail("params['W_q'] has no columns (d_k = 0)")
+    if width_k != hkv * d_k:
+        fail(f"params['W_k'] must have num_kv_heads*d_k = {hkv}*{d_k} = {hkv * d_k} columns"
+             f" to match params['W_q'], got {width_k}")
+    if width_v % hkv:
+        fail(f"params['W_v'] has {width_v} columns, not divisible by num_kv_heads={hkv}")
+    d_v = width_v // hkv
+    if p["W_o"].shape[0] != h * d_v:
+        fail(f"params['W_o'] must have num_heads*d_v = {h}*{d_v} = {h * d_v} rows, got {p['W_o'].shape[0]}")
+    for w_name, x_name in zip(("W_q", "W_k", "W_v"), ("query", "key", "value")):
+        if p[w_name].shape[0] != dims[x_name][-1]:
+            raise ValueError(
+                f"{x_name} of shape {dims[x_name]} has last dimension {dims[x_name][-1]}, but"
+                f" params['{w_name}'] of shape {shapes[w_name]} expects {p[w_name].shape[0]}"
+            )
+    for b_name, w_name in zip(("b_q", "b_k", "b_v", "b_o"), _WEIGHTS):
+        if b_name in p and p[b_name].shape != (p[w_name].shape[1],):
+            fail(f"params['{b_name}'] must have shape ({p[w_name].shape[1]},) to match"
+                 f" params['{w_name}'], got {p[b_name].shape}")
+    return p
+
+
+def check_multi_head_inputs(query, key, value, params, num_heads, mask=None,
+                            num_kv_heads=None, head_mask=None, *, warn_mask=True):
+    """Validate every argument of the multi-head forward before any arithmetic.
+
+    Returns ``(query, key, value, p, mask, head_mask, num_heads, num_kv_heads)`` with
+    arrays cast to their common dtype; ``p`` holds only the parameters that are present.
+    ``warn_mask=False`` skips the 0/1 float mask warning (for a caller that gave it).
+    """
+    num_heads = check_positive_int(num_heads, "num_heads")
+    num_kv_heads = num_heads if num_kv_heads is None else check_positive_int(num_kv_heads, "num_kv_heads")
+    if num_heads % num_kv_heads:
+        raise ValueError(f"num_heads={num_heads} must be a multiple of num_kv_heads={num_kv_heads}")
+    query = as_real_array(query, "query")
+    key = as_real_array(key, "key")
+    value = as_real_array(value, "value")
+    require_ndim(query, "query", 2, "(..., n_q, d_model)")
+    require_ndim(key, "key", 2, "(..., n_k, d_key_in)")
+    require_ndim(value, "value", 2, "(..., n_k, d_value_in)")
+    if key.shape[-2] != value.shape[-2]:
+        raise ValueError(f"key and value must have the same length n_k (axis -2): key has shape"
+                         f" {key.shape}, value has shape {value.shape}")
+    dims = {"query": query.shape, "key": key.shape, "value": value.shape}
+    p = _check_params(params, num_heads, num_kv_heads, dims)
+    batch = broadcast_batch([(n, s[:-2]) for n, s in dims.items()],
+                            what="batch dimensions of query, key and value")
+    mask = as_mask(mask, warn=warn_mask)
+    check_mask_shape(mask, batch + (query.shape[-2], key.shape[-2]))
+    if head_mask is not None:
+        head_mask = as_real_array(head_mask, "head_mask")
+        if head_mask.shape != (num_heads,):
+            raise ValueError(f"head_mask must have shape (num_heads,) = ({num_heads},), got {head_mask.shape}")
+    dtype = common_dtype(query, key, value, *p.values())  # head_mask follows, never leads
+    p = {n: cast(a, dtype) for n, a in p.items()}
+    return (cast(query, dtype), cast(key, dtype), cast(value, dtype), p, cast_mask(mask, dtype),
+            cast(head_mask, dtype), num_heads, num_kv_heads)
+
+
+def _project(x, p, w_name, b_name, x_name):
+    """Step 1 or 6: ``x W + b`` with its cache (inputs already validated; overflow raises)."""
+    W, b = p[w_name], p.get(b_name)
+    return _linear_finite(x, W, b, (x_name, w_name, b_name)), LinearCache(x, W, b is not None)
+
+
+def _group_heads(x, num_kv_heads):
+    """Group query heads by the key/value head they share: (..., H, N, D) -> (..., Hkv, G, N, D)."""
+    return x.reshape(x.shape[:-3] + (num_kv_heads, x.shape[-3] // num_kv_heads) + x.shape[-2:])
+
+
+def _ungroup_heads(x):
+    """The inverse of :func:`_group_heads`: (..., Hkv, G, N, D) -> (..., H, N, D)."""
+    return x.reshape(x.shape[:-4] + (x.shape[-4] * x.shape[-3],) + x.shape[-2:])
+
+
+def _group_mask(mask):
+    """Give a (..., Nq, Nk) mask two axes of size 1 for (Hkv, G), so one mask serves all heads."""
+    if mask is None or mask.ndim < 2:
+        return mask
+    return mask.reshape(mask.shape[:-2] + (1, 1) + mask.shape[-2:])  # (..., 1, 1, Nq, Nk)
+
+
+def multi_head_attention_forward(query, key, value, params, num_heads, mask=None, *,
+                                 num_kv_heads=None, head_mask=None):
+    """Multi-head attention ``Concat(head_1, ..., head_h) W^O`` (weight-split parallel form).
+
+    Parameters
+    ----------
+    query : array (..., n_q, d_model)
+    key : array (..., n_k, d_key_in)
+    value : array (..., n_k, d_value_in)
+    params : dict with ``W_q (d_model, h*d_k)``, ``W_k (d_key_in, h_kv*d_k)``,
+        ``W_v (d_value_in, h_kv*d_v)``, ``W_o (h*d_v, d_out)`` and optional biases
+        ``b_q, b_k, b_v, b_o`` (absent or None for no bias). ``d_k`` and ``d_v`` are read
+        from these shapes; head ``i`` uses columns ``i*d_k:(i+1)*d_k`` of ``W_q``.
+    num_heads : int, h
+    mask : None, bool (True = may attend) or float (added to the scaled scores) array
+        broadcastable to (..., n_q, n_k); the same mask applies to every head
+    num_kv_heads : int dividing ``num_heads`` (default ``num_heads``); 1 is multi-query
+        attention, values in between grouped-query attention
+    head_mask : array (h,) or None, a multiplier on each head's output before ``W^O``
+
+    Returns
+    -------
+    out : array (..., n_q, d_out)
+    cache : MultiHeadCache; ``cache.weights`` (..., h, n_q, n_k) are the probabilities
+
+    Raises
+    ------
+    FloatingPointError : when a projection or the scores overflow the dtype
+    """
+    checked = check_multi_head_inputs(query, key, value, params, num_heads, mask, num_kv_heads, head_mask)
+    return _multi_head_attention_forward(*checked, tuple(params))
+
+
+def _multi_head_attention_forward(query, key, value, p, mask, head_mask, h, hkv, param_keys):
+    """The six steps on the validated arguments :func:`check_multi_head_inputs` returns."""
+    # 1. projections
+    Q, q_cache = _project(query, p, "W_q", "b_q", "query")  # (..., Nq, H*Dk)
+    K, k_cache = _project(key, p, "W_k", "b_k", "key")  # (..., Nk, Hkv*Dk)
+    V, v_cache = _project(value, p, "W_v", "b_v", "value")  # (..., Nk, Hkv*Dv)
+    # 2. split heads; query heads grouped by the key/value head they share
+    q = _split(Q, h)  # (..., H, Nq, Dk)
+    q = _group_heads(q, hkv)  # (..., Hkv, G, Nq, Dk)
+    k = _split(K, hkv)[..., None, :, :]  # (..., Hkv, 1, Nk, Dk)
+    v = _split(V, hkv)[..., None, :, :]  # (..., Hkv, 1, Nk, Dv)
+    # 3. attention, broadcasting each key/value head over its G query heads
+    o, attn_cache = _attention_forward(q, k, v, _group_mask(mask), _SCORE_NAMES)  # (..., Hkv, G, Nq, Dv)
+    heads = _ungroup_heads(o)  # (..., H, Nq, Dv)
+    # 4. head mask
+    masked = heads if head_mask is None else heads * head_mask[:, None, None]
+    # 5. concat
+    concat = _merge(masked)  # (..., Nq, H*Dv)
+    # 6. output projection
+    out, o_cache = _project(concat, p, "W_o", "b_o", "concat")  # (..., Nq, Dout)
+    cache = MultiHeadCache(q_cache, k_cache, v_cache, attn_cache, heads, head_mask,
+                           o_cache, h, hkv, param_keys)
+    return out, cache
+
+
+def multi_head_attention_backward(dout, cache: MultiHeadCache):
+    """Gradients of :func:`multi_head_attention_forward`, walking its steps in reverse.
+
+    Parameters
+    ----------
+    dout : array (..., n_q, d_out), upstream gradient
+    cache : MultiHeadCache from the forward
+
+    Returns
+    -------
+    dquery, dkey, dvalue : arrays shaped like query, key and value (for self-attention,
+        where one ``x`` was passed three times, ``dx = dquery + dkey + dvalue``)
+    grads : dict with the same keys as ``params`` (None for a bias given as None), plus
+        ``"head_mask"`` when a head mask was given
+    """
+    c = cache
+    out_shape = c.heads.shape[:-3] + (c.heads.shape[-2], c.o_proj.W.shape[1])  # (..., Nq, Dout)
+    dout = as_upstream(dout, out_shape, c.o_proj.x.dtype)
+    h, hkv = c.num_heads, c.num_kv_heads
+    grads = {}
+    # 6. out = concat W_o + b_o
+    dconcat, grads["W_o"], grads["b_o"] = _linear_backward(dout, c.o_proj)  # (..., Nq, H*Dv)
+    # 5. concat = merge(masked): the backward of a merge is a split
+    dmasked = _split(dconcat, h)  # (..., H, Nq, Dv)
+    # 4. masked = heads * head_mask
+    if c.head_mask is None:
+        dheads = dmasked
+    else:
+        # d head_mask_i = sum over batch, positions and features of dmasked_i * heads_i
+        dhm = (dmasked * c.heads).sum(axis=(-2, -1))  # (..., H)
+        grads["head_mask"] = dhm.reshape(-1, h).sum(axis=0)  # (H,)
+        dheads = dmasked * c.head_mask[:, None, None]
+    # 3. attention per (key/value head, query head in its group)
+    do = _group_heads(dheads, hkv)  # (..., Hkv, G, Nq, Dv)
+    dq, dk, dv = _attention_backward(do, c.attention)
+    # the broadcast of k, v over G has been summed away by the attention backward:
+    # each key/value head collects the gradients of all the query heads sharing it
+    # 2. split heads: the backward of a split is a merge
+    dQ = _merge(_ungroup_heads(dq))  # (..., Nq, H*Dk)
+    dK = _merge(dk[..., 0, :, :])  # (..., Nk, Hkv*Dk)
+    dV = _merge(dv[..., 0, :, :])  # (..., Nk, Hkv*Dv)
+    # 1. projections
+    dquery, grads["W_q"], grads["b_q"] = _linear_backward(dQ, c.q_proj)
+    dkey, grads["W_k"], grads["b_k"] = _linear_backward(dK, c.k_proj)
+    dvalue, grads["W_v"], grads["b_v"] = _linear_backward(dV, c.v_proj)
+    ordered = {n: grads[n] for n in c.param_keys}
+    if "head_mask" in grads:
+        ordered["head_mask"] = grads["head_mask"]
+    return dquery, dkey, dvalue, ordered

@@ -1,0 +1,11 @@
+"""The claims table: every checkable claim of the five documents, recomputed.
+
+``claim`` holds the row type and its number formatting; ``worked_examples``,
+``parameters_and_cost`` and ``paths_and_variants`` build the rows from the experiments;
+``table`` orders them and renders ``docs/claims.md``.
+"""
+from .claim import VERDICTS, Claim, fmt, readings_verdict, tiny
+from .table import all_claims, claim_groups, render_markdown, render_text
+
+__all__ = ["Claim", "VERDICTS", "all_claims", "claim_groups", "fmt", "readings_verdict", "render_markdown",
+           "render_text", "tiny"]

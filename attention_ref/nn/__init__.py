@@ -1,0 +1,47 @@
+"""From layer to model: the layer class and the pieces of a Transformer block, each pair
+gradient-checked like the core. May import from ``core`` and ``variants``.
+
+``multi_head_attention`` (the :class:`MultiHeadAttention` class, with KV-cache decoding),
+``layer_norm``, ``feed_forward`` (ReLU and GELU), ``residual`` (Add & Norm, post- and
+pre-norm), ``encoder_block``, ``decoder_block``, ``optim`` (SGD and Adam).
+"""
+from .multi_head_attention import MultiHeadAttention
+from .layer_norm import LayerNormCache, layer_norm_backward, layer_norm_forward
+from .feed_forward import (
+    FeedForwardCache,
+    feed_forward_backward,
+    feed_forward_forward,
+    gelu_backward,
+    gelu_forward,
+    relu_backward,
+    relu_forward,
+)
+from .residual import AddNormCache, ResidualCache, add_norm_backward, add_norm_forward, residual_backward, residual_forward
+from .encoder_block import (
+    EncoderBlockCache,
+    TransformerEncoderBlock,
+    encoder_block_backward,
+    encoder_block_forward,
+    init_encoder_block_params,
+)
+from .decoder_block import (
+    DecoderBlockCache,
+    TransformerDecoderBlock,
+    decoder_block_backward,
+    decoder_block_forward,
+    init_decoder_block_params,
+)
+from .optim import SGD, Adam
+
+__all__ = [
+    "MultiHeadAttention",
+    "LayerNormCache", "layer_norm_backward", "layer_norm_forward",
+    "FeedForwardCache", "feed_forward_backward", "feed_forward_forward",
+    "gelu_backward", "gelu_forward", "relu_backward", "relu_forward",
+    "AddNormCache", "ResidualCache", "add_norm_backward", "add_norm_forward", "residual_backward", "residual_forward",
+    "EncoderBlockCache", "TransformerEncoderBlock", "encoder_block_backward", "encoder_block_forward",
+    "init_encoder_block_params",
+    "DecoderBlockCache", "TransformerDecoderBlock", "decoder_block_backward", "decoder_block_forward",
+    "init_decoder_block_params",
+    "SGD", "Adam",
+]

@@ -1,0 +1,186 @@
+"""Position-wise feed-forward network ``FFN(x) = act(x W_1 + b_1) W_2 + b_2``, and its backward.
+
+The second sub-layer of every Transformer block: the same two-layer network applied to
+each position on its own (no mixing across positions; that is attention's job).
+
+Activations:
+
+* ``"relu"``: ``max(0, h)``; its derivative at exactly 0 is taken as 0.
+* ``"gelu"``: the **tanh approximation** of GELU used by GPT-2 and BERT's original code
+  (PyTorch's ``gelu(approximate="tanh")``),
+  ``gelu(h) = 0.5 h (1 + tanh(s (h + c h^3)))``, ``s = sqrt(2 / pi)``, ``c = 0.044715``.
+  The exact form ``h * Phi(h)`` needs ``erf``, which NumPy does not vectorise (only
+  ``math.erf`` on scalars); the two differ by less than 1e-3 everywhere.
+
+Symbols: ``...`` any leading (batch, position) axes, D model width, F hidden width (d_ff).
+
+Forward, numbered so the backward can walk it in reverse:
+
+1. ``h = x W_1 + b_1``
+2. ``a = act(h)``
+3. ``y = a W_2 + b_2``
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import NamedTuple
+
+import numpy as np
+
+from .._checks import as_real_array, as_upstream, common_dtype
+from ..core.linear import LinearCache, _check_linear, _linear, _linear_backward
+
+__all__ = [
+    "ACTIVATIONS",
+    "FFN_PARAM_NAMES",
+    "FeedForwardCache",
+    "feed_forward_forward",
+    "feed_forward_backward",
+    "gelu_forward",
+    "gelu_backward",
+    "relu_forward",
+    "relu_backward",
+]
+
+ACTIVATIONS = ("relu", "gelu")
+FFN_PARAM_NAMES = ("W_1", "b_1", "W_2", "b_2")
+_GELU_S = math.sqrt(2.0 / math.pi)  # s, a Python float so float32 stays float32
+_GELU_C = 0.044715  # c
+#: Beyond |h| = 10 the tanh is exactly +-1 in float32 and float64 (its argument exceeds 43),
+#: so h is clipped there inside the tanh: the cube of a huge h (|h| > ~7e12 in float32)
+#: would overflow, and its square in the backward would give inf * 0 = NaN.
+_GELU_SATURATION = 10.0
+
+
+def _gelu_tanh(h):
+    """``t = tanh(s (u + c u^3))`` with ``u = clip(h, -10, 10)``: the same t, no overflow."""
+    u = np.clip(h, -_GELU_SATURATION, _GELU_SATURATION)
+    return np.tanh(_GELU_S * (u + _GELU_C * (u * u * u))), u
+
+
+def relu_forward(h):
+    """``max(0, h)``; returns ``(a, cache)`` where the cache is ``h``."""
+    h = as_real_array(h, "h")
+    return np.maximum(h, 0.0), h
+
+
+def relu_backward(da, h):
+    """``dh = da * [h > 0]`` (derivative 0 at h = 0); ``da`` shaped like ``h``."""
+    da = as_upstream(da, h.shape, h.dtype, "da")
+    return np.where(h > 0, da, 0.0).astype(h.dtype, copy=False)
+
+
+def gelu_forward(h):
+    """GELU, tanh approximation: ``0.5 h (1 + tanh(s (h + c h^3)))``; cache is ``h``."""
+    h = as_real_array(h, "h")
+    t, _ = _gelu_tanh(h)
+    return 0.5 * h * (1.0 + t), h
+
+
+def gelu_backward(da, h):
+    """``dh = da * (0.5 (1 + t) + 0.5 h (1 - t^2) s (1 + 3 c h^2))``, ``t`` as in the forward;
+    ``da`` shaped like ``h``."""
+    da = as_upstream(da, h.shape, h.dtype, "da")  # a float64 da keeps float32 float32
+    t, u = _gelu_tanh(h)
+    dt_dh = (1.0 - t * t) * _GELU_S * (1.0 + 3.0 * _GELU_C * u * u)  # exactly 0 where |h| >= 10
+    return da * (0.5 * (1.0 + t) + 0.5 * h * dt_dh)
+
+
+_ACT = {"relu": (relu_forward, relu_backward), "gelu": (gelu_forward, gelu_backward)}
+
+
+class FeedForwardCache(NamedTuple):
+    """Nested caches of the three forward steps."""
+
+    fc1: LinearCache  # step 1
+    h: np.ndarray  # (..., F), pre-activation, step 2
+    fc2: LinearCache  # step 3
+    activation: str
+    param_keys: tuple
+
+
+def _check_ffn(x, params, activation):
+    """Validate ``params`` keys and shapes, and the activation name."""
+    if activation not in _ACT:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+    if not isinstance(params, Mapping):
+        raise TypeError(f"params must be a dict with keys {FFN_PARAM_NAMES}, got {type(params).__name__}")
+    unknown = sorted(set(params) - set(FFN_PARAM_NAMES))
+    if unknown:
+        raise ValueError(f"params has unknown keys {unknown}; allowed keys are {FFN_PARAM_NAMES}")
+    missing = [n for n in ("W_1", "W_2") if params.get(n) is None]
+    if missing:
+        raise ValueError(f"params is missing the weights {missing}")
+    x, W_1, b_1 = _check_linear(x, params["W_1"], params.get("b_1"),
+                                names=("x", "params['W_1']", "params['b_1']"))
+    W_2 = as_real_array(params["W_2"], "params['W_2']")
+    if W_2.ndim != 2 or W_2.shape[0] != W_1.shape[1]:
+        raise ValueError(f"params['W_2'] must have shape (d_ff, d_out) with d_ff = {W_1.shape[1]}"
+                         f" (the columns of params['W_1'] of shape {W_1.shape}), got {W_2.shape}")
+    b_2 = params.get("b_2")
+    if b_2 is not None:
+        b_2 = as_real_array(b_2, "params['b_2']")
+        if b_2.shape != (W_2.shape[1],):
+            raise ValueError(f"params['b_2'] must have shape ({W_2.shape[1]},) to match params['W_2']"
+                             f" of shape {W_2.shape}, got shape {b_2.shape}")
+    dtype = common_dtype(x, W_1, b_1, W_2, b_2)
+    return [None if a is None else a.astype(dtype, copy=False) for a in (x, W_1, b_1, W_2, b_2)]
+
+
+def feed_forward_forward(x, params, activation="relu"):
+    """Position-wise feed-forward network ``y = act(x W_1 + b_1) W_2 + b_2``.
+
+    Parameters
+    ----------
+    x : array (..., d_model)
+    params : dict with ``W_1 (d_model, d_ff)``, ``W_2 (d_ff, d_out)`` and optional biases
+        ``b_1 (d_ff,)``, ``b_2 (d_out,)`` (absent or None for no bias)
+    activation : ``"relu"`` (the original Transformer) or ``"gelu"`` (tanh approximation,
+        GPT/BERT)
+
+    Returns
+    -------
+    y : array (..., d_out)
+    cache : FeedForwardCache for :func:`feed_forward_backward`
+    """
+    x, W_1, b_1, W_2, b_2 = _check_ffn(x, params, activation)
+    act_forward, _ = _ACT[activation]
+    # 1. first linear map
+    h = _linear(x, W_1, b_1)  # (..., F)
+    # 2. activation
+    a, _ = act_forward(h)  # (..., F)
+    # 3. second linear map
+    y = _linear(a, W_2, b_2)  # (..., Dout)
+    cache = FeedForwardCache(LinearCache(x, W_1, b_1 is not None), h,
+                             LinearCache(a, W_2, b_2 is not None), activation, tuple(params))
+    return y, cache
+
+
+def feed_forward_backward(dy, cache: FeedForwardCache):
+    """Gradients of :func:`feed_forward_forward`, its steps in reverse.
+
+    ``da = dy W_2^T``, ``dh = da * act'(h)``, ``dx = dh W_1^T``; the weight gradients are
+    those of :func:`attention_ref.linear_backward`.
+
+    Parameters
+    ----------
+    dy : array (..., d_out), upstream gradient
+    cache : FeedForwardCache from the forward
+
+    Returns
+    -------
+    dx : array (..., d_model)
+    grads : dict with the keys of ``params`` (None for a bias given as None)
+    """
+    fc2 = cache.fc2
+    dy = as_upstream(dy, fc2.x.shape[:-1] + (fc2.W.shape[1],), fc2.x.dtype, "dy")
+    _, act_backward = _ACT[cache.activation]
+    grads = {}
+    # 3. y = a W_2 + b_2
+    da, grads["W_2"], grads["b_2"] = _linear_backward(dy, fc2)  # (..., F)
+    # 2. a = act(h)
+    dh = act_backward(da, cache.h)  # (..., F)
+    # 1. h = x W_1 + b_1
+    dx, grads["W_1"], grads["b_1"] = _linear_backward(dh, cache.fc1)  # (..., D)
+    return dx, {n: grads[n] for n in cache.param_keys}

@@ -1,0 +1,126 @@
+"""Layer normalisation over the last axis, and its backward.
+
+``LayerNorm(x) = gamma * (x - mu) / sqrt(var + eps) + beta``, with ``mu`` and ``var``
+the mean and the (biased, divide-by-D) variance of each row ``x[..., :]``. Document
+004 applies it after the residual connection around the multi-head layer ("Add &
+Norm"); :mod:`attention_ref.nn.residual` does both placements.
+
+Symbols: ``...`` any leading (batch, position) axes, D the normalised width.
+
+Forward, numbered so the backward can walk it in reverse:
+
+1. ``mu = mean(x)``, ``var = mean((x - mu)^2)``, ``rstd = 1 / sqrt(var + eps)``
+2. ``x_hat = (x - mu) * rstd``
+3. ``y = gamma * x_hat + beta``
+"""
+from __future__ import annotations
+
+from numbers import Real
+from typing import NamedTuple
+
+import numpy as np
+
+from .._checks import as_real_array, as_upstream, cast, common_dtype, require_ndim
+
+__all__ = ["LayerNormCache", "layer_norm_forward", "layer_norm_backward"]
+
+
+class LayerNormCache(NamedTuple):
+    """What ``layer_norm_backward`` needs: the normalised x, rstd and gamma.
+
+    (llm.c's layernorm keeps ``(x, w, mean, rstd)`` and recomputes ``x_hat`` from them in
+    the backward; keeping ``x_hat`` instead saves that recomputation.)
+    """
+
+    x_hat: np.ndarray  # (..., D)
+    rstd: np.ndarray  # (..., 1)
+    gamma: np.ndarray  # (D,)
+
+
+def _check_layer_norm(x, gamma, beta, eps):
+    """Validate and cast ``x, gamma, beta``; check ``eps`` is a positive real number."""
+    x = as_real_array(x, "x")
+    gamma = as_real_array(gamma, "gamma")
+    beta = as_real_array(beta, "beta")
+    require_ndim(x, "x", 1, "(..., d)")
+    d = x.shape[-1]
+    if d == 0:
+        raise ValueError(f"x must have a non-empty last axis to normalise over, got shape {x.shape}")
+    for name, a in (("gamma", gamma), ("beta", beta)):
+        if a.shape != (d,):
+            raise ValueError(f"{name} must have shape ({d},) to match x of shape {x.shape},"
+                             f" got shape {a.shape}")
+    if isinstance(eps, (bool, np.bool_)) or not isinstance(eps, Real):
+        raise TypeError(f"eps must be a positive real number, got {eps!r}")
+    if not (np.isfinite(eps) and eps > 0):
+        raise ValueError(f"eps must be a positive real number, got {eps}")
+    dtype = common_dtype(x, gamma, beta)
+    return cast(x, dtype), cast(gamma, dtype), cast(beta, dtype), float(eps)
+
+
+def layer_norm_forward(x, gamma, beta, eps=1e-5):
+    """Layer normalisation of each row of ``x`` over its last axis.
+
+    ``y = gamma * (x - mu) / sqrt(var + eps) + beta``, ``mu`` and ``var`` the mean and
+    the biased variance (divide by D, as PyTorch's ``LayerNorm``) of the row.
+
+    Parameters
+    ----------
+    x : array (..., d)
+    gamma : array (d,), the gain (initialised to ones in a layer)
+    beta : array (d,), the shift (initialised to zeros)
+    eps : positive float added to the variance (1e-5, PyTorch's default)
+
+    Returns
+    -------
+    y : array (..., d)
+    cache : LayerNormCache for :func:`layer_norm_backward`
+    """
+    x, gamma, beta, eps = _check_layer_norm(x, gamma, beta, eps)
+    # 1. row statistics
+    mu = x.mean(axis=-1, keepdims=True)  # (..., 1)
+    xc = x - mu  # (..., D)
+    var = (xc * xc).mean(axis=-1, keepdims=True)  # (..., 1)
+    rstd = 1.0 / np.sqrt(var + eps)  # (..., 1); eps is a Python float, float32 stays float32
+    # 2. normalise
+    x_hat = xc * rstd  # (..., D)
+    # 3. gain and shift
+    y = x_hat * gamma + beta  # (..., D)
+    return y, LayerNormCache(x_hat, rstd, gamma)
+
+
+def layer_norm_backward(dy, cache: LayerNormCache):
+    """Gradients of :func:`layer_norm_forward`.
+
+    With ``g = dy * gamma`` (the gradient reaching ``x_hat``) and means over the last axis:
+
+    ``dx = rstd * (g - mean(g) - x_hat * mean(g * x_hat))``,
+    ``dgamma = sum over rows of dy * x_hat``, ``dbeta = sum over rows of dy``.
+
+    The two subtracted terms are the paths through ``mu`` and through ``var``: shifting
+    a row or scaling it about its mean leaves ``x_hat`` unchanged, so ``dx`` has zero row
+    mean and is orthogonal to ``x_hat``.
+
+    Parameters
+    ----------
+    dy : array (..., d), upstream gradient
+    cache : LayerNormCache from the forward
+
+    Returns
+    -------
+    dx : array (..., d)
+    dgamma, dbeta : arrays (d,)
+    """
+    x_hat, rstd, gamma = cache
+    dy = as_upstream(dy, x_hat.shape, x_hat.dtype, "dy")
+    d = x_hat.shape[-1]
+    # 3. y = gamma * x_hat + beta
+    dy2 = dy.reshape(-1, d)  # (rows, D)
+    dgamma = (dy2 * x_hat.reshape(-1, d)).sum(axis=0)  # (D,)
+    dbeta = dy2.sum(axis=0)  # (D,)
+    g = dy * gamma  # (..., D), the gradient reaching x_hat
+    # 2. and 1. x_hat = (x - mu) * rstd, through mu and var as well as directly
+    g_mean = g.mean(axis=-1, keepdims=True)  # (..., 1)
+    gx_mean = (g * x_hat).mean(axis=-1, keepdims=True)  # (..., 1)
+    dx = rstd * (g - g_mean - x_hat * gx_mean)  # (..., D)
+    return dx, dgamma, dbeta

@@ -1,0 +1,21 @@
+"""Variants of attention built on the core: the same maths computed another way, or a
+different attention. Each module may import from ``core`` (never from ``nn`` or above).
+
+``blockwise`` (memory-efficient tiles with an online softmax, FlashAttention's algorithm;
+``causal=`` and ``window=``), ``local`` (sliding-window masks), ``linear_attention``
+(``phi(Q) (phi(K)^T V)``), ``rope`` (rotary position embedding), ``kv_cache`` (the key/value
+cache of autoregressive decoding).
+"""
+from .blockwise import FlashAttentionCache, flash_attention_backward, flash_attention_forward
+from .local import local_window_mask
+from .linear_attention import LinearAttentionCache, linear_attention_backward, linear_attention_forward
+from .rope import RopeCache, rope_backward, rope_forward
+from .kv_cache import KVCache
+
+__all__ = [
+    "FlashAttentionCache", "flash_attention_backward", "flash_attention_forward",
+    "local_window_mask",
+    "LinearAttentionCache", "linear_attention_backward", "linear_attention_forward",
+    "RopeCache", "rope_backward", "rope_forward",
+    "KVCache",
+]

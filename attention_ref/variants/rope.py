@@ -1,0 +1,119 @@
+"""Rotary position embedding (RoPE, document 001), ``y = R(p) x``, and its backward.
+
+Each feature pair ``(x_{2i}, x_{2i+1})`` of the vector at position ``p`` is rotated in its
+plane by the angle ``p * theta_i`` with ``theta_i = base^(-2i / D)`` (RoFormer's
+interleaved pairing): for ``i = 0 .. D/2 - 1``
+
+    ``y_{2i}   = x_{2i} cos(p theta_i) - x_{2i+1} sin(p theta_i)``
+    ``y_{2i+1} = x_{2i} sin(p theta_i) + x_{2i+1} cos(p theta_i)``
+
+Rotations preserve lengths, and ``R(m)^T R(n) = R(n - m)``, so after rotating queries and
+keys the score ``(R(m) q) . (R(n) k) = q . R(n - m) k`` depends on the positions only
+through the offset ``n - m``: relative position information inside a plain dot product.
+
+Symbols: ``...`` batch axes, N positions, D feature width (even), D/2 pairs.
+
+Forward: 1. angles ``p theta`` (..., N, D/2); 2. rotate each pair.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from .._checks import as_real_array, as_upstream, require_ndim
+
+__all__ = ["RopeCache", "rope_forward", "rope_backward", "rope_angles"]
+
+
+class RopeCache(NamedTuple):
+    """The cosines and sines of the angles (the rotation is all the backward needs) and x's shape."""
+
+    cos: np.ndarray  # (..., N, D/2)
+    sin: np.ndarray  # (..., N, D/2)
+    x_shape: tuple  # (..., N, D), the shape of x and of the output y
+
+
+def rope_angles(positions, d: int, base: float = 10000.0) -> np.ndarray:
+    """Angles ``positions[..., None] * base^(-2i / d)`` for ``i = 0 .. d/2 - 1``, float64.
+
+    Deliberately float64 whatever the caller's dtype: float32 keeps 24 bits, so an angle
+    ``p * theta`` near 10^4 would be rounded by up to about 5e-4 rad. The angles are data
+    derived from the positions, not the caller's work: :func:`rope_forward` casts their
+    cos and sin to ``x``'s dtype before touching ``x``, so float32 work stays float32.
+    """
+    theta = base ** (-np.arange(0, d, 2, dtype=np.float64) / d)  # (D/2,)
+    return np.asarray(positions, dtype=np.float64)[..., None] * theta  # (..., N, D/2)
+
+
+def _rotate(x, cos, sin):
+    """Rotate each (even, odd) feature pair of ``x`` by the angle with ``cos`` and ``sin``."""
+    x_even, x_odd = x[..., 0::2], x[..., 1::2]  # (..., N, D/2) each
+    y = np.empty(np.broadcast_shapes(x.shape, cos.shape[:-1] + (x.shape[-1],)), x.dtype)
+    y[..., 0::2] = x_even * cos - x_odd * sin
+    y[..., 1::2] = x_even * sin + x_odd * cos
+    return y  # (..., N, D)
+
+
+def rope_forward(x, positions=None, base=10000.0):
+    """Rotary position embedding of the vectors ``x`` at ``positions``.
+
+    Parameters
+    ----------
+    x : array (..., n, d) with ``d`` even (queries or keys, typically per head)
+    positions : None (``0, 1, ..., n - 1``) or a real array broadcastable to
+        ``x.shape[:-1]`` without growing it, e.g. (n,) or (..., n); the position of each
+        vector (offsets such as ``T`` while decoding, or any real number)
+    base : float > 0, sets the slowest frequency ``theta_{d/2-1} = base^(-(d-2)/d)``
+
+    Returns
+    -------
+    y : array (..., n, d), the rotated vectors (same dtype as ``x``)
+    cache : RopeCache for :func:`rope_backward`
+    """
+    x = as_real_array(x, "x")
+    require_ndim(x, "x", 2, "(..., n, d)")
+    if x.shape[-1] % 2:
+        raise ValueError(f"x must have an even last dimension d (feature pairs), got shape {x.shape}")
+    if isinstance(base, (bool, np.bool_)) or not isinstance(base, (int, float, np.integer, np.floating)):
+        raise TypeError(f"base must be a positive real number, got {base!r}")
+    if not (math.isfinite(base) and base > 0):
+        raise ValueError(f"base must be a positive real number, got {base}")
+    if positions is None:
+        positions = np.arange(x.shape[-2])  # (N,)
+    else:
+        positions = as_real_array(positions, "positions")
+        try:
+            grown = np.broadcast_shapes(positions.shape, x.shape[:-1]) != x.shape[:-1]
+        except ValueError:
+            grown = True
+        if grown:
+            raise ValueError(f"positions of shape {positions.shape} must broadcast to x's"
+                             f" leading shape {x.shape[:-1]} (x has shape {x.shape})")
+    # 1. angles in float64 for accuracy at large positions (see rope_angles); cos and sin
+    #    are cast to x's dtype here, so the rotation of a float32 x is float32 work
+    angles = rope_angles(positions, x.shape[-1], float(base))  # (..., N, D/2)
+    cos, sin = np.cos(angles).astype(x.dtype), np.sin(angles).astype(x.dtype)
+    # 2. rotate
+    return _rotate(x, cos, sin), RopeCache(cos, sin, x.shape)
+
+
+def rope_backward(dy, cache: RopeCache):
+    """Gradient of :func:`rope_forward` with respect to ``x``.
+
+    2. ``y = R x`` with ``R`` orthogonal gives ``dx = R^T dy``: the same pairs rotated by
+       the opposite angle (cos unchanged, sin negated).
+    1. the angles depend on the positions only, which get no gradient.
+
+    Parameters
+    ----------
+    dy : array (..., n, d), upstream gradient, shaped like the forward output
+    cache : RopeCache
+
+    Returns
+    -------
+    dx : array (..., n, d)
+    """
+    cos, sin, x_shape = cache
+    return _rotate(as_upstream(dy, x_shape, cos.dtype, "dy"), cos, -sin)

@@ -1,0 +1,226 @@
+"""The package's folders are its layers: imports flow down only, no cycles, no module named
+by its size, the old flat paths still import (with a warning), and the README's file map and
+docs/reading_guide.md describe the tree as it is.
+
+``python tests/test_layout.py --write`` regenerates the module map of docs/reading_guide.md.
+"""
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "attention_ref"
+GUIDE = ROOT / "docs" / "reading_guide.md"
+README = ROOT / "README.md"
+# the layers, lowest first; a module may import from its own layer and lower ones
+# (documents and plot are one level: the walkthrough saves figures, figures show experiments)
+LAYERS = ["top", "core", "variants", "nn", "documents", "plot"]
+RANK = {"top": 0, "core": 1, "variants": 2, "nn": 3, "documents": 4, "plot": 4}
+# the top level holds the shared machinery every layer may use; __init__ and __main__ sit above all
+ABOVE_ALL = {"attention_ref", "attention_ref.__main__", "attention_ref._moved"}
+BEGIN, END = "<!-- BEGIN module map -->", "<!-- END module map -->"
+
+
+def modules() -> list[str]:
+    """Every module of the package, dotted, in layer order then by path."""
+    names = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return sorted(names, key=lambda n: (LAYERS.index(layer_of(n)), n))
+
+
+def layer_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else "top"
+
+
+def source_path(module: str) -> Path:
+    path = ROOT / Path(*module.split("."))
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+
+def imported_modules(module: str) -> set[str]:
+    """The package modules ``module`` imports (at any depth of its code), resolved."""
+    path = source_path(module)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.startswith("attention_ref"):
+                submodules = {f"{target}.{a.name}" for a in node.names} & set(modules())
+                found |= submodules or {target}  # "from . import x" imports the module x
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("attention_ref")}
+    known = set(modules())
+    return {name for name in found if name in known} - {module}
+
+
+def test_imports_flow_down_only():
+    wrong = []
+    for module in modules():
+        if module in ABOVE_ALL:
+            continue
+        mine = RANK[layer_of(module)]
+        for target in imported_modules(module):
+            if target in ABOVE_ALL or RANK[layer_of(target)] > mine:
+                wrong.append(f"{module} ({layer_of(module)}) imports {target} ({layer_of(target)})")
+    assert not wrong, "imports that flow up:\n" + "\n".join(wrong)
+
+
+def test_no_import_cycles():
+    graph = {m: imported_modules(m) for m in modules()}
+    state = {}
+
+    def visit(node, stack):
+        state[node] = "open"
+        for nxt in graph[node]:
+            if state.get(nxt) == "open":
+                pytest.fail("import cycle: " + " -> ".join(stack[stack.index(nxt):] + [nxt]))
+            if nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = "done"
+
+    for m in graph:
+        if m not in state:
+            visit(m, [m])
+
+
+def test_every_module_imports_alone_in_a_fresh_interpreter():
+    """Each module first, on its own: no hidden dependence on an import order."""
+    code = ("import importlib, sys\nfor name in sys.argv[1:]:\n"
+            "    for m in [k for k in sys.modules if k.startswith('attention_ref')]: del sys.modules[m]\n"
+            "    importlib.import_module(name)\n")
+    importable = [m for m in modules() if m != "attention_ref.__main__"]  # that one runs the walkthrough
+    result = subprocess.run([sys.executable, "-W", "error", "-c", code, *importable], capture_output=True,
+                            text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_no_module_is_named_by_its_size_or_age():
+    for module in modules():
+        leaf = module.rpartition(".")[2]
+        assert not re.search(r"(^|_)(more|misc|extra|new|old|utils?|helpers?|stuff)(_|$)", leaf), module
+
+
+def test_matplotlib_only_in_plot():
+    for module in modules():
+        if layer_of(module) == "plot":
+            continue
+        text = source_path(module).read_text(encoding="utf-8")
+        assert "import matplotlib" not in text and "from matplotlib" not in text, module
+
+
+STDLIB_OR_NUMPY = {"__future__", "collections.abc", "dataclasses", "math", "typing", "numpy"}
+
+
+def test_core_imports_numpy_and_the_package_only():
+    for module in modules():
+        if layer_of(module) != "core":
+            continue
+        tree = ast.parse(source_path(module).read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                assert all(a.name in STDLIB_OR_NUMPY for a in node.names), (module, ast.dump(node))
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                assert node.module in STDLIB_OR_NUMPY, (module, node.module)
+
+
+# --------------------------------------------------------------------- the 0.1 paths
+@pytest.mark.parametrize("old", sorted(importlib.import_module("attention_ref._moved").MOVED))
+def test_old_flat_paths_import_with_a_deprecation_warning(old):
+    from attention_ref._moved import MOVED
+
+    for name in [k for k in sys.modules if k == f"attention_ref.{old}"]:
+        del sys.modules[name]
+    with pytest.warns(DeprecationWarning, match=rf"attention_ref\.{old} moved to attention_ref\.{re.escape(MOVED[old])}"):
+        moved = importlib.import_module(f"attention_ref.{old}")
+    new = importlib.import_module(f"attention_ref.{MOVED[old]}")
+    assert moved is new and new.__spec__.name == new.__name__ == f"attention_ref.{MOVED[old]}"
+    sys.modules.pop(f"attention_ref.{old}", None)
+
+
+def test_old_paths_point_the_warning_at_the_importing_line():
+    sys.modules.pop("attention_ref.masks", None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        import attention_ref.masks  # noqa: F401
+    assert caught and caught[0].filename == __file__
+    sys.modules.pop("attention_ref.masks", None)
+
+
+def test_every_public_name_is_exported_once_from_the_top():
+    import attention_ref
+
+    assert len(attention_ref.__all__) == len(set(attention_ref.__all__))
+    for name in attention_ref.__all__:
+        assert getattr(attention_ref, name) is not None
+
+
+# ------------------------------------------------------------- the file map and guide
+def module_map() -> str:
+    """The table of every module and the first line of its docstring, by layer."""
+    lines = ["| module | what it holds |", "| --- | --- |"]
+    for module in modules():
+        path = source_path(module).relative_to(ROOT).as_posix()
+        doc = ast.get_docstring(ast.parse(source_path(module).read_text(encoding="utf-8"))) or ""
+        first = " ".join(doc.strip().split("\n\n")[0].split())  # the first paragraph, one line
+        cell = first.replace("|", "\\|")
+        lines.append(f"| `{path}` | {cell} |")
+    return "\n".join(lines) + "\n"
+
+
+def test_every_module_says_what_it_holds():
+    for module in modules():
+        doc = ast.get_docstring(ast.parse(source_path(module).read_text(encoding="utf-8")))
+        assert doc and doc.strip(), f"{module} has no docstring"
+
+
+def test_reading_guide_map_is_generated_from_the_tree():
+    text = GUIDE.read_text(encoding="utf-8")
+    block = text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n") + "\n"
+    assert block == module_map(), "docs/reading_guide.md is stale: run python tests/test_layout.py --write"
+
+
+def test_reading_guide_paths_exist_and_its_line_count_holds():
+    text = GUIDE.read_text(encoding="utf-8")
+    for path in re.findall(r"`((?:attention_ref|tests|examples|notebooks|benchmarks|docs)/[\w/.]*)`", text):
+        assert (ROOT / path).exists(), path
+    first = re.search(r"about ([\d,]+) lines", text)
+    files = ["core/softmax.py", "core/attention.py", "core/heads.py", "core/multi_head.py", "gradcheck.py"]
+    actual = sum(len((PACKAGE / f).read_text(encoding="utf-8").splitlines()) for f in files)
+    assert first and abs(int(first.group(1).replace(",", "")) - actual) <= 0.15 * actual, actual
+
+
+def test_readme_file_map_matches_the_tree():
+    text = README.read_text(encoding="utf-8")
+    table = text.split("## Files", 1)[1]
+    listed = set(re.findall(r"^\| `([^`]+)`", table, flags=re.M))
+    for path in listed:
+        assert (ROOT / path).exists(), f"README lists {path}, which does not exist"
+    top = {f"attention_ref/{p.name}" + ("/" if p.is_dir() else "")
+           for p in PACKAGE.iterdir() if p.name != "__pycache__"}
+    missing = top - listed
+    assert not missing, f"README's file map does not mention {sorted(missing)}"
+
+
+if __name__ == "__main__":  # python tests/test_layout.py --write: regenerate the guide's module map
+    if sys.argv[1:] != ["--write"]:
+        raise SystemExit("usage: python tests/test_layout.py --write")
+    text = GUIDE.read_text(encoding="utf-8")
+    head, rest = text.split(BEGIN, 1)
+    GUIDE.write_text(head + BEGIN + "\n" + module_map() + rest[rest.index(END):], encoding="utf-8")
+    print(f"wrote the module map of {GUIDE.relative_to(ROOT)}")
