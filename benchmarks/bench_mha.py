@@ -127,7 +127,7 @@ def numpy_worker(configs, dtypes, repeats, D, h, peak_n, tricks=True):
     from attention_ref import _parallel
 
     result = {"peak": {}, "rows": [], "threads": _parallel.get_num_threads(),
-              "numpy": np.__version__, "blas_threads": _blas_threads()}
+              "numpy": np.__version__, "blas_threads": _blas_threads(), "blas": _blas_library()}
     for dtype in dtypes:  # BLAS peak: a large square matrix product, 2*n^3 FLOPs
         a = np.random.default_rng(0).standard_normal((peak_n, peak_n)).astype(dtype)
         b = a.T.copy()  # not a.T itself: NumPy would call syrk for a @ a.T
@@ -237,6 +237,17 @@ def _blas_threads():
     except ImportError:
         return os.environ.get("OPENBLAS_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS") or "library default"
     return max((p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"), default=None)
+
+
+def _blas_library() -> str:
+    """NumPy's BLAS build, e.g. ``openblas 0.3.31 (SkylakeX)``, as threadpoolctl reports it."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "not recorded (install threadpoolctl)"
+    found = [f"{p['internal_api']} {p.get('version') or ''} ({p.get('architecture') or '?'})".replace("  ", " ")
+             for p in threadpool_info() if p["user_api"] == "blas"]
+    return ", ".join(found) or "not found"
 
 
 # --------------------------------------------------------------------------- torch side
@@ -361,7 +372,7 @@ def machine(numpy_result, torch_result) -> dict:
              if line.startswith("model name")] if cpuinfo.exists() else []
     return {"cpu": (names[0] if names else platform.processor()) or platform.machine(),
             "cores": os.cpu_count(), "numpy": numpy_result["numpy"],
-            "blas_threads": numpy_result.get("blas_threads"),
+            "blas_threads": numpy_result.get("blas_threads"), "blas": numpy_result.get("blas"),
             "torch": torch_result["torch"] if torch_result else None,
             "torch_threads": torch_result["threads"] if torch_result else None}
 
@@ -372,8 +383,9 @@ def machine_line(run) -> str:
     if m is None:
         return "Machine and date: not recorded in this run's JSON (it predates their recording)."
     torch = f"PyTorch {m['torch']} ({m['torch_threads']} threads)" if m["torch"] else "PyTorch not installed"
+    blas = f"BLAS {m['blas']}, " if m.get("blas") else ""
     return (f"Run of {run['date']} (UTC) on {m['cpu']}, {m['cores']} cores;"
-            f" NumPy {m['numpy']} (BLAS threads: {m['blas_threads']}), {torch}.")
+            f" NumPy {m['numpy']} ({blas}BLAS threads: {m['blas_threads']}), {torch}.")
 
 
 def docs_table(run) -> str:
@@ -399,8 +411,10 @@ def readme_block(run) -> str:
         for key in ("torch", "torch_no_weights"):
             cells += [f"{tr[key]['median'] * 1e3:.0f} ms", f"{t / tr[key]['median']:.2f}"] if tr else ["-", "-"]
         lines.append("| " + " | ".join(cells) + " |")
+    peaks = ", ".join(f"{k} {v:.0f}" for k, v in numpy_result["peak"].items())
     lines += ["", f"Forward + backward, D = {r['D']}, h = {r['h']}, biases on; median of the timed runs"
-              f" after one warm-up. {machine_line(run)}"]
+              f" after one warm-up; matmul peak (a 2048 x 2048 product, measured before each case;"
+              f" last: {peaks} GFLOP/s). {machine_line(run)}"]
     return "\n".join(lines) + "\n"
 
 
