@@ -75,10 +75,11 @@ def _real_dtype(arr: np.ndarray, name: str) -> np.ndarray:
         return arr.astype(np.float64)
     if kind != "f":
         raise TypeError(f"{name} must hold real numbers, got {_describe(arr)}")
-    if arr.dtype not in FLOAT_DTYPES:
+    if arr.dtype.type not in (np.float32, np.float64):  # either byte order
+        lossless = "np.float32" if arr.dtype.itemsize <= 4 else "np.float64"
         raise TypeError(
             f"{name} must be float32 or float64 (integers are computed in float64), got"
-            f" {_describe(arr)}; convert it with {name}.astype(np.float32)"
+            f" {_describe(arr)}; convert it with {name}.astype({lossless})"
         )
     return arr
 
@@ -122,22 +123,19 @@ def broadcast_batch(names_shapes, what: str = "batch dimensions") -> tuple:
         raise ValueError(f"{what} do not broadcast: {listing}") from None
 
 
-def check_positive_int(value, name: str) -> int:
-    """Return ``value`` as an int, or raise if it is not a positive integer."""
+def check_positive_int(value, name: str, minimum: int = 1) -> int:
+    """Return ``value`` as an int, or raise if it is not an integer >= ``minimum`` (1: positive)."""
+    kind = "positive" if minimum == 1 else "non-negative" if minimum == 0 else f">= {minimum}"
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be a positive integer, got {value!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value}")
+        raise TypeError(f"{name} must be a {kind} integer, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be a {kind} integer, got {value}")
     return int(value)
 
 
 def check_nonnegative_int(value, name: str) -> int:
     """Return ``value`` as an int, or raise if it is not an integer >= 0 (a length may be 0)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be a non-negative integer, got {value!r}")
-    if value < 0:
-        raise ValueError(f"{name} must be a non-negative integer, got {value}")
-    return int(value)
+    return check_positive_int(value, name, minimum=0)
 
 
 def as_mask(mask, name: str = "mask", *, warn: bool = True) -> np.ndarray | None:
@@ -180,7 +178,12 @@ def check_mask_dtype(arr: np.ndarray, name: str = "mask") -> np.ndarray:
             f"{name} must be boolean (True = may attend) or floating (added to the scores),"
             f" got an integer {_describe(arr)}; use {name}.astype(bool) for a keep-mask"
         )
-    return _real_dtype(arr, name)
+    if kind != "f" or arr.dtype.type not in (np.float32, np.float64):
+        raise TypeError(
+            f"{name} must be boolean (True = may attend) or float32/float64 (added to the scores),"
+            f" got {_describe(arr)}"
+        )
+    return arr
 
 
 def warn_if_keep_mask(mask: np.ndarray, name: str, mask_max) -> None:
@@ -295,7 +298,7 @@ def scores_may_overflow(q: np.ndarray, k: np.ndarray, scale: float) -> bool:
     silently into a wrong answer (they become ``inf``, which compares as too large).
     """
     bound = q.shape[-1] * scale * _abs_max(q) * _abs_max(k)
-    return OVERFLOW_HEADROOM * bound > float(np.finfo(q.dtype).max)
+    return not OVERFLOW_HEADROOM * bound <= float(np.finfo(q.dtype).max)  # NaN: check the scores
 
 
 def overflow_error(what: str, dtype, inputs) -> FloatingPointError:

@@ -3,7 +3,7 @@
 Run from the repository root::
 
     python benchmarks/bench_mha.py --quick    # tiny sizes, a few seconds: checks it runs
-    python benchmarks/bench_mha.py            # full run, about 8 minutes on 2 quiet cores
+    python benchmarks/bench_mha.py            # full run, about 4 minutes on 2 quiet cores
     python benchmarks/bench_mha.py --write    # full run, then regenerate the committed docs
     python benchmarks/bench_mha.py --render   # regenerate the docs from the committed JSON
 
@@ -127,7 +127,7 @@ def numpy_worker(configs, dtypes, repeats, D, h, peak_n, tricks=True):
     from attention_ref import _parallel
 
     result = {"peak": {}, "rows": [], "threads": _parallel.get_num_threads(),
-              "numpy": np.__version__, "blas_threads": _blas_threads()}
+              "numpy": np.__version__, "blas_threads": _blas_threads(), "blas": _blas_library()}
     for dtype in dtypes:  # BLAS peak: a large square matrix product, 2*n^3 FLOPs
         a = np.random.default_rng(0).standard_normal((peak_n, peak_n)).astype(dtype)
         b = a.T.copy()  # not a.T itself: NumPy would call syrk for a @ a.T
@@ -237,6 +237,17 @@ def _blas_threads():
     except ImportError:
         return os.environ.get("OPENBLAS_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS") or "library default"
     return max((p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"), default=None)
+
+
+def _blas_library() -> str:
+    """NumPy's BLAS build, e.g. ``openblas 0.3.31 (SkylakeX)``, as threadpoolctl reports it."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "not recorded (install threadpoolctl)"
+    found = [f"{p['internal_api']} {p.get('version') or ''} ({p.get('architecture') or '?'})".replace("  ", " ")
+             for p in threadpool_info() if p["user_api"] == "blas"]
+    return ", ".join(found) or "not found"
 
 
 # --------------------------------------------------------------------------- torch side
@@ -361,7 +372,7 @@ def machine(numpy_result, torch_result) -> dict:
              if line.startswith("model name")] if cpuinfo.exists() else []
     return {"cpu": (names[0] if names else platform.processor()) or platform.machine(),
             "cores": os.cpu_count(), "numpy": numpy_result["numpy"],
-            "blas_threads": numpy_result.get("blas_threads"),
+            "blas_threads": numpy_result.get("blas_threads"), "blas": numpy_result.get("blas"),
             "torch": torch_result["torch"] if torch_result else None,
             "torch_threads": torch_result["threads"] if torch_result else None}
 
@@ -372,8 +383,9 @@ def machine_line(run) -> str:
     if m is None:
         return "Machine and date: not recorded in this run's JSON (it predates their recording)."
     torch = f"PyTorch {m['torch']} ({m['torch_threads']} threads)" if m["torch"] else "PyTorch not installed"
+    blas = f"BLAS {m['blas']}, " if m.get("blas") else ""
     return (f"Run of {run['date']} (UTC) on {m['cpu']}, {m['cores']} cores;"
-            f" NumPy {m['numpy']} (BLAS threads: {m['blas_threads']}), {torch}.")
+            f" NumPy {m['numpy']} ({blas}BLAS threads: {m['blas_threads']}), {torch}.")
 
 
 def docs_table(run) -> str:
@@ -399,8 +411,10 @@ def readme_block(run) -> str:
         for key in ("torch", "torch_no_weights"):
             cells += [f"{tr[key]['median'] * 1e3:.0f} ms", f"{t / tr[key]['median']:.2f}"] if tr else ["-", "-"]
         lines.append("| " + " | ".join(cells) + " |")
+    peaks = ", ".join(f"{k} {v:.0f}" for k, v in numpy_result["peak"].items())
     lines += ["", f"Forward + backward, D = {r['D']}, h = {r['h']}, biases on; median of the timed runs"
-              f" after one warm-up. {machine_line(run)}"]
+              f" after one warm-up; matmul peak (a 2048 x 2048 product, measured before each case;"
+              f" last: {peaks} GFLOP/s). {machine_line(run)}"]
     return "\n".join(lines) + "\n"
 
 
@@ -413,9 +427,83 @@ def save(run, out, plot):
         make_plot(run["numpy"], run["torch"], out.with_suffix(".png"))
 
 
+# What the numbers of a run say, as generated text: the prose of docs/performance.md quotes
+# only these blocks, so a new run can never leave a hand-written number behind.
+TARGETS = [  # (what, dtype, B, N, ratio against torch need_weights=True at most, stretch)
+    ("float64, B = 4, N = 512", "float64", 4, 512, 0.9, None),
+    ("float64, B = 1, N = 2048", "float64", 1, 2048, 0.9, None),
+    ("float32, B = 4, N = 512", "float32", 4, 512, 1.1, 1.0),
+    ("float32, B = 1, N = 2048", "float32", 1, 2048, 1.2, 1.0),
+]
+PEAK_TARGET = 0.55  # fraction of the matmul peak at B = 1, N = 2048, float32
+
+
+def _cases(run):
+    """(numpy row, torch row or None) per case of ``run``."""
+    torch_rows = {(r["dtype"], r["B"], r["N"]): r for r in (run["torch"] or {}).get("rows", [])}
+    return [(r, torch_rows.get((r["dtype"], r["B"], r["N"]))) for r in run["numpy"]["rows"]]
+
+
+def _ratio(r, tr, key):
+    return r["ours"]["median"] / tr[key]["median"]
+
+
+def summary_block(run) -> str:
+    """The run in a few sentences: against PyTorch both ways, against naive code, the pool."""
+    cases = _cases(run)
+    lines = []
+    if all(tr for _, tr in cases):
+        with_w = [_ratio(r, tr, "torch") for r, tr in cases]
+        fused = [_ratio(r, tr, "torch_no_weights") for r, tr in cases]
+        lines.append(f"Against `torch.nn.MultiheadAttention` with its default `need_weights=True`, ours takes"
+                     f" {min(with_w):.2f}-{max(with_w):.2f}x its time (faster in {sum(x < 1 for x in with_w)}"
+                     f" of {len(cases)} cases); against the fused `need_weights=False` path"
+                     f" {min(fused):.2f}-{max(fused):.2f}x (faster in {sum(x < 1 for x in fused)} of {len(cases)}).")
+    big = max(cases, key=lambda c: (c[0]["N"], c[0]["dtype"] == "float32"))[0]
+    lines.append(f"At B = {big['B']}, N = {big['N']:,} {big['dtype']} the careful code is"
+                 f" {big['naive']['median'] / big['ours']['median']:.1f}x faster than the same maths written"
+                 f" naively ({big['ours']['median']:.2f} s against {big['naive']['median']:.2f} s).")
+    pool = sum(r["ours_pool_off"]["median"] < r["ours"]["median"] for r, _ in cases)
+    lines.append(f"With the thread pool off, forward+backward was faster in {pool} of {len(cases)} cases.")
+    return " ".join(lines) + "\n"
+
+
+def targets_block(run) -> str:
+    """The speed targets, each with this run's number and whether it is met."""
+    cases = {(r["dtype"], r["B"], r["N"]): (r, tr) for r, tr in _cases(run)}
+    lines = ["| target | measured | status |", "|---|---|---|"]
+    for what, dtype, B, N, bound, stretch in TARGETS:
+        r, tr = cases.get((dtype, B, N), (None, None))
+        if r is None or tr is None:
+            lines.append(f"| {what}: ours / torch (need_weights=True) <= {bound} | not measured | - |")
+            continue
+        x = _ratio(r, tr, "torch")
+        status = "met" if x <= bound else "not met"
+        if stretch is not None:
+            status += ", stretch met" if x <= stretch else ", stretch not met"
+        goal = f"<= {bound}" + (f" (stretch {stretch})" if stretch is not None else "")
+        lines.append(f"| {what}: ours / torch (need_weights=True) {goal} | {x:.2f}"
+                     f" (need_weights=False: {_ratio(r, tr, 'torch_no_weights'):.2f}) | {status} |")
+    r, _ = cases.get(("float32", 1, 2048), (None, None))
+    if r is not None:
+        peak = r.get("peak", run["numpy"]["peak"]["float32"])
+        frac = r["flops"] / r["ours"]["median"] / 1e9 / peak
+        lines.append(f"| >= {PEAK_TARGET:.0%} of the measured matmul peak, B = 1, N = 2048, float32 |"
+                     f" {frac:.0%} | {'met' if frac >= PEAK_TARGET else 'not met'} |")
+        r64, _ = cases.get(("float64", 1, 2048), (None, None))
+        secs = [r["ours"]["median"]] + ([r64["ours"]["median"]] if r64 else [])
+        lines.append(f"| a student's run at N = 2,048 well under a second | forward+backward"
+                     f" {' s float32, '.join(f'{t:.2f}' for t in secs)} s{' float64' if r64 else ''} |"
+                     f" {'met' if max(secs) < 1 else 'not met'} |")
+    return "\n".join(lines) + "\n"
+
+
 def update_docs(run):
-    """Rewrite the marked tables of docs/performance.md and of the README from ``run``."""
-    for doc, block, name in [(ROOT / "docs" / "performance.md", docs_table(run), "bench_mha"),
+    """Rewrite the marked blocks of docs/performance.md and of the README from ``run``."""
+    performance = ROOT / "docs" / "performance.md"
+    for doc, block, name in [(performance, docs_table(run), "bench_mha"),
+                             (performance, summary_block(run), "bench_mha summary"),
+                             (performance, targets_block(run), "bench_mha targets"),
                              (ROOT / "README.md", readme_block(run), "bench_mha readme")]:
         if _update_doc(doc, block, name):
             print(f"wrote the {name} block of {doc.relative_to(ROOT)}")

@@ -107,7 +107,39 @@ def test_committed_tables_are_rendered_from_the_committed_run():
     run = json.loads((ROOT / "docs" / "performance_table.json").read_text())
     assert (ROOT / "docs" / "performance_table.md").read_text() == bench.docs_table(run)
     for doc, block, name in [("docs/performance.md", bench.docs_table(run), "bench_mha"),
+                             ("docs/performance.md", bench.summary_block(run), "bench_mha summary"),
+                             ("docs/performance.md", bench.targets_block(run), "bench_mha targets"),
                              ("README.md", bench.readme_block(run), "bench_mha readme")]:
         text = (ROOT / doc).read_text()
         begin = f"<!-- BEGIN {name} -->\n"
         assert begin + block + f"<!-- END {name} -->" in text, f"{doc}: run python benchmarks/bench_mha.py --render"
+
+
+def _two_case_run(ours, torch, torch_fused, pool_off, naive):
+    """A run of two cases with the given medians (seconds), for the generated text."""
+    rows, trows = [], []
+    for dtype in ("float32", "float64"):
+        rows.append({"dtype": dtype, "B": 1, "N": 2048, "D": 512, "h": 8, "flops": 10 ** 11,
+                     "peak": 400.0, "ours": {"median": ours}, "ours_pool_off": {"median": pool_off},
+                     "separate_heads": {"median": ours}, "naive": {"median": naive}})
+        trows.append({"dtype": dtype, "B": 1, "N": 2048, "torch": {"median": torch},
+                      "torch_no_weights": {"median": torch_fused}})
+    return {"numpy": {"rows": rows, "peak": {"float32": 400.0, "float64": 200.0}},
+            "torch": {"rows": trows, "torch": "x", "threads": 2}}
+
+
+def test_summary_and_targets_say_what_the_numbers_say():
+    bench = _load()
+    run = _two_case_run(ours=0.5, torch=1.0, torch_fused=0.25, pool_off=0.4, naive=2.0)
+    summary = bench.summary_block(run)
+    assert "0.50-0.50x its time (faster in 2 of 2 cases)" in summary
+    assert "2.00-2.00x (faster in 0 of 2)" in summary
+    assert "4.0x faster than the same maths written naively" in summary
+    assert "faster in 2 of 2 cases." in summary  # pool off
+    targets = bench.targets_block(run)
+    assert "| float32, B = 1, N = 2048: ours / torch (need_weights=True) <= 1.2 (stretch 1.0) | 0.50" in targets
+    assert "met, stretch met |" in targets
+    assert "| >= 55% of the measured matmul peak, B = 1, N = 2048, float32 | 50% | not met |" in targets
+    slow = bench.targets_block(_two_case_run(ours=1.5, torch=1.0, torch_fused=0.5, pool_off=2.0, naive=2.0))
+    assert "| 1.50 (need_weights=False: 3.00) | not met |" in slow and "not met, stretch not met" in slow
+    assert "1.50 s float32, 1.50 s float64 | not met |" in slow

@@ -386,3 +386,59 @@ def test_scores_near_the_limit_that_do_not_overflow_are_computed(dtype, big):
         for forward in (ar.scaled_dot_product_attention_forward, ar.flash_attention_forward):
             out, _ = forward(q, q, v)
             np.testing.assert_array_equal(out, v)  # equal scores: uniform weights over equal values
+
+
+@pytest.mark.parametrize("dtype", OVERFLOW)
+def test_decode_step_and_feed_forward_projections_that_overflow_raise(dtype):
+    """The projections of a decoding step and of the feed-forward network are checked too,
+    and name their own inputs."""
+    huge = np.full((1, 4), np.finfo(dtype).max / 2, dtype)
+    layer = ar.MultiHeadAttention(4, 2, seed=0, dtype=dtype)
+    layer.params = {name: np.ones_like(w) for name, w in layer.params.items()}
+    _raises_overflow(lambda: layer.decode_step(huge, ar.KVCache()), "overflow in x_t W_q", "|x_t|")
+    params = {"W_1": np.ones((4, 3), dtype), "b_1": np.zeros(3, dtype),
+              "W_2": np.ones((3, 4), dtype), "b_2": np.zeros(4, dtype)}
+    _raises_overflow(lambda: ar.feed_forward_forward(huge, params), "overflow in x W_1", "|x|")
+
+
+def test_nan_in_a_kv_cache_is_refused_when_it_is_appended():
+    """A NaN key used to reach the scores' overflow check with no mask and crash there."""
+    cache = ar.KVCache()
+    with pytest.raises(ValueError, match="keys contains NaN"):
+        cache.append(np.full((2, 1, 4), np.nan), np.zeros((2, 1, 4)))
+    with pytest.raises(ValueError, match=r"values must have shape \(\.\.\., Hkv, t, Dv\)"):
+        cache.append(np.zeros((2, 1, 4)), np.zeros(4))
+    assert cache.length == 0
+
+
+def test_scores_overflow_check_treats_nan_bounds_as_unsafe():
+    from attention_ref._checks import scores_may_overflow
+
+    q = np.array([[np.nan, 1.0]])
+    assert scores_may_overflow(q, q, 1.0)        # NaN: look at the scores
+    assert not scores_may_overflow(np.ones((1, 2)), np.ones((1, 2)), 1.0)
+
+
+@pytest.mark.parametrize("dtype", [">f8", ">f4"])
+def test_byte_swapped_floats_are_accepted(dtype):
+    """A big-endian float64 or float32 is float64 or float32: same numbers, same result."""
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((3, 4)) for _ in range(3))
+    out, _ = ar.scaled_dot_product_attention_forward(q.astype(dtype), k.astype(dtype), v.astype(dtype))
+    ref, _ = ar.scaled_dot_product_attention_forward(q.astype(dtype[1:]), k.astype(dtype[1:]), v.astype(dtype[1:]))
+    np.testing.assert_allclose(out, ref, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype, fix", [(np.float16, "np.float32"), (np.longdouble, "np.float64")])
+def test_rejected_float_names_the_lossless_conversion(dtype, fix):
+    if np.dtype(dtype).itemsize == 8:
+        pytest.skip("longdouble is float64 on this platform")
+    with pytest.raises(TypeError, match=re.escape(f"q.astype({fix})")):
+        ar.scaled_dot_product_attention_forward(np.ones((2, 2), dtype), np.ones((2, 2)), np.ones((2, 2)))
+
+
+@pytest.mark.parametrize("mask_dtype", [np.float16, complex])
+def test_a_mask_of_another_dtype_gets_the_mask_message(mask_dtype):
+    with pytest.raises(TypeError, match="mask must be boolean .* or float32/float64"):
+        ar.scaled_dot_product_attention_forward(np.ones((2, 2)), np.ones((2, 2)), np.ones((2, 2)),
+                                                np.zeros((2, 2), mask_dtype))

@@ -100,7 +100,8 @@ def same_text(old: str, new: str, rel: float = 0.02) -> bool:
     """Equal words and equal numbers, numbers within ``rel`` (plus one unit in the last
     printed digit): traced memory and tile timings jitter in their last digits from run to
     run; anything that really changed moves by more. Two numbers both below
-    ``ROUNDING_LEVEL`` in size are equal (``0.0e+00`` and ``3.3e-16`` say the same)."""
+    ``ROUNDING_LEVEL`` in size are equal (``0.0e+00`` and ``3.3e-16`` say the same);
+    integers (counts, shapes) must be equal."""
     if _NUMBER.split(old) != _NUMBER.split(new):
         return False
     a, b = _NUMBER.findall(old), _NUMBER.findall(new)
@@ -109,6 +110,8 @@ def same_text(old: str, new: str, rel: float = 0.02) -> bool:
     for x, y in zip(a, b):
         if x == y or max(abs(float(x)), abs(float(y))) < ROUNDING_LEVEL:
             continue
+        if not any(c in x + y for c in ".e"):  # integers (counts, shapes, seeds) are exact
+            return False
         unit = 10.0 ** -len(x.split(".")[1].split("e")[0]) if "." in x and "e" not in x else 0.0
         if abs(float(x) - float(y)) > rel * max(abs(float(x)), abs(float(y))) + unit:
             return False
@@ -142,6 +145,8 @@ def test_same_text_tolerates_jitter_but_not_change():
     assert not same_text("x  1.51  2.2e-08  ok", "x  1.31  2.2e-08  ok")   # the gradient scale moved
     assert not same_text("error 3.0e-06", "error 3.0e-16")                 # not rounding level any more
     assert not same_text("(1, 4) FAIL", "(1, 3) FAIL")                     # a failing input's position
+    assert not same_text("9846 of 23,600 queries", "9990 of 23,600 queries")  # counts are exact
+    assert not same_text("shape (128, 64)", "shape (130, 64)")
 
 
 def test_stale_output_is_detected():

@@ -29,7 +29,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .._checks import as_real_array, as_upstream, common_dtype
-from ..core.linear import LinearCache, _check_linear, _linear, _linear_backward
+from ..core.linear import LinearCache, _check_linear, _linear_backward, _linear_finite
 
 __all__ = [
     "ACTIVATIONS",
@@ -147,11 +147,11 @@ def feed_forward_forward(x, params, activation="relu"):
     x, W_1, b_1, W_2, b_2 = _check_ffn(x, params, activation)
     act_forward, _ = _ACT[activation]
     # 1. first linear map
-    h = _linear(x, W_1, b_1)  # (..., F)
+    h = _linear_finite(x, W_1, b_1, ("x", "W_1", "b_1"))  # (..., F)
     # 2. activation
     a, _ = act_forward(h)  # (..., F)
     # 3. second linear map
-    y = _linear(a, W_2, b_2)  # (..., Dout)
+    y = _linear_finite(a, W_2, b_2, ("act(x W_1 + b_1)", "W_2", "b_2"))  # (..., Dout)
     cache = FeedForwardCache(LinearCache(x, W_1, b_1 is not None), h,
                              LinearCache(a, W_2, b_2 is not None), activation, tuple(params))
     return y, cache

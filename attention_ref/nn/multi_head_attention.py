@@ -7,10 +7,9 @@ from __future__ import annotations
 import numpy as np
 
 from .._checks import as_real_array, check_float_dtype, check_positive_int
-from ..variants.kv_cache import KVCache
 from ..core.attention import _attention_forward
 from ..core.heads import _merge, _split
-from ..core.linear import _linear, glorot_uniform
+from ..core.linear import _linear_finite, glorot_uniform
 from ..core.multi_head import (
     _group_heads,
     _ungroup_heads,
@@ -22,6 +21,7 @@ from ..core.separate_heads import (
     multi_head_attention_separate_heads_backward,
     multi_head_attention_separate_heads_forward,
 )
+from ..variants.kv_cache import KVCache
 
 __all__ = ["MultiHeadAttention"]
 
@@ -164,13 +164,13 @@ class MultiHeadAttention:
             raise ValueError(f"x_t must have shape (..., 1, d_model) (one token), got shape {x_t.shape}")
         x_t, _, _, p, _, _, h, hkv = check_multi_head_inputs(
             x_t, x_t, x_t, self.params, self.num_heads, num_kv_heads=self.num_kv_heads)
-        q = _split(_linear(x_t, p["W_q"], p.get("b_q")), h)  # (..., H, 1, Dk)
-        k = _split(_linear(x_t, p["W_k"], p.get("b_k")), hkv)  # (..., Hkv, 1, Dk)
-        v = _split(_linear(x_t, p["W_v"], p.get("b_v")), hkv)  # (..., Hkv, 1, Dv)
+        q = _split(_linear_finite(x_t, p["W_q"], p.get("b_q"), ("x_t", "W_q", "b_q")), h)  # (..., H, 1, Dk)
+        k = _split(_linear_finite(x_t, p["W_k"], p.get("b_k"), ("x_t", "W_k", "b_k")), hkv)  # (..., Hkv, 1, Dk)
+        v = _split(_linear_finite(x_t, p["W_v"], p.get("b_v"), ("x_t", "W_v", "b_v")), hkv)  # (..., Hkv, 1, Dv)
         cache.append(k, v)
         q = _group_heads(q, hkv)  # (..., Hkv, G, 1, Dk)
         keys = cache.keys[..., None, :, :]  # (..., Hkv, 1, T, Dk)
         values = cache.values[..., None, :, :]  # (..., Hkv, 1, T, Dv)
         o, _ = _attention_forward(q, keys, values, None)  # (..., Hkv, G, 1, Dv)
         heads = _ungroup_heads(o)  # (..., H, 1, Dv)
-        return _linear(_merge(heads), p["W_o"], p.get("b_o"))  # (..., 1, d_model)
+        return _linear_finite(_merge(heads), p["W_o"], p.get("b_o"), ("heads", "W_o", "b_o"))  # (..., 1, d_model)

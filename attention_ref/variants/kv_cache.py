@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._checks import as_real_array, require_ndim
+
 __all__ = ["KVCache"]
 
 
@@ -45,7 +47,10 @@ class KVCache:
         return 0 if self._k is None else self.keys.nbytes + self.values.nbytes
 
     def append(self, k_new, v_new):
-        """Add one step's keys (..., Hkv, t, Dk) and values (..., Hkv, t, Dv)."""
+        """Add one step's keys (..., Hkv, t, Dk) and values (..., Hkv, t, Dv): real and finite."""
+        k_new, v_new = as_real_array(k_new, "keys"), as_real_array(v_new, "values")
+        require_ndim(k_new, "keys", 3, "(..., Hkv, t, Dk)")
+        require_ndim(v_new, "values", 3, "(..., Hkv, t, Dv)")
         if self._k is None:
             cap = max(16, k_new.shape[-2])
             self._k = np.empty(k_new.shape[:-2] + (cap, k_new.shape[-1]), k_new.dtype)
