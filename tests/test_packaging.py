@@ -29,3 +29,10 @@ def test_ci_runs_both_ends_of_the_matrix():
     cfg = configparser.ConfigParser()
     cfg.read(ROOT / "setup.cfg")
     assert cfg["options"]["python_requires"].strip() == ">=3.10"
+
+
+def test_ci_reads_each_legs_exit_status_from_its_own_pipeline():
+    """PIPESTATUS belongs to the last pipeline: read anywhere later, a red leg reads green."""
+    lines = (ROOT / ".ci" / "run").read_text().splitlines()
+    tee = next(i for i, line in enumerate(lines) if line.strip().startswith(") 2>&1 | tee"))
+    assert lines[tee + 1].strip().startswith("status=${PIPESTATUS[0]}"), lines[tee + 1]
