@@ -38,8 +38,9 @@ from ._parallel import get_num_threads, set_num_threads
 from . import _moved, core, nn, variants
 
 _moved.install()
+__getattr__ = _moved.module_getattr  # attention_ref.masks as an attribute, with the same warning
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = (["GradcheckError", "GradcheckReport", "gradcheck", "numerical_gradient"]
            + core.__all__ + variants.__all__ + nn.__all__

@@ -4,8 +4,17 @@ import sys
 
 from .documents.walkthrough import main
 
+
+
+def save_figures(directory):
+    """--plots: matplotlib is imported only when figures are asked for."""
+    from .plot import save_all
+
+    return save_all(directory)
+
+
 try:
-    code = main()
+    code = main(save_figures=save_figures)
     sys.stdout.flush()
 except BrokenPipeError:  # output piped into `head` or a pager that quit early
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -1,8 +1,9 @@
 """Deprecated import paths: modules that moved when the package was split into layers.
 
-``import attention_ref.masks`` (the flat layout of 0.1) still works for one release: it
-warns with a ``DeprecationWarning`` naming the new path and returns the moved module
-itself, so its functions and classes are the same objects. Remove in 0.3.
+``import attention_ref.masks`` and ``attention_ref.masks`` as an attribute (the flat layout
+of 0.1) still work for one release: they warn with a ``DeprecationWarning`` naming the new
+path and give the moved module itself, so its functions and classes are the same objects.
+Remove in 0.3.
 """
 from __future__ import annotations
 
@@ -40,14 +41,10 @@ class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         self._specs = {}  # new module name -> its own spec
 
     def find_spec(self, fullname, path=None, target=None):
-        package, _, old = fullname.rpartition(".")
-        if package == _PACKAGE and old in MOVED:
-            return importlib.util.spec_from_loader(fullname, self)
-        return None
+        return importlib.util.spec_from_loader(fullname, self) if _new_name(fullname) else None
 
     def create_module(self, spec):
-        old = spec.name.rpartition(".")[2]
-        new = f"{_PACKAGE}.{MOVED[old]}"
+        new = _new_name(spec.name)
         warnings.warn(f"{spec.name} moved to {new}; the old path will be removed in 0.3",
                       DeprecationWarning, stacklevel=2)  # warnings skips importlib's frames
         module = importlib.import_module(new)
@@ -60,7 +57,26 @@ class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         module.__spec__ = self._specs[module.__name__]
 
 
+def _new_name(fullname: str) -> str | None:
+    """``attention_ref.masks`` -> ``attention_ref.core.masks``, and a submodule of a moved
+    package (``attention_ref.claims.claim``) -> its new path; None for every other name."""
+    parts = fullname.split(".")
+    if len(parts) < 2 or parts[0] != _PACKAGE or parts[1] not in MOVED:
+        return None
+    return ".".join([_PACKAGE, MOVED[parts[1]], *parts[2:]])
+
+
+def module_getattr(name: str):
+    """The package's ``__getattr__``: ``attention_ref.masks`` as an attribute (0.1 had it)."""
+    if name not in MOVED:
+        raise AttributeError(f"module {_PACKAGE!r} has no attribute {name!r}")
+    warnings.warn(f"{_PACKAGE}.{name} moved to {_PACKAGE}.{MOVED[name]}; the old path will be removed"
+                  " in 0.3", DeprecationWarning, stacklevel=2)
+    return importlib.import_module(f"{_PACKAGE}.{MOVED[name]}")
+
+
 def install() -> None:
-    """Put the finder on ``sys.meta_path`` once."""
-    if not any(isinstance(f, _MovedModuleFinder) for f in sys.meta_path):
-        sys.meta_path.append(_MovedModuleFinder())
+    """Put the finder first on ``sys.meta_path``, once: first, so that a submodule of a moved
+    package is answered by it before the path finder would load that file a second time."""
+    if not any(type(f).__name__ == _MovedModuleFinder.__name__ for f in sys.meta_path):
+        sys.meta_path.insert(0, _MovedModuleFinder())

@@ -2,7 +2,7 @@
 
 Each example is a sequence of 8 tokens with features (a, b, value); the model must output
 the value at the token with the largest a AND the value at the token with the largest b
-(see attention_ref/toy_task.py). Both models have the same widths and so exactly the same
+(see attention_ref/documents/toy_task.py). Both models have the same widths and so exactly the same
 number of parameters; they differ only in how d_model is split into heads. Everything is
 trained with Adam on the hand-derived gradients, deterministically for a given --seed.
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
 import re
 import subprocess
 import sys
@@ -21,12 +22,12 @@ PACKAGE = ROOT / "attention_ref"
 GUIDE = ROOT / "docs" / "reading_guide.md"
 README = ROOT / "README.md"
 # the layers, lowest first; a module may import from its own layer and lower ones
-# (documents and plot are one level: the walkthrough saves figures, figures show experiments)
 LAYERS = ["top", "core", "variants", "nn", "documents", "plot"]
-RANK = {"top": 0, "core": 1, "variants": 2, "nn": 3, "documents": 4, "plot": 4}
+RANK = {layer: i for i, layer in enumerate(LAYERS)}
 # the top level holds the shared machinery every layer may use; __init__ and __main__ sit above all
 ABOVE_ALL = {"attention_ref", "attention_ref.__main__", "attention_ref._moved"}
 BEGIN, END = "<!-- BEGIN module map -->", "<!-- END module map -->"
+MAP_WIDTH = 110  # characters of a module's line in the map
 
 
 def modules() -> list[str]:
@@ -166,6 +167,49 @@ def test_old_paths_point_the_warning_at_the_importing_line():
     sys.modules.pop("attention_ref.masks", None)
 
 
+API_0_1 = json.loads((ROOT / "tests" / "public_api_0.1.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("old", [name for name in API_0_1 if not name.startswith("_")])
+def test_no_public_name_of_0_1_is_lost(old):
+    """Every module path of 0.1 still imports and holds every name of its 0.1 ``__all__``
+    (moved ones with a DeprecationWarning); the top-level ``__all__`` keeps all of 0.1's."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        module = importlib.import_module(old)
+    missing = [name for name in API_0_1[old] if not hasattr(module, name)]
+    assert not missing, f"{old} lost {missing}"
+    if old == "attention_ref":
+        assert set(API_0_1[old]) <= set(module.__all__)
+
+
+def test_old_module_paths_work_as_attributes_too():
+    import attention_ref
+
+    sys.modules.pop("attention_ref.masks", None)
+    attention_ref.__dict__.pop("masks", None)
+    with pytest.warns(DeprecationWarning, match="attention_ref.masks moved to attention_ref.core.masks"):
+        masks = attention_ref.masks
+    assert masks.causal_mask is attention_ref.causal_mask
+    with pytest.raises(AttributeError, match="no attribute 'nonsense'"):
+        attention_ref.nonsense  # noqa: B018
+
+
+def test_a_submodule_through_an_old_package_path_is_the_same_module():
+    """attention_ref.claims.claim must not load claim.py a second time (two Claim classes)."""
+    from attention_ref.documents.claims import claim
+
+    with pytest.warns(DeprecationWarning):
+        old = importlib.import_module("attention_ref.claims.claim")
+    assert old is claim
+
+
+def test_test_files_have_unique_names():
+    """The test folders have no __init__.py: two test files of one name would collide."""
+    names = [p.name for p in (ROOT / "tests").rglob("test_*.py")]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+
+
 def test_every_public_name_is_exported_once_from_the_top():
     import attention_ref
 
@@ -181,7 +225,10 @@ def module_map() -> str:
     for module in modules():
         path = source_path(module).relative_to(ROOT).as_posix()
         doc = ast.get_docstring(ast.parse(source_path(module).read_text(encoding="utf-8"))) or ""
-        first = " ".join(doc.strip().split("\n\n")[0].split())  # the first paragraph, one line
+        paragraph = " ".join(doc.strip().split("\n\n")[0].split())  # the first paragraph, one line
+        first = re.split(r"(?<=\.)\s(?=[A-Z])", paragraph, maxsplit=1)[0]  # its first sentence,
+        if len(first) > MAP_WIDTH:  # at most one line of the map
+            first = first[:MAP_WIDTH - 3].rsplit(" ", 1)[0] + " ..."
         cell = first.replace("|", "\\|")
         lines.append(f"| `{path}` | {cell} |")
     return "\n".join(lines) + "\n"
@@ -212,7 +259,9 @@ def test_reading_guide_paths_exist_and_its_line_count_holds():
 def test_readme_file_map_matches_the_tree():
     text = README.read_text(encoding="utf-8")
     table = text.split("## Files", 1)[1]
-    listed = set(re.findall(r"^\| `([^`]+)`", table, flags=re.M))
+    rows = re.findall(r"^\| `([^`]+)`", table, flags=re.M)
+    assert len(rows) == len(set(rows)), f"README's file map lists a path twice: {rows}"
+    listed = set(rows)
     for path in listed:
         assert (ROOT / path).exists(), f"README lists {path}, which does not exist"
     top = {f"attention_ref/{p.name}" + ("/" if p.is_dir() else "")

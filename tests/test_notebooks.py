@@ -20,10 +20,10 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("
 def exported_names() -> set:
     """Every public name of the package and of its modules."""
     names = set(attention_ref.__all__)
-    for info in pkgutil.iter_modules(attention_ref.__path__):
-        if info.name.startswith("_") or info.name == "__main__":
+    for info in pkgutil.walk_packages(attention_ref.__path__, "attention_ref."):  # every layer
+        if info.name.rpartition(".")[2].startswith("_"):
             continue
-        module = importlib.import_module(f"attention_ref.{info.name}")
+        module = importlib.import_module(info.name)
         names |= set(getattr(module, "__all__", ()))
     return names
 

@@ -3,7 +3,8 @@
 Read in this order: ``linear`` (``Q = X W^Q``), ``softmax``, ``masks``, ``attention``
 (scaled dot-product), ``heads`` (split and merge), ``multi_head`` (the weight-split
 parallel form, with grouped-query attention and head masks), ``separate_heads`` (the
-documents' other strategy, head by head). Imports: NumPy and the package's checks only.
+documents' other strategy, head by head). Imports: NumPy, the package's checks and its
+thread pool only.
 """
 from .linear import LinearCache, glorot_uniform, linear_backward, linear_forward
 from .softmax import SoftmaxCache, softmax_backward, softmax_forward

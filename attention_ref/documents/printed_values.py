@@ -17,6 +17,7 @@ __all__ = [
     "DOCUMENTS", "Citation",
     "SINGLE_TOKEN", "TWO_HEAD", "HULL", "PARAMS", "COST", "HEAD_DIM", "PRINTED_VERBAL",
     "CODE_AND_MISC", "NOT_COMPUTED", "MORE",
+    "D000", "D001", "D002", "D003", "D004",
 ]
 
 from typing import NamedTuple

@@ -268,7 +268,10 @@ def gradcheck_section() -> tuple[str, bool]:
 SECTIONS = ("example", "claims", "gradcheck")
 
 
-def main(argv=None) -> int:
+def main(argv=None, save_figures=None) -> int:
+    """The command line; ``save_figures(directory)`` writes the figures for ``--plots`` and
+    returns their paths (``python -m attention_ref`` passes :func:`attention_ref.plot.save_all`;
+    this layer never imports the plot layer above it)."""
     parser = argparse.ArgumentParser(
         prog="python -m attention_ref",
         description="Walk through the documents' two-head example, the claims table and the"
@@ -295,7 +298,8 @@ def main(argv=None) -> int:
             text, ok = gradcheck_section()
             print(text)
     if args.plots:
-        from .. import plot  # matplotlib only when figures are asked for
-        for path in plot.save_all(args.plots):
+        if save_figures is None:
+            parser.error("--plots needs the figures: run python -m attention_ref --plots DIR")
+        for path in save_figures(args.plots):
             print(f"wrote {path}")
     return 0 if ok else 1

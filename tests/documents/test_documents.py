@@ -47,8 +47,11 @@ def test_two_head_example_shapes_as_printed():
 def test_nothing_reads_the_shared_documents():
     """The project stands on its own: no source file opens ../shared."""
     pattern = re.compile(r"shared[/\\]documents|\.\./shared")
-    for path in list(ROOT.glob("attention_ref/*.py")) + list(ROOT.glob("examples/*.py")) \
-            + list(ROOT.glob("tests/*.py")) + list(ROOT.glob("notebooks/*.ipynb")):
+    seen = set()
+    for path in list(ROOT.rglob("attention_ref/**/*.py")) + list(ROOT.glob("examples/*.py")) \
+            + list(ROOT.glob("tests/**/*.py")) + list(ROOT.glob("notebooks/*.ipynb")):
         if path.name == "test_documents.py":
             continue
+        seen.add(path.relative_to(ROOT).parts[0] + "/" + "/".join(path.relative_to(ROOT).parts[1:-1]))
         assert not pattern.search(path.read_text(encoding="utf-8")), path
+    assert {"attention_ref/core", "attention_ref/documents/claims", "tests/core"} <= seen  # it recursed

@@ -100,10 +100,21 @@ def test_plots_option(capsys, tmp_path, monkeypatch):
     from attention_ref.plot import figures  # every figure renders in test_plot; two cheap ones here
     monkeypatch.setattr(figures, "FIGURES", {"convex_hull.png": figures.convex_hull,
                                              "singular_values.png": figures.singular_value_spectra})
-    code, out = run(capsys, "--section", "example", "--plots", str(tmp_path))
+    code = walkthrough.main(["--section", "example", "--plots", str(tmp_path)], save_figures=figures.save_all)
+    out = capsys.readouterr().out
     assert code == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["convex_hull.png", "singular_values.png"]
     assert f"wrote {tmp_path / 'convex_hull.png'}" in out
+    with pytest.raises(SystemExit):  # without the plot layer's function there is nothing to save
+        walkthrough.main(["--section", "example", "--plots", str(tmp_path)])
+
+
+def test_module_entry_point_saves_the_figures(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "attention_ref", "--section", "example", "--plots",
+                             str(tmp_path)], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    from attention_ref.plot import FIGURES
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(FIGURES)
 
 
 def test_module_entry_point_runs_every_section():

@@ -9,10 +9,10 @@ from .. import printed_values as docs
 from .. import experiments as ex
 from .claim import Claim, _readings, _verdict, fmt, tiny
 
-__all__ = ["more_claims"]
+__all__ = ["paths_and_variants_claims", "more_claims"]
 
 
-def more_claims() -> list[Claim]:
+def paths_and_variants_claims() -> list[Claim]:
     """000 sections 1, 3.2, 6.2; 001 section 4.2; 002 on weights, experts and width;
     003 sections 3.2-3.3; 004 section 3 step 4."""
     m = docs.MORE
@@ -95,3 +95,6 @@ def more_claims() -> list[Claim]:
               f" max |row variance - 1| {an['max_var_error']:.1e} (the eps of the norm)",
               _verdict(an["max_abs_mean"] < 1e-12 and an["max_var_error"] < 1e-3)),
     ]
+
+
+more_claims = paths_and_variants_claims  # its 0.1 name (attention_ref.claims_more), until 0.3

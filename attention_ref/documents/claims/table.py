@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from .. import printed_values as docs
 from .claim import Claim, VERDICTS, fmt
-from .parameters_and_cost import cost_claims, other_claims, parameter_claims
-from .paths_and_variants import more_claims
+from .parameters_and_cost import cost_claims, listing_and_mask_claims, parameter_claims
+from .paths_and_variants import paths_and_variants_claims
 from .worked_examples import hull_claims, scaling_claims, worked_example_claims
 
 __all__ = ["all_claims", "claim_groups", "render_markdown", "render_text"]
@@ -34,8 +34,8 @@ def claim_groups() -> dict:
         "What one head cannot do (002)": hull_claims,
         "Parameters, heads and the two implementations (000, 001, 002, 003)": parameter_claims,
         "Cost, low rank and multi-query attention (000, 001, 002, 003)": cost_claims,
-        "Code listings, masks and other statements (000, 001, 003, 004)": other_claims,
-        "Paths, blockwise and linear attention, positions, Add & Norm (000-004)": more_claims,
+        "Code listings, masks and other statements (000, 001, 003, 004)": listing_and_mask_claims,
+        "Paths, blockwise and linear attention, positions, Add & Norm (000-004)": paths_and_variants_claims,
     }
 
 

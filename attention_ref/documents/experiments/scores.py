@@ -148,7 +148,7 @@ def argmax_spectrum(n: int = 64, d_k: int = 16, seed: int = 0) -> dict:
     """The limit of ``softmax(scale Q K^T / sqrt(d_k))`` as the scale grows: each row
     selects its argmax key. That row-selection matrix has rank = number of distinct argmax
     keys and singular values sqrt(number of queries selecting each key). Same Q, K as
-    :func:`attention_ref.experiments.softmax_spectrum` with the same seed."""
+    :func:`attention_ref.documents.experiments.softmax_spectrum` with the same seed."""
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((n, d_k))  # (N, Dk)
     k = rng.standard_normal((n, d_k))  # (N, Dk)
