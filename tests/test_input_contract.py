@@ -442,3 +442,37 @@ def test_a_mask_of_another_dtype_gets_the_mask_message(mask_dtype):
     with pytest.raises(TypeError, match="mask must be boolean .* or float32/float64"):
         ar.scaled_dot_product_attention_forward(np.ones((2, 2)), np.ones((2, 2)), np.ones((2, 2)),
                                                 np.zeros((2, 2), mask_dtype))
+
+
+def _pairs():
+    """Public forwards that hand back an output, with their backward and inputs."""
+    rng = np.random.default_rng(3)
+    q, k, v = rng.standard_normal((3, 4)), rng.standard_normal((5, 4)), rng.standard_normal((5, 2))
+    return {
+        "softmax": (lambda: ar.softmax_forward(q), ar.softmax_backward),
+        "attention": (lambda: ar.scaled_dot_product_attention_forward(q, k, v), ar.scaled_dot_product_attention_backward),
+        "blockwise": (lambda: ar.flash_attention_forward(q, k, v, block_size=2), ar.flash_attention_backward),
+        "linear attention": (lambda: ar.linear_attention_forward(q, k, v), ar.linear_attention_backward),
+    }
+
+
+@pytest.mark.parametrize("name", list(_pairs()))
+def test_editing_the_returned_output_does_not_change_the_backward(name):
+    forward, backward = _pairs()[name]
+    out, cache = forward()
+    dout = np.random.default_rng(4).standard_normal(out.shape)
+    before = backward(dout, cache)
+    out += 1.0  # the caller's array; the backward's D_i = rowsum(dout * out) must not see it
+    after = backward(dout, cache)
+    for a, b in zip(np.atleast_1d(before) if isinstance(before, np.ndarray) else before,
+                    np.atleast_1d(after) if isinstance(after, np.ndarray) else after):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_weights_keep_the_batch_axes_of_q_k_and_the_mask_only():
+    """Axes that only v carries are broadcast in weights @ v, as the docstring says."""
+    out, cache = ar.scaled_dot_product_attention_forward(np.ones((2, 3)), np.ones((4, 3)), np.ones((5, 4, 2)))
+    assert out.shape == (5, 2, 2) and cache.weights.shape == (2, 4)
+    out, cache = ar.scaled_dot_product_attention_forward(np.ones((2, 3)), np.ones((4, 3)), np.ones((5, 4, 2)),
+                                                         np.ones((5, 2, 4), bool))
+    assert cache.weights.shape == (5, 2, 4)

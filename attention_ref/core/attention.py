@@ -54,7 +54,8 @@ class AttentionCache(NamedTuple):
     q: np.ndarray  # (..., Nq, Dk)
     k: np.ndarray  # (..., Nk, Dk)
     v: np.ndarray  # (..., Nk, Dv)
-    weights: np.ndarray  # (..., Nq, Nk), softmax output; 0 where masked
+    weights: np.ndarray  # (..., Nq, Nk), softmax output; 0 where masked. Batch axes: those of q,
+    #                      k and the mask (axes only v carries are broadcast in weights @ v)
     out: np.ndarray  # (..., Nq, Dv), kept for D_i = rowsum(dout_i * out_i)
     scale: float  # 1 / sqrt(d_k)
 
@@ -105,14 +106,17 @@ def scaled_dot_product_attention_forward(q, k, v, mask=None):
     Returns
     -------
     out : array (..., n_q, d_v); zero for a query with no allowed key
-    cache : AttentionCache; ``cache.weights`` (..., n_q, n_k) are the probabilities
+    cache : AttentionCache; ``cache.weights`` (..., n_q, n_k) are the probabilities, with
+        the batch axes of q, k and the mask (not those that only v carries: the
+        probabilities do not depend on v, so they are not repeated for them)
 
     Raises
     ------
     FloatingPointError : when the scores (plus a float mask) overflow the dtype
     """
     q, k, v, mask, _ = check_attention_inputs(q, k, v, mask)
-    return _attention_forward(q, k, v, mask)
+    out, cache = _attention_forward(q, k, v, mask)
+    return out.copy(), cache  # the caller's own copy: editing it cannot change the backward
 
 
 def _attention_forward(q, k, v, mask, names=("q", "k")):

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import math
+
 import numpy as np
 
 from .._checks import as_real_array, as_upstream, cast, common_dtype, overflow_error, require_ndim
@@ -126,8 +128,9 @@ def _linear_backward(dy, cache: LinearCache):
     """Unchecked backward, for callers that have checked their own upstream gradient."""
     x, W, has_bias = cache
     dx = _matmul_rows(dy, W.T)  # dx = dy W^T, (..., Din)
-    x2 = x.reshape(-1, x.shape[-1])  # (rows, Din)
-    dy2 = dy.reshape(-1, dy.shape[-1])  # (rows, Dout)
+    rows = math.prod(x.shape[:-1])  # explicit: reshape(-1, 0) cannot infer rows when Din = 0
+    x2 = x.reshape(rows, x.shape[-1])  # (rows, Din)
+    dy2 = dy.reshape(rows, dy.shape[-1])  # (rows, Dout)
     dW = x2.T @ dy2  # (Din, Dout)
     db = dy2.sum(axis=0) if has_bias else None  # (Dout,)
     return dx, dW, db

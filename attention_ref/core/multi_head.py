@@ -210,7 +210,8 @@ def multi_head_attention_forward(query, key, value, params, num_heads, mask=None
     Returns
     -------
     out : array (..., n_q, d_out)
-    cache : MultiHeadCache; ``cache.weights`` (..., h, n_q, n_k) are the probabilities
+    cache : MultiHeadCache; ``cache.weights`` (..., h, n_q, n_k) are the probabilities (batch
+        axes of query, key and the mask; those only value carries are not repeated)
 
     Raises
     ------

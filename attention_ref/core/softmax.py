@@ -52,7 +52,7 @@ def softmax_forward(x, axis=-1):
         raise ValueError("x must have at least one axis, got a scalar")
     axis = _check_axis(axis, x.ndim)
     y = _softmax(x, axis)
-    return y, SoftmaxCache(y, axis)
+    return y.copy(), SoftmaxCache(y, axis)  # the caller's own copy: editing it cannot change the backward
 
 
 class _ScoresOverflow(FloatingPointError):

@@ -78,15 +78,35 @@ def layer_norm_forward(x, gamma, beta, eps=1e-5):
     """
     x, gamma, beta, eps = _check_layer_norm(x, gamma, beta, eps)
     # 1. row statistics
-    mu = x.mean(axis=-1, keepdims=True)  # (..., 1)
-    xc = x - mu  # (..., D)
-    var = (xc * xc).mean(axis=-1, keepdims=True)  # (..., 1)
-    rstd = 1.0 / np.sqrt(var + eps)  # (..., 1); eps is a Python float, float32 stays float32
-    # 2. normalise
-    x_hat = xc * rstd  # (..., D)
+    with np.errstate(over="ignore", invalid="ignore"):  # rows too large are redone below
+        mu = x.mean(axis=-1, keepdims=True)  # (..., 1)
+        xc = x - mu  # (..., D)
+        var = (xc * xc).mean(axis=-1, keepdims=True)  # (..., 1)
+        rstd = 1.0 / np.sqrt(var + eps)  # (..., 1); eps is a Python float, float32 stays float32
+        # 2. normalise
+        x_hat = xc * rstd  # (..., D)
+    too_large = ~np.isfinite(var)  # (..., 1): sum or (x - mu)^2 overflowed, x_hat did not have to
+    if too_large.any():
+        x_hat, rstd = _normalise_scaled(x, eps, too_large, x_hat, rstd)
     # 3. gain and shift
     y = x_hat * gamma + beta  # (..., D)
     return y, LayerNormCache(x_hat, rstd, gamma)
+
+
+def _normalise_scaled(x, eps, rows, x_hat, rstd):
+    """``x_hat`` and ``rstd`` of the ``rows`` whose statistics overflow, from ``x / s`` with
+    ``s = max |x|`` of the row: ``x_hat = (xs - mean xs) / sqrt(var(xs) + eps / s^2)`` and
+    ``rstd = 1 / (s sqrt(var(xs) + eps / s^2))``, the same numbers without the huge squares."""
+    s = np.abs(x).max(axis=-1, keepdims=True)  # (..., 1), > 0 on those rows
+    with np.errstate(all="ignore"):  # the other rows are computed and then not used
+        xs = x / s  # (..., D), entries in [-1, 1]
+        xcs = xs - xs.mean(axis=-1, keepdims=True)  # (..., D)
+        spread = (xcs * xcs).mean(axis=-1, keepdims=True) + eps / (s * s)  # (..., 1)
+        flat = spread == 0  # a constant row: x_hat = 0 and rstd = 1 / sqrt(eps), as unscaled
+        x_hat_s = np.where(flat, 0, xcs / np.sqrt(spread))  # (..., D)
+        rstd_s = np.where(flat, 1.0 / np.sqrt(eps), 1.0 / (s * np.sqrt(spread)))  # (..., 1)
+    return (np.where(rows, x_hat_s, x_hat).astype(x.dtype, copy=False),
+            np.where(rows, rstd_s, rstd).astype(x.dtype, copy=False))
 
 
 def layer_norm_backward(dy, cache: LayerNormCache):

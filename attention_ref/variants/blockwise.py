@@ -271,7 +271,7 @@ def flash_attention_forward(q, k, v, mask=None, causal=False, block_size=128, *,
         np.copyto(row_max[..., qs:qe], m, where=seen)
         np.log(l, out=log_row_sum[..., qs:qe], where=seen)
     cache = FlashAttentionCache(q, k, v, mask, out, row_max, log_row_sum, scale, causal, window, block)
-    return out, cache
+    return out.copy(), cache  # the caller's own copy: editing it cannot change the backward
 
 
 def flash_attention_backward(dout, cache: FlashAttentionCache):

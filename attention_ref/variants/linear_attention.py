@@ -129,7 +129,8 @@ def linear_attention_forward(q, k, v, causal=False, feature_map="elu"):
     if not (np.isfinite(den).all() and np.isfinite(out).all()):
         raise overflow_error("the linear-attention sums phi(k)^T v, phi(q) S and phi(q) . z",
                              q.dtype, [("q", q), ("k", k), ("v", v)])
-    return out, LinearAttentionCache(q, k, v, fq, fk, S, z, den, out, bool(causal), feature_map)
+    cache = LinearAttentionCache(q, k, v, fq, fk, S, z, den, out, bool(causal), feature_map)
+    return out.copy(), cache  # the caller's own copy: editing it cannot change the backward
 
 
 def _linear_attention(q, k, v, phi, causal):
@@ -192,10 +193,12 @@ def linear_attention_backward(dout, cache: LinearAttentionCache):
         # 2. prefix sums: key j receives the gradients of every query at position >= j
         dS = np.flip(np.cumsum(np.flip(dS, axis=-3), axis=-3), axis=-3)  # (..., Nq, Dk, Dv)
         dz = np.flip(np.cumsum(np.flip(dz, axis=-2), axis=-2), axis=-2)  # (..., Nq, Dk)
-        pad = n_k - n_q  # keys before the first query position see every query
+        pad = n_k - n_q  # keys before the first query position see every query (none if n_q = 0)
         if pad:
-            dS = np.concatenate([np.repeat(dS[..., :1, :, :], pad, axis=-3), dS], axis=-3)  # (..., Nk, Dk, Dv)
-            dz = np.concatenate([np.repeat(dz[..., :1, :], pad, axis=-2), dz], axis=-2)  # (..., Nk, Dk)
+            all_S = dS[..., :1, :, :] if n_q else np.zeros(dS.shape[:-3] + (1,) + dS.shape[-2:], dS.dtype)
+            all_z = dz[..., :1, :] if n_q else np.zeros(dz.shape[:-2] + (1,) + dz.shape[-1:], dz.dtype)
+            dS = np.concatenate([np.repeat(all_S, pad, axis=-3), dS], axis=-3)  # (..., Nk, Dk, Dv)
+            dz = np.concatenate([np.repeat(all_z, pad, axis=-2), dz], axis=-2)  # (..., Nk, Dk)
         dfk = (dS @ v[..., :, :, None])[..., 0] + dz  # (..., Nk, Dk)
         dv = (fk[..., :, None, :] @ dS)[..., 0, :]  # (..., Nk, Dv)
     else:

@@ -71,3 +71,14 @@ def test_bad_input(args, error, words):
         linear_forward(*args)
     for w in words:
         assert w in str(info.value)
+
+
+def test_zero_input_width_has_zero_weight_gradient():
+    """Din = 0: y = b, dW has shape (0, Dout); reshape(-1, 0) cannot infer the rows."""
+    from attention_ref import linear_backward, linear_forward
+
+    y, cache = linear_forward(np.ones((2, 5, 0)), np.ones((0, 3)), np.full(3, 0.5))
+    assert (y == 0.5).all()
+    dx, dW, db = linear_backward(np.ones_like(y), cache)
+    assert dx.shape == (2, 5, 0) and dW.shape == (0, 3)
+    np.testing.assert_array_equal(db, np.full(3, 10.0))

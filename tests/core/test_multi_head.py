@@ -254,3 +254,15 @@ def test_layer_repr_shows_its_sizes_and_rebuilds_an_equal_layer():
     assert repr(MultiHeadAttention(6, 2, d_k=5, d_v=3, strategy="separate")) == (
         "MultiHeadAttention(d_model=6, num_heads=2, num_kv_heads=2, d_k=5, d_v=3, kdim=6, vdim=6,"
         " bias=True, dtype='float64', strategy='separate')")
+
+
+def test_query_of_width_zero_runs_forward_and_backward():
+    import attention_ref as ar
+
+    params = {f"W_{n}": np.ones((0, 4)) for n in "qkv"}
+    params["W_o"] = np.ones((4, 4))
+    x = np.ones((2, 0))
+    out, cache = ar.multi_head_attention_forward(x, x, x, params, 2)
+    dquery, dkey, dvalue, grads = ar.multi_head_attention_backward(np.ones_like(out), cache)
+    assert out.shape == (2, 4) and dquery.shape == dkey.shape == dvalue.shape == (2, 0)
+    assert grads["W_q"].shape == (0, 4)

@@ -113,3 +113,37 @@ def test_zero_width_is_a_value_error():
     for shape in ((3, 0), (0,), (2, 1, 0)):
         with pytest.raises(ValueError, match=r"x must have a non-empty last axis.*got shape"):
             layer_norm_forward(np.zeros(shape), np.ones(0), np.zeros(0))
+
+
+@pytest.mark.parametrize("dtype, big", [(np.float32, 1e20), (np.float64, 1e160)])
+def test_rows_whose_variance_overflows_are_normalised(dtype, big):
+    """(x - mu)^2 overflows, x_hat does not: LN_eps(c x) = LN_{eps / c^2}(x) and
+    rstd(c x) = rstd_{eps / c^2}(x) / c, computed here on the small row in float64."""
+    import warnings
+
+    from attention_ref import layer_norm_backward, layer_norm_forward
+
+    small = np.array([[1.0, -1.0, 3.0], [2.0, 2.0, 2.5]])
+    x = (small * big).astype(dtype)
+    x = np.concatenate([x, np.array([[1.0, 2.0, 4.0]], dtype)])  # an ordinary row beside them
+    gamma, beta = np.ones(3, dtype), np.zeros(3, dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y, cache = layer_norm_forward(x, gamma, beta)
+        dx, _, _ = layer_norm_backward(np.ones_like(y), cache)
+    eps_small = max(1e-5 / big / big, 1e-300)  # 1e-325 would underflow to 0; both negligible
+    ref_small, ref_cache = layer_norm_forward(small, np.ones(3), np.zeros(3), eps=eps_small)
+    ref_plain, plain_cache = layer_norm_forward(np.array([[1.0, 2.0, 4.0]]), np.ones(3), np.zeros(3))
+    tol = 1e-6 if dtype == np.float32 else 1e-12
+    assert y.dtype == dtype and np.isfinite(y).all() and np.isfinite(dx).all()
+    np.testing.assert_allclose(y[:2], ref_small, rtol=tol, atol=tol)
+    np.testing.assert_allclose(cache.rstd[:2] * big, ref_cache.rstd, rtol=tol)
+    np.testing.assert_allclose(y[2:], ref_plain, rtol=tol)  # the ordinary row is untouched
+
+
+def test_a_constant_row_too_large_to_average_normalises_to_zero():
+    from attention_ref import layer_norm_forward
+
+    x = np.full((1, 3), 3e38, np.float32)  # the row sum overflows; x - mu is 0
+    y, cache = layer_norm_forward(x, np.ones(3, np.float32), np.zeros(3, np.float32))
+    assert not y.any() and np.isclose(cache.rstd[0, 0], 1 / np.sqrt(1e-5))

@@ -154,3 +154,14 @@ def test_floor_is_the_documented_constant():
     assert_close(out * (exact_den + DEN_EPS)[:, None] / exact_den[:, None],
                  (weights / exact_den[:, None]) @ v, what="out without the floor")
     assert 1e-9 < np.abs(out - (weights / exact_den[:, None]) @ v).max() < 1e-5  # the floor is felt, slightly
+
+
+def test_causal_backward_with_no_queries_gives_zero_gradients():
+    """n_q = 0 with keys: the keys before the first query see no query at all."""
+    import attention_ref as ar
+
+    q, k, v = np.zeros((0, 3)), np.ones((2, 3)), np.ones((2, 2))
+    out, cache = ar.linear_attention_forward(q, k, v, causal=True)
+    dq, dk, dv = ar.linear_attention_backward(np.zeros_like(out), cache)
+    assert (dq.shape, dk.shape, dv.shape) == ((0, 3), (2, 3), (2, 2))
+    assert not dk.any() and not dv.any()
