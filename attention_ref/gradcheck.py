@@ -224,9 +224,7 @@ def gradcheck(forward, backward, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, seed=0
     out = np.asarray(out, dtype=np.float64)
     dout = np.random.default_rng(seed).standard_normal(out.shape)
     analytic = backward(dout, cache)
-    if n_diff == 1 and not isinstance(analytic, (tuple, list)):
-        analytic = (analytic,)
-    analytic = tuple(analytic) if isinstance(analytic, (tuple, list)) else (analytic,)
+    analytic = tuple(analytic) if isinstance(analytic, (tuple, list)) else (analytic,)  # one bare gradient
     errors = []
     if len(analytic) < n_diff:
         errors.append(f"backward returned {len(analytic)} gradients for {n_diff} differentiable inputs")

@@ -198,3 +198,73 @@ def test_worst_index_is_shown_only_for_failing_inputs():
     assert x_line.split()[-2:] == ["-", "ok"]
     assert W_line.endswith("FAIL") and str(report.rows[1].worst_index) in W_line
     assert report.rows[0].worst_index is not None  # the field itself is kept
+
+
+# ------------------------------------------------- the ways people call it beyond the happy path
+def _double(x):
+    return 2.0 * x, None
+
+
+def test_a_dict_input_with_one_entry():
+    report = gradcheck(lambda p: ((p["w"] ** 2).sum(keepdims=True), p), lambda d, p: {"w": 2 * p["w"] * d},
+                       {"w": np.array([1.0, -2.0])}, names=["p"])
+    assert report.ok and [r.name for r in report.rows] == ["p[w]"]
+
+
+def test_a_dict_of_integers_is_passed_through_without_a_gradient():
+    received = []
+
+    def forward(x, table):
+        received.append(table["i"].dtype)
+        return 2.0 * x, None
+
+    report = gradcheck(forward, lambda d, c: 2.0 * d, np.ones(2), {"i": np.arange(2)})
+    assert report.ok and [r.name for r in report.rows] == ["input 0"]
+    assert set(received) == {np.dtype(int)}  # not turned into floats, not perturbed
+
+
+def test_a_single_input_whose_backward_returns_a_one_tuple():
+    assert gradcheck(_double, lambda d, c: (2.0 * d,), np.ones(3)).ok
+
+
+def test_a_size_one_input_with_a_wrong_gradient_fails():
+    report = gradcheck(_double, lambda d, c: 3.0 * d, np.ones(1))
+    assert not report.ok and report.rows[0].worst_index == (0,)
+
+
+def test_an_empty_input_passes_with_nothing_to_compare():
+    row = gradcheck(_double, lambda d, c: 2.0 * d, np.ones((0, 3))).rows[0]
+    assert row.ok and row.shape == (0, 3) and row.max_abs_err == 0.0 and row.worst_index is None
+
+
+def test_float32_inputs_reach_forward_in_float64():
+    """Finite differences need float64: a float32 forward would round eps = 1e-6 away."""
+    received = []
+
+    def forward(x):
+        received.append(x.dtype)
+        return 2.0 * x, None
+
+    x = np.ones(2, np.float32)
+    assert gradcheck(forward, lambda d, c: 2.0 * d, x).ok
+    assert set(received) == {np.dtype(np.float64)} and x.dtype == np.float32
+
+
+def test_report_fields_are_the_numbers_of_the_comparison():
+    """Analytic 3 d against numerical 2 d at x = [1, 1]: |error| = |d|, scale = 3 max|d|."""
+    report = gradcheck(_double, lambda d, c: 3.0 * d, np.ones(2), seed=5)
+    dout = np.random.default_rng(5).standard_normal(2)
+    row = report.rows[0]
+    assert row.max_abs_err == pytest.approx(np.abs(dout).max(), rel=1e-6)
+    assert row.scale == pytest.approx(3 * np.abs(dout).max(), rel=1e-6)
+    assert row.rel_err == pytest.approx(1 / 3, rel=1e-6)
+    assert row.worst_index == (int(np.argmax(np.abs(dout))),)
+
+
+def test_default_tolerance_does_not_judge_gradients_near_zero():
+    """Below atol = 1e-5 a gradient counts as zero: a wrong gradient of size 1e-9 passes by
+    design (rel err '-'); a caller who cares passes a smaller atol, and then it fails."""
+    wrong_tiny = (lambda x: (1e-9 * x, None), lambda d, c: 1.5e-9 * d)
+    loose = gradcheck(*wrong_tiny, np.ones(3))
+    assert loose.ok and np.isnan(loose.rows[0].rel_err)
+    assert not gradcheck(*wrong_tiny, np.ones(3), atol=1e-13).ok

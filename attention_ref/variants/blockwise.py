@@ -115,11 +115,12 @@ def _structural_keep(qs, qe, ks, ke, n_q, n_k, causal, window):
         return None
     position = np.arange(qs, qe)[:, None] + offset  # (Bq, 1)
     key = np.arange(ks, ke)[None, :]  # (1, Bk)
-    keep = np.ones((qe - qs, ke - ks), dtype=bool)  # (Bq, Bk)
+    keep = None  # at least one rule applies: the tile is not full
     if causal:
-        keep &= key <= position
+        keep = key <= position  # (Bq, Bk)
     if window is not None:
-        keep &= np.abs(position - key) <= window
+        near = np.abs(position - key) <= window  # (Bq, Bk)
+        keep = near if keep is None else keep & near
     return keep
 
 
