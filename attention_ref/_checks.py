@@ -108,9 +108,8 @@ def cast(x: np.ndarray | None, dtype) -> np.ndarray | None:
 def require_ndim(x: np.ndarray, name: str, min_ndim: int, layout: str) -> None:
     """Raise ``ValueError`` unless ``x`` has at least ``min_ndim`` axes."""
     if x.ndim < min_ndim:
-        raise ValueError(
-            f"{name} must have shape {layout} (at least {min_ndim} axes), got shape {x.shape}"
-        )
+        axes = "axis" if min_ndim == 1 else "axes"
+        raise ValueError(f"{name} must have shape {layout} (at least {min_ndim} {axes}), got shape {x.shape}")
 
 
 def broadcast_batch(names_shapes, what: str = "batch dimensions") -> tuple:

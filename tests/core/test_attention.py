@@ -193,3 +193,21 @@ def test_float64_mask_on_float32_scores_does_not_warn_or_upcast():
     mask[:, 3:] = -1e300  # becomes -inf in float32: blocked, as meant, and no overflow warning
     out, cache = sdpa_forward(q, k, v, mask)
     assert out.dtype == np.float32 and (cache.weights[:, 3:] == 0).all()
+
+
+def test_backward_with_no_keys_gives_zero_gradients():
+    """n_k = 0: every query sees nothing, output 0, and the branch guarding the empty
+    softmax backward returns zeros of the right shapes."""
+    q, k, v = np.ones((3, 4)), np.ones((0, 4)), np.ones((0, 2))
+    out, cache = sdpa_forward(q, k, v)
+    assert out.shape == (3, 2) and not out.any()
+    dq, dk, dv = sdpa_backward(np.ones((3, 2)), cache)
+    assert (dq.shape, dk.shape, dv.shape) == ((3, 4), (0, 4), (0, 2)) and not dq.any()
+
+
+@pytest.mark.parametrize("which", ["k", "v"])
+def test_one_dimensional_keys_or_values_are_rejected(which):
+    args = {"q": np.ones((3, 4)), "k": np.ones((3, 4)), "v": np.ones((3, 2))}
+    args[which] = np.ones(4)
+    with pytest.raises(ValueError, match=rf"^{which} must have shape \(\.\.\., n_k, d_[kv]\) \(at least 2 axes\)"):
+        sdpa_forward(args["q"], args["k"], args["v"])

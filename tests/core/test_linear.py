@@ -82,3 +82,18 @@ def test_zero_input_width_has_zero_weight_gradient():
     dx, dW, db = linear_backward(np.ones_like(y), cache)
     assert dx.shape == (2, 5, 0) and dW.shape == (0, 3)
     np.testing.assert_array_equal(db, np.full(3, 10.0))
+
+
+def test_zero_dimensional_input_is_rejected():
+    with pytest.raises(ValueError, match=r"x must have shape \(\.\.\., d_in\) \(at least 1 axis\), got shape \(\)"):
+        linear_forward(np.float64(1.0), np.ones((1, 2)))
+
+
+def test_glorot_bound_is_sqrt_6_over_fan_in_plus_fan_out():
+    from attention_ref import glorot_uniform
+
+    W = glorot_uniform(np.random.default_rng(0), 20, 30)  # a = sqrt(6 / 50)
+    a = np.sqrt(6 / 50)
+    assert W.shape == (20, 30) and np.abs(W).max() <= a
+    assert np.abs(W).max() > 0.98 * a  # 600 uniform draws reach the bound
+    assert W.std() == pytest.approx(a / np.sqrt(3), rel=0.1)  # the variance of U(-a, a): a^2 / 3

@@ -266,3 +266,24 @@ def test_query_of_width_zero_runs_forward_and_backward():
     dquery, dkey, dvalue, grads = ar.multi_head_attention_backward(np.ones_like(out), cache)
     assert out.shape == (2, 4) and dquery.shape == dkey.shape == dvalue.shape == (2, 0)
     assert grads["W_q"].shape == (0, 4)
+
+
+@pytest.mark.parametrize("which", ["key", "value"])
+def test_one_dimensional_key_or_value_is_rejected(which):
+    x = np.ones((3, 4))
+    params = {f"W_{n}": np.ones((4, 4)) for n in "qkvo"}
+    args = {"query": x, "key": x, "value": x, which: np.ones(4)}
+    with pytest.raises(ValueError, match=rf"^{which} must have shape .* \(at least 2 axes\), got shape \(4,\)"):
+        mha_forward(args["query"], args["key"], args["value"], params, 2)
+
+
+def test_heads_of_width_one():
+    """d_k = d_v = 1 (as many heads as features): the loop reference and the gradients."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((2, 5, 4))
+    params = random_params(rng, 4, 4, 1, 1)
+    out, _ = mha_forward(x, x, x, params, 4)
+    ref_out, _ = loop_multi_head(x, x, x, params, 4)
+    assert_close(out, ref_out, what="out, d_k = 1")
+    check_gradients(mha_forward, mha_backward, x, x, x, params, 4,
+                    names=["query", "key", "value", "params"])

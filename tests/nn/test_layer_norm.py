@@ -147,3 +147,8 @@ def test_a_constant_row_too_large_to_average_normalises_to_zero():
     x = np.full((1, 3), 3e38, np.float32)  # the row sum overflows; x - mu is 0
     y, cache = layer_norm_forward(x, np.ones(3, np.float32), np.zeros(3, np.float32))
     assert not y.any() and np.isclose(cache.rstd[0, 0], 1 / np.sqrt(1e-5))
+
+
+def test_zero_dimensional_input_is_rejected():
+    with pytest.raises(ValueError, match=r"x must have shape \(\.\.\., d\) \(at least 1 axis\), got shape \(\)"):
+        layer_norm_forward(np.float64(1.0), np.ones(1), np.zeros(1))

@@ -13,7 +13,7 @@ from attention_ref import (
     scaled_dot_product_attention_backward,
     scaled_dot_product_attention_forward,
 )
-from attention_ref.variants.blockwise import _key_blocks
+from attention_ref.variants.blockwise import _key_blocks, visited_tiles
 from tests._helpers import assert_close, check_gradients
 
 
@@ -298,3 +298,24 @@ def test_visited_tiles_are_the_tiles_computed(monkeypatch, n_q, n_k, block_size,
     assert computed == tiles + tiles
     if expected is not None:
         assert len(tiles) == expected
+
+
+def test_the_log_sum_exp_it_keeps_is_that_of_the_full_rows():
+    """row_max + log_row_sum = log sum_j exp(q_i . k_j / sqrt(d_k)), whatever the tiling."""
+    rng = np.random.default_rng(12)
+    q, k, v = rng.standard_normal((5, 3)), rng.standard_normal((7, 3)), rng.standard_normal((7, 2))
+    _, cache = flash_attention_forward(q, k, v, block_size=2)
+    scores = q @ k.T / np.sqrt(3)  # (5, 7)
+    lse = np.log(np.exp(scores).sum(axis=-1))  # (5,)
+    assert_close(np.ravel(cache.row_max + cache.log_row_sum), lse, what="log-sum-exp")
+
+
+def test_window_visits_exactly_the_tiles_that_hold_an_allowed_score():
+    """Tiles of 2 over n = 8 with |i - j| <= 1: a tile is visited iff one of its scores is
+    allowed, checked against the mask itself."""
+    n, block, w = 8, 2, 1
+    allowed = np.abs(np.arange(n)[:, None] - np.arange(n)[None, :]) <= w  # (n, n)
+    expected = [(qs, ks) for qs in range(0, n, block) for ks in range(0, n, block)
+                if allowed[qs:qs + block, ks:ks + block].any()]
+    assert visited_tiles(n, n, block_size=block, window=w) == expected
+    assert len(expected) == 3 * (n // block) - 2  # the band: the diagonal and its two neighbours
