@@ -16,8 +16,8 @@ Two plain ideas, neither of which changes a single number:
   blocks really do run on two cores.
 
 Each row is computed by exactly the same NumPy calls whichever block or thread it lands
-in, so the results are bit-for-bit those of the unblocked code (``tests/core/test_perf_paths.py``
-checks this with the pool on and off).
+in, so the results are bit-for-bit those of the unblocked code (``tests/test_thread_pool.py``
+and the fast-path tests in ``tests/core/`` check this with the pool on and off).
 
 The switch: ``set_num_threads(1)`` (or the environment variable
 ``ATTENTION_REF_NUM_THREADS=1`` before import) turns the pool off; the default is the

@@ -3,6 +3,8 @@ import math
 
 import numpy as np
 import pytest
+from attention_ref import _parallel
+from attention_ref.core.attention import _softmax_rows_backward
 
 from attention_ref import (
     causal_mask,
@@ -211,3 +213,25 @@ def test_one_dimensional_keys_or_values_are_rejected(which):
     args[which] = np.ones(4)
     with pytest.raises(ValueError, match=rf"^{which} must have shape \(\.\.\., n_k, d_[kv]\) \(at least 2 axes\)"):
         sdpa_forward(args["q"], args["k"], args["v"])
+
+# the fast path of dS = P * (dP - D) over row blocks, and its plain fallback
+
+
+def test_softmax_backward_broadcast_falls_back_to_plain_form():
+    rng = np.random.default_rng(2)
+    P = rng.random((1, 30, 40))
+    dP = rng.standard_normal((3, 30, 40))  # a larger batch than P: the plain, broadcasting form
+    D = rng.standard_normal((3, 30, 1))
+    assert_close(_softmax_rows_backward(dP.copy(), P, D), P * (dP - D))
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_blocked_softmax_backward_is_bit_identical(threads):
+    rng = np.random.default_rng(1)
+    P = rng.random((4, 2, 250, 600))
+    dP = rng.standard_normal(P.shape)
+    D = rng.standard_normal(P.shape[:-1] + (1,))
+    expected = P * (dP - D)
+    with _parallel.num_threads(threads):
+        got = _softmax_rows_backward(dP.copy(), P, D)
+    np.testing.assert_array_equal(got, expected)

@@ -1,6 +1,8 @@
 """softmax_forward / softmax_backward."""
 import numpy as np
 import pytest
+from attention_ref import _parallel
+from attention_ref.core.softmax import _softmax, _softmax_plain
 
 from attention_ref import gradcheck, softmax_backward, softmax_forward
 from _helpers import assert_close, check_gradients
@@ -75,3 +77,24 @@ def test_diagonal_only_backward_is_caught():
 def test_bad_input(x, axis, error, word):
     with pytest.raises(error, match=word):
         softmax_forward(x, axis=axis)
+
+# the fast path: the in-place softmax over cache-sized row blocks, on every thread count
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_blocked_softmax_is_bit_identical_to_plain(threads):
+    rng = np.random.default_rng(0)
+    x = 5 * rng.standard_normal((2, 3, 300, 700))  # 1.26M numbers: above PARALLEL_MIN_ELEMENTS
+    assert x.size > _parallel.PARALLEL_MIN_ELEMENTS
+    x[0, 1, 7] = -np.inf  # a query with no allowed key: all zeros
+    x[1, 2, 9, ::2] = -np.inf
+    expected = _softmax_plain(x.copy(), -1)
+    with _parallel.num_threads(threads):
+        got = _softmax(x.copy(), -1, out=None)  # not in place: plain path
+        fast = x.copy()
+        out = _softmax(fast, -1, out=fast)  # in place, contiguous: blocked path
+    assert out is fast
+    np.testing.assert_array_equal(got, expected)
+    np.testing.assert_array_equal(fast, expected)
+    assert_close(fast.sum(axis=-1)[0, 0], np.ones(300), what="rows sum to 1")
+    assert not fast[0, 1, 7].any()

@@ -1,6 +1,7 @@
-"""The fast paths (row blocks, thread pool) give the plain path's numbers.
+"""The thread pool (``attention_ref/_parallel.py``) gives the plain path's numbers.
 
-The row-blocked softmax and ``dS = P * (dP - D)`` (``attention_ref/_parallel.py``) only
+(The fast paths of each core module are tested beside that module's other tests, in
+``tests/core/``.) The row-blocked softmax and ``dS = P * (dP - D)`` only
 change WHICH rows a NumPy call sees at once, never the arithmetic on a row, so the results
 must be bit-for-bit those of the plain formula, with the pool on or off, and float32 must
 stay float32. Small arrays normally skip the fast path; ``tiny_blocks`` forces it on
@@ -14,8 +15,7 @@ import pytest
 
 import attention_ref as ar
 from attention_ref import _parallel
-from attention_ref.core.attention import _softmax_rows_backward
-from attention_ref.core.softmax import _softmax, _softmax_plain
+from attention_ref.core.softmax import _softmax
 
 from tests._helpers import assert_close, check_gradients, random_params
 
@@ -46,43 +46,10 @@ def _loop_attention_fwd_bwd(q, k, v, dout):
     return out, dq, dk, dv
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-def test_blocked_softmax_is_bit_identical_to_plain(threads):
-    rng = np.random.default_rng(0)
-    x = 5 * rng.standard_normal((2, 3, 300, 700))  # 1.26M numbers: above PARALLEL_MIN_ELEMENTS
-    assert x.size > _parallel.PARALLEL_MIN_ELEMENTS
-    x[0, 1, 7] = -np.inf  # a query with no allowed key: all zeros
-    x[1, 2, 9, ::2] = -np.inf
-    expected = _softmax_plain(x.copy(), -1)
-    with _parallel.num_threads(threads):
-        got = _softmax(x.copy(), -1, out=None)  # not in place: plain path
-        fast = x.copy()
-        out = _softmax(fast, -1, out=fast)  # in place, contiguous: blocked path
-    assert out is fast
-    np.testing.assert_array_equal(got, expected)
-    np.testing.assert_array_equal(fast, expected)
-    assert_close(fast.sum(axis=-1)[0, 0], np.ones(300), what="rows sum to 1")
-    assert not fast[0, 1, 7].any()
 
 
-@pytest.mark.parametrize("threads", [1, 2, 3])
-def test_blocked_softmax_backward_is_bit_identical(threads):
-    rng = np.random.default_rng(1)
-    P = rng.random((4, 2, 250, 600))
-    dP = rng.standard_normal(P.shape)
-    D = rng.standard_normal(P.shape[:-1] + (1,))
-    expected = P * (dP - D)
-    with _parallel.num_threads(threads):
-        got = _softmax_rows_backward(dP.copy(), P, D)
-    np.testing.assert_array_equal(got, expected)
 
 
-def test_softmax_backward_broadcast_falls_back_to_plain_form():
-    rng = np.random.default_rng(2)
-    P = rng.random((1, 30, 40))
-    dP = rng.standard_normal((3, 30, 40))  # a larger batch than P: the plain, broadcasting form
-    D = rng.standard_normal((3, 30, 1))
-    assert_close(_softmax_rows_backward(dP.copy(), P, D), P * (dP - D))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -192,19 +159,6 @@ def test_environment_switch(monkeypatch):
     assert ar.get_num_threads is _parallel.get_num_threads
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_folded_rows_product_matches_batched_product(dtype):
-    from attention_ref.core.linear import _matmul_rows
-
-    rng = np.random.default_rng(7)
-    W = rng.standard_normal((6, 5)).astype(dtype)
-    x = rng.standard_normal((3, 4, 7, 6)).astype(dtype)
-    for arr in (x, x.swapaxes(0, 1), x[:, :, ::2], x[0, 0], np.empty((0, 3, 6), dtype)):
-        got = _matmul_rows(arr, W)
-        assert got.dtype == dtype and got.shape == arr.shape[:-1] + (5,)
-        ref = np.einsum("...i,ij->...j", arr.astype(np.float64), W.astype(np.float64))
-        tol = 1e-12 if dtype == np.float64 else 1e-5
-        assert_close(got, ref, rtol=tol, atol=tol, what="x @ W")
 
 
 def test_pool_respects_the_callers_errstate_and_survives_fork():
@@ -212,7 +166,6 @@ def test_pool_respects_the_callers_errstate_and_survives_fork():
     import os
 
     import attention_ref._parallel as par
-    from attention_ref.core.softmax import _softmax
 
     x = np.zeros((1024, 1024))
     x[:, 0] = 1000.0  # exp(-1000) underflows
