@@ -261,9 +261,12 @@ def multi_head_attention_backward(dout, cache: MultiHeadCache):
     grads : dict with the same keys as ``params`` (None for a bias given as None), plus
         ``"head_mask"`` when a head mask was given
     """
-    c = cache
-    out_shape = c.heads.shape[:-3] + (c.heads.shape[-2], c.o_proj.W.shape[1])  # (..., Nq, Dout)
-    dout = as_upstream(dout, out_shape, c.o_proj.x.dtype)
+    out_shape = cache.heads.shape[:-3] + (cache.heads.shape[-2], cache.o_proj.W.shape[1])  # (..., Nq, Dout)
+    return _multi_head_attention_backward(as_upstream(dout, out_shape, cache.o_proj.x.dtype), cache)
+
+
+def _multi_head_attention_backward(dout, c: MultiHeadCache):
+    """Unchecked backward, for callers that have checked their own upstream gradient."""
     h, hkv = c.num_heads, c.num_kv_heads
     grads = {}
     # 6. out = concat W_o + b_o

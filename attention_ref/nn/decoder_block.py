@@ -41,18 +41,18 @@ from .residual import (
     glorot_uniform,
     in_group,
     join_grads,
-    residual_backward,
+    _residual_backward,
     residual_forward,
     split_params,
 )
 from .encoder_block import _check_block_options, _ffn_params, _ln_params, _self_attention_backward
-from .feed_forward import FFN_PARAM_NAMES, feed_forward_backward, feed_forward_forward
+from .feed_forward import FFN_PARAM_NAMES, _feed_forward_backward, feed_forward_forward
 from ..core.masks import causal_mask
 from ..core.multi_head import (
     PARAM_NAMES,
     _multi_head_attention_forward,
     check_multi_head_inputs,
-    multi_head_attention_backward,
+    _multi_head_attention_backward,
 )
 
 __all__ = [
@@ -91,7 +91,7 @@ class DecoderBlockCache(NamedTuple):
 
 def _cross_attention_backward(ds, attn_cache):
     """Sub-layer backward of cross-attention: the query path goes on; memory fed key and value."""
-    dquery, dkey, dvalue, grads = multi_head_attention_backward(ds, attn_cache)
+    dquery, dkey, dvalue, grads = _multi_head_attention_backward(ds, attn_cache)  # ds is internal: unchecked
     return dquery, (dkey + dvalue, grads)
 
 
@@ -196,14 +196,14 @@ def decoder_block_backward(dout, cache: DecoderBlockCache):
     dout = as_upstream(dout, cache.ffn.y_shape, cache.ffn.y_dtype)
     g = {}
     # 3. feed-forward sub-layer
-    dh2, g["ffn"], dgamma, dbeta = residual_backward(dout, cache.ffn, feed_forward_backward)
+    dh2, g["ffn"], dgamma, dbeta = _residual_backward(dout, cache.ffn, _feed_forward_backward)
     g["ln3"] = {"gamma": dgamma, "beta": dbeta}
     # 2. cross-attention sub-layer
-    dh1, (dmemory, g["cross_attn"]), dgamma, dbeta = residual_backward(dh2, cache.cross_attn,
+    dh1, (dmemory, g["cross_attn"]), dgamma, dbeta = _residual_backward(dh2, cache.cross_attn,
                                                                       _cross_attention_backward)
     g["ln2"] = {"gamma": dgamma, "beta": dbeta}
     # 1. causal self-attention sub-layer
-    dx, g["self_attn"], dgamma, dbeta = residual_backward(dh1, cache.self_attn, _self_attention_backward)
+    dx, g["self_attn"], dgamma, dbeta = _residual_backward(dh1, cache.self_attn, _self_attention_backward)
     g["ln1"] = {"gamma": dgamma, "beta": dbeta}
     return dx, dmemory, join_grads(g, cache.param_keys)
 

@@ -31,12 +31,12 @@ from .residual import (
     glorot_uniform,
     in_group,
     join_grads,
-    residual_backward,
+    _residual_backward,
     residual_forward,
     split_params,
 )
-from .feed_forward import ACTIVATIONS, FFN_PARAM_NAMES, feed_forward_backward, feed_forward_forward
-from ..core.multi_head import PARAM_NAMES, multi_head_attention_backward, multi_head_attention_forward
+from .feed_forward import ACTIVATIONS, FFN_PARAM_NAMES, _feed_forward_backward, feed_forward_forward
+from ..core.multi_head import PARAM_NAMES, _multi_head_attention_backward, multi_head_attention_forward
 
 __all__ = [
     "ENCODER_GROUPS",
@@ -67,7 +67,7 @@ class EncoderBlockCache(NamedTuple):
 
 def _self_attention_backward(ds, attn_cache):
     """Sub-layer backward of self-attention: ``x`` fed query, key and value, so dx sums all three."""
-    dquery, dkey, dvalue, grads = multi_head_attention_backward(ds, attn_cache)
+    dquery, dkey, dvalue, grads = _multi_head_attention_backward(ds, attn_cache)  # ds is internal: unchecked
     return dquery + dkey + dvalue, grads
 
 
@@ -136,10 +136,10 @@ def encoder_block_backward(dout, cache: EncoderBlockCache):
     dout = as_upstream(dout, cache.ffn.y_shape, cache.ffn.y_dtype)
     g = {}
     # 2. feed-forward sub-layer
-    dh, g["ffn"], dgamma2, dbeta2 = residual_backward(dout, cache.ffn, feed_forward_backward)
+    dh, g["ffn"], dgamma2, dbeta2 = _residual_backward(dout, cache.ffn, _feed_forward_backward)
     g["ln2"] = {"gamma": dgamma2, "beta": dbeta2}
     # 1. self-attention sub-layer
-    dx, g["self_attn"], dgamma1, dbeta1 = residual_backward(dh, cache.attn, _self_attention_backward)
+    dx, g["self_attn"], dgamma1, dbeta1 = _residual_backward(dh, cache.attn, _self_attention_backward)
     g["ln1"] = {"gamma": dgamma1, "beta": dbeta1}
     return dx, join_grads(g, cache.param_keys)
 

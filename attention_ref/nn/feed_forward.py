@@ -67,7 +67,11 @@ def relu_forward(h):
 
 def relu_backward(da, h):
     """``dh = da * [h > 0]`` (derivative 0 at h = 0); ``da`` shaped like ``h``."""
-    da = as_upstream(da, h.shape, h.dtype, "da")
+    return _relu_backward(as_upstream(da, h.shape, h.dtype, "da"), h)
+
+
+def _relu_backward(da, h):
+    """Unchecked ``da * [h > 0]``."""
     return np.where(h > 0, da, 0.0).astype(h.dtype, copy=False)
 
 
@@ -81,13 +85,17 @@ def gelu_forward(h):
 def gelu_backward(da, h):
     """``dh = da * (0.5 (1 + t) + 0.5 h (1 - t^2) s (1 + 3 c h^2))``, ``t`` as in the forward;
     ``da`` shaped like ``h``."""
-    da = as_upstream(da, h.shape, h.dtype, "da")  # a float64 da keeps float32 float32
+    return _gelu_backward(as_upstream(da, h.shape, h.dtype, "da"), h)  # a float64 da keeps float32 float32
+
+
+def _gelu_backward(da, h):
+    """Unchecked GELU backward."""
     t, u = _gelu_tanh(h)
     dt_dh = (1.0 - t * t) * _GELU_S * (1.0 + 3.0 * _GELU_C * u * u)  # exactly 0 where |h| >= 10
     return da * (0.5 * (1.0 + t) + 0.5 * h * dt_dh)
 
 
-_ACT = {"relu": (relu_forward, relu_backward), "gelu": (gelu_forward, gelu_backward)}
+_ACT = {"relu": (relu_forward, _relu_backward), "gelu": (gelu_forward, _gelu_backward)}  # backwards unchecked
 
 
 class FeedForwardCache(NamedTuple):
@@ -174,7 +182,12 @@ def feed_forward_backward(dy, cache: FeedForwardCache):
     grads : dict with the keys of ``params`` (None for a bias given as None)
     """
     fc2 = cache.fc2
-    dy = as_upstream(dy, fc2.x.shape[:-1] + (fc2.W.shape[1],), fc2.x.dtype, "dy")
+    return _feed_forward_backward(as_upstream(dy, fc2.x.shape[:-1] + (fc2.W.shape[1],), fc2.x.dtype, "dy"), cache)
+
+
+def _feed_forward_backward(dy, cache: FeedForwardCache):
+    """Unchecked backward, for the blocks (they check their own upstream gradient)."""
+    fc2 = cache.fc2
     _, act_backward = _ACT[cache.activation]
     grads = {}
     # 3. y = a W_2 + b_2

@@ -131,8 +131,12 @@ def layer_norm_backward(dy, cache: LayerNormCache):
     dx : array (..., d)
     dgamma, dbeta : arrays (d,)
     """
+    return _layer_norm_backward(as_upstream(dy, cache.x_hat.shape, cache.x_hat.dtype, "dy"), cache)
+
+
+def _layer_norm_backward(dy, cache: LayerNormCache):
+    """Unchecked backward, for callers that have checked their own upstream gradient."""
     x_hat, rstd, gamma = cache
-    dy = as_upstream(dy, x_hat.shape, x_hat.dtype, "dy")
     d = x_hat.shape[-1]
     # 3. y = gamma * x_hat + beta
     dy2 = dy.reshape(-1, d)  # (rows, D)
