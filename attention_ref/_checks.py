@@ -30,8 +30,14 @@ import numpy as np
 
 __all__ = []  # private module
 
-#: The floating dtypes the library computes in (integers are computed in float64).
-FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+#: The floating types the library computes in (integers are computed in float64).
+FLOAT_TYPES = (np.float32, np.float64)
+FLOAT_DTYPES = tuple(np.dtype(t) for t in FLOAT_TYPES)  # native byte order, for dtype= arguments
+
+
+def _is_float_of_policy(dtype: np.dtype) -> bool:
+    """float32 or float64, in either byte order."""
+    return dtype.kind == "f" and dtype.type in FLOAT_TYPES
 
 
 def _describe(x) -> str:
@@ -41,7 +47,8 @@ def _describe(x) -> str:
     return f"{type(x).__name__}"
 
 
-def as_real_array(x, name: str, *, allow_neg_inf: bool = False) -> np.ndarray:
+def as_real_array(x, name: str, *, allow_neg_inf: bool = False,
+                  bool_hint: str = " (boolean arrays are masks: pass them as mask=)") -> np.ndarray:
     """Return ``x`` as a real floating ndarray (no copy when it already is one).
 
     Raises ``TypeError`` for booleans, strings, objects, complex numbers and floats other
@@ -55,10 +62,7 @@ def as_real_array(x, name: str, *, allow_neg_inf: bool = False) -> np.ndarray:
     except Exception as exc:  # ragged lists and the like
         raise TypeError(f"{name} must be an array of real numbers: {exc}") from None
     if arr.dtype.kind == "b":
-        raise TypeError(
-            f"{name} must hold real numbers, got a boolean {_describe(arr)}"
-            " (boolean arrays are masks: pass them as mask=)"
-        )
+        raise TypeError(f"{name} must hold real numbers, got a boolean {_describe(arr)}{bool_hint}")
     arr = _real_dtype(arr, name)
     if not np.isfinite(arr).all():
         if np.isnan(arr).any():
@@ -75,7 +79,7 @@ def _real_dtype(arr: np.ndarray, name: str) -> np.ndarray:
         return arr.astype(np.float64)
     if kind != "f":
         raise TypeError(f"{name} must hold real numbers, got {_describe(arr)}")
-    if arr.dtype.type not in (np.float32, np.float64):  # either byte order
+    if not _is_float_of_policy(arr.dtype):
         lossless = "np.float32" if arr.dtype.itemsize <= 4 else "np.float64"
         raise TypeError(
             f"{name} must be float32 or float64 (integers are computed in float64), got"
@@ -177,7 +181,7 @@ def check_mask_dtype(arr: np.ndarray, name: str = "mask") -> np.ndarray:
             f"{name} must be boolean (True = may attend) or floating (added to the scores),"
             f" got an integer {_describe(arr)}; use {name}.astype(bool) for a keep-mask"
         )
-    if kind != "f" or arr.dtype.type not in (np.float32, np.float64):
+    if not _is_float_of_policy(arr.dtype):
         raise TypeError(
             f"{name} must be boolean (True = may attend) or float32/float64 (added to the scores),"
             f" got {_describe(arr)}"
@@ -254,13 +258,7 @@ def unbroadcast(grad: np.ndarray, shape: tuple) -> np.ndarray:
 
 def as_gradient(grad, name: str = "dout") -> np.ndarray:
     """An upstream gradient under the inputs' rules: real (float32, float64 or integer) and finite."""
-    try:
-        grad = np.asarray(grad)
-    except Exception as exc:  # ragged lists and the like
-        raise TypeError(f"{name} must be an array of real numbers: {exc}") from None
-    if grad.dtype.kind == "b":
-        raise TypeError(f"{name} must hold real numbers, got a boolean {_describe(grad)}")
-    return as_real_array(grad, name)
+    return as_real_array(grad, name, bool_hint="")  # a boolean gradient is no mask in disguise
 
 
 def as_upstream(grad, shape: tuple, dtype, name: str = "dout") -> np.ndarray:
