@@ -5,7 +5,6 @@ import sys
 from .documents.walkthrough import main
 
 
-
 def save_figures(directory):
     """--plots: matplotlib is imported only when figures are asked for."""
     from .plot import save_all

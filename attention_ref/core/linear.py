@@ -4,9 +4,8 @@ Symbols: ``...`` any leading (batch, position) axes, Din input width, Dout outpu
 """
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import math
+from typing import NamedTuple
 
 import numpy as np
 

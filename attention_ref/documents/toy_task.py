@@ -29,8 +29,8 @@ from typing import NamedTuple
 import numpy as np
 
 from .._checks import as_upstream, check_positive_int
-from ..nn.encoder_block import encoder_block_backward, encoder_block_forward, init_encoder_block_params
 from ..core.linear import linear_backward, linear_forward
+from ..nn.encoder_block import encoder_block_backward, encoder_block_forward, init_encoder_block_params
 from ..nn.optim import Adam
 
 __all__ = [

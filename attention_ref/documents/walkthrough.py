@@ -16,10 +16,7 @@ import textwrap
 
 import numpy as np
 
-from . import printed_values as documents
 from ..core.attention import scaled_dot_product_attention_backward, scaled_dot_product_attention_forward
-from .claims.table import fmt, render_text
-from ..gradcheck import gradcheck
 from ..core.heads import merge_heads, merge_heads_backward, split_heads, split_heads_backward
 from ..core.linear import linear_backward, linear_forward
 from ..core.masks import causal_mask, padding_mask
@@ -29,13 +26,17 @@ from ..core.separate_heads import (
     multi_head_attention_separate_heads_forward,
 )
 from ..core.softmax import softmax_backward, softmax_forward
+from ..gradcheck import gradcheck
 from ..nn.decoder_block import decoder_block_backward, decoder_block_forward, init_decoder_block_params
 from ..nn.encoder_block import encoder_block_backward, encoder_block_forward, init_encoder_block_params
 from ..nn.feed_forward import feed_forward_backward, feed_forward_forward
-from ..variants.blockwise import flash_attention_backward, flash_attention_forward
 from ..nn.layer_norm import layer_norm_backward, layer_norm_forward
+from ..variants.blockwise import flash_attention_backward, flash_attention_forward
 from ..variants.linear_attention import linear_attention_backward, linear_attention_forward
 from ..variants.rope import rope_backward, rope_forward
+from . import printed_values as documents
+from .claims.claim import fmt
+from .claims.table import render_text
 from .worked_examples import W_O_READINGS, single_token_example, two_head_example
 
 __all__ = ["main", "example_section", "claims_section", "gradcheck_section", "gradcheck_cases",

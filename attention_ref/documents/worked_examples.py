@@ -19,11 +19,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import printed_values as documents
 from ..core.attention import scaled_dot_product_attention_forward
 from ..core.heads import merge_heads
 from ..core.linear import linear_forward
 from ..core.multi_head import multi_head_attention_forward
+from . import printed_values as documents
 
 __all__ = ["SingleToken", "TwoHead", "single_token_example", "two_head_example", "two_head_params",
            "W_O_READINGS"]

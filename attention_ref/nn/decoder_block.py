@@ -34,25 +34,25 @@ from .._checks import (
     check_positive_int,
     require_ndim,
 )
+from ..core.masks import causal_mask
+from ..core.multi_head import (
+    PARAM_NAMES,
+    _multi_head_attention_backward,
+    _multi_head_attention_forward,
+    check_multi_head_inputs,
+)
+from .encoder_block import _check_block_options, _ffn_params, _ln_params, _self_attention_backward
+from .feed_forward import FFN_PARAM_NAMES, _feed_forward_backward, feed_forward_forward
 from .residual import (
     ResidualCache,
+    _residual_backward,
     check_block_params,
     check_flag,
     glorot_uniform,
     in_group,
     join_grads,
-    _residual_backward,
     residual_forward,
     split_params,
-)
-from .encoder_block import _check_block_options, _ffn_params, _ln_params, _self_attention_backward
-from .feed_forward import FFN_PARAM_NAMES, _feed_forward_backward, feed_forward_forward
-from ..core.masks import causal_mask
-from ..core.multi_head import (
-    PARAM_NAMES,
-    _multi_head_attention_forward,
-    check_multi_head_inputs,
-    _multi_head_attention_backward,
 )
 
 __all__ = [

@@ -24,19 +24,19 @@ from typing import NamedTuple
 import numpy as np
 
 from .._checks import as_real_array, as_upstream, check_float_dtype, check_positive_int, require_ndim
+from ..core.multi_head import PARAM_NAMES, _multi_head_attention_backward, multi_head_attention_forward
+from .feed_forward import ACTIVATIONS, FFN_PARAM_NAMES, _feed_forward_backward, feed_forward_forward
 from .residual import (
     ResidualCache,
+    _residual_backward,
     check_block_params,
     check_flag,
     glorot_uniform,
     in_group,
     join_grads,
-    _residual_backward,
     residual_forward,
     split_params,
 )
-from .feed_forward import ACTIVATIONS, FFN_PARAM_NAMES, _feed_forward_backward, feed_forward_forward
-from ..core.multi_head import PARAM_NAMES, _multi_head_attention_backward, multi_head_attention_forward
 
 __all__ = [
     "ENCODER_GROUPS",

@@ -25,8 +25,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .._checks import as_real_array, as_upstream, unbroadcast
-from .layer_norm import LayerNormCache, _layer_norm_backward, layer_norm_backward, layer_norm_forward
 from ..core.linear import glorot_uniform  # re-exported for the block modules
+from .layer_norm import LayerNormCache, _layer_norm_backward, layer_norm_backward, layer_norm_forward
 
 __all__ = [
     "OPTIONAL_PARAMS",

@@ -70,8 +70,8 @@ def example_attention_weights(seed: int = 0):
     Six tokens with random embeddings, two heads, d_model = 8 and a causal mask, computed
     with :class:`attention_ref.MultiHeadAttention`.
     """
-    from ..nn.multi_head_attention import MultiHeadAttention
     from ..core.masks import causal_mask
+    from ..nn.multi_head_attention import MultiHeadAttention
     tokens = ["the", "tired", "mechanic", "fixed", "the", "engine"]
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((len(tokens), 8))  # (N, D)

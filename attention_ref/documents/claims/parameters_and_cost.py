@@ -9,8 +9,8 @@ import math
 
 import numpy as np
 
-from .. import printed_values as docs
 from .. import experiments as ex
+from .. import printed_values as docs
 from .claim import Claim, _readings, _verdict, fmt, tiny
 
 __all__ = ["parameter_claims", "cost_claims", "listing_and_mask_claims", "other_claims"]

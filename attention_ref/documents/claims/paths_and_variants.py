@@ -5,8 +5,8 @@ See :mod:`attention_ref.documents.claims` for the verdicts and the rendering.
 """
 from __future__ import annotations
 
-from .. import printed_values as docs
 from .. import experiments as ex
+from .. import printed_values as docs
 from .claim import Claim, _readings, _verdict, fmt, tiny
 
 __all__ = ["paths_and_variants_claims", "more_claims"]

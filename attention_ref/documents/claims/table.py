@@ -18,7 +18,7 @@ re-derives the numbers independently and checks that ``docs/claims.md`` equals
 from __future__ import annotations
 
 from .. import printed_values as docs
-from .claim import Claim, VERDICTS, fmt
+from .claim import VERDICTS, Claim
 from .parameters_and_cost import cost_claims, listing_and_mask_claims, parameter_claims
 from .paths_and_variants import paths_and_variants_claims
 from .worked_examples import hull_claims, scaling_claims, worked_example_claims

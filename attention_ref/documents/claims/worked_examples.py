@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import printed_values as docs
 from .. import experiments as ex
-from .claim import Claim, _close, _readings, _verdict, fmt, tiny
+from .. import printed_values as docs
 from ..worked_examples import single_token_example, two_head_example
+from .claim import Claim, _close, _readings, _verdict, fmt, tiny
 
 __all__ = ["worked_example_claims", "scaling_claims", "hull_claims"]
 
