@@ -126,8 +126,9 @@ def numpy_worker(configs, dtypes, repeats, D, h, peak_n, tricks=True):
     import attention_ref as ar
     from attention_ref import _parallel
 
+    blas_threads, blas = _blas_info()
     result = {"peak": {}, "rows": [], "threads": _parallel.get_num_threads(),
-              "numpy": np.__version__, "blas_threads": _blas_threads(), "blas": _blas_library()}
+              "numpy": np.__version__, "blas_threads": blas_threads, "blas": blas}
     for dtype in dtypes:  # BLAS peak: a large square matrix product, 2*n^3 FLOPs
         a = np.random.default_rng(0).standard_normal((peak_n, peak_n)).astype(dtype)
         b = a.T.copy()  # not a.T itself: NumPy would call syrk for a @ a.T
@@ -230,24 +231,18 @@ def tricks_worker(np, N, D, h, dtype, repeats):
     return rows
 
 
-def _blas_threads():
-    """BLAS threads of this process: threadpoolctl's answer if installed, else the variable."""
+def _blas_info():
+    """BLAS threads of this process and NumPy's BLAS build (e.g. ``openblas 0.3.31 (SkylakeX)``),
+    as threadpoolctl reports them; without it, the thread variables and "not recorded"."""
     try:
         from threadpoolctl import threadpool_info
     except ImportError:
-        return os.environ.get("OPENBLAS_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS") or "library default"
-    return max((p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"), default=None)
-
-
-def _blas_library() -> str:
-    """NumPy's BLAS build, e.g. ``openblas 0.3.31 (SkylakeX)``, as threadpoolctl reports it."""
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:
-        return "not recorded (install threadpoolctl)"
-    found = [f"{p['internal_api']} {p.get('version') or ''} ({p.get('architecture') or '?'})".replace("  ", " ")
-             for p in threadpool_info() if p["user_api"] == "blas"]
-    return ", ".join(found) or "not found"
+        threads = os.environ.get("OPENBLAS_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS") or "library default"
+        return threads, "not recorded (install threadpoolctl)"
+    blas = [p for p in threadpool_info() if p["user_api"] == "blas"]
+    builds = [f"{p['internal_api']} {p.get('version') or ''} ({p.get('architecture') or '?'})".replace("  ", " ")
+              for p in blas]
+    return max((p["num_threads"] for p in blas), default=None), ", ".join(builds) or "not found"
 
 
 # --------------------------------------------------------------------------- torch side
@@ -293,9 +288,20 @@ def _ms(t):
     return f"{t['median'] * 1e3:.1f}"
 
 
+def _torch_rows(torch_result) -> dict:
+    """PyTorch's rows of a run by case ``(dtype, B, N)``; empty when it was not installed."""
+    return {(r["dtype"], r["B"], r["N"]): r for r in (torch_result or {}).get("rows", [])}
+
+
+def _speed(r, numpy_result):
+    """GFLOP/s of our forward+backward in row ``r``, and its fraction of the matmul peak."""
+    gflops = r["flops"] / r["ours"]["median"] / 1e9
+    return gflops, gflops / r.get("peak", numpy_result["peak"][r["dtype"]])
+
+
 def make_table(numpy_result, torch_result) -> str:
     """The markdown table of one run."""
-    torch_rows = {(r["dtype"], r["B"], r["N"]): r for r in (torch_result or {}).get("rows", [])}
+    torch_rows = _torch_rows(torch_result)
     lines = [
         "| dtype | B | N | ours ms | GFLOP/s | % of matmul peak | pool off ms | separate heads ms"
         " | naive NumPy ms | torch MHA ms | ours / torch | torch (need_weights=False) ms"
@@ -304,8 +310,7 @@ def make_table(numpy_result, torch_result) -> str:
     ]
     for r in numpy_result["rows"]:
         t = r["ours"]["median"]
-        gflops = r["flops"] / t / 1e9
-        peak = r.get("peak", numpy_result["peak"][r["dtype"]])
+        gflops, of_peak = _speed(r, numpy_result)
         tr = torch_rows.get((r["dtype"], r["B"], r["N"]))
         torch_cols = ["-", "-", "-", "-"]
         if tr:
@@ -313,7 +318,7 @@ def make_table(numpy_result, torch_result) -> str:
                           _ms(tr["torch_no_weights"]), f"{t / tr['torch_no_weights']['median']:.2f}"]
         lines.append(" | ".join([
             f"| {r['dtype']}", str(r["B"]), str(r["N"]), _ms(r["ours"]), f"{gflops:.1f}",
-            f"{100 * gflops / peak:.0f}%", _ms(r["ours_pool_off"]), _ms(r["separate_heads"]),
+            f"{100 * of_peak:.0f}%", _ms(r["ours_pool_off"]), _ms(r["separate_heads"]),
             _ms(r["naive"]), *torch_cols]) + " |")
     peaks = ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in numpy_result["peak"].items())
     lines.append("")
@@ -343,7 +348,7 @@ def make_plot(numpy_result, torch_result, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    torch_rows = {(r["dtype"], r["B"], r["N"]): r for r in (torch_result or {}).get("rows", [])}
+    torch_rows = _torch_rows(torch_result)
     series = [("ours", "attention_ref"), ("ours_pool_off", "attention_ref, pool off"),
               ("separate_heads", "separate heads"), ("naive", "naive NumPy")]
     if torch_rows:
@@ -396,17 +401,16 @@ def docs_table(run) -> str:
 def readme_block(run) -> str:
     """The README's table: ours against the matmul peak and against both PyTorch paths."""
     numpy_result, torch_result = run["numpy"], run["torch"]
-    torch_rows = {(r["dtype"], r["B"], r["N"]): r for r in (torch_result or {}).get("rows", [])}
+    torch_rows = _torch_rows(torch_result)
     lines = ["| dtype | B | N | ours | GFLOP/s | % of matmul peak"
              " | `torch.nn.MultiheadAttention(..., need_weights=True)` (default) | ours / that"
              " | `need_weights=False` (fused) | ours / that |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in numpy_result["rows"]:
         t = r["ours"]["median"]
-        gflops = r["flops"] / t / 1e9
-        peak = r.get("peak", numpy_result["peak"][r["dtype"]])
+        gflops, of_peak = _speed(r, numpy_result)
         cells = [r["dtype"], str(r["B"]), f"{r['N']:,}", f"{t * 1e3:.0f} ms", f"{gflops:.1f}",
-                 f"{100 * gflops / peak:.0f}%"]
+                 f"{100 * of_peak:.0f}%"]
         tr = torch_rows.get((r["dtype"], r["B"], r["N"]))
         for key in ("torch", "torch_no_weights"):
             cells += [f"{tr[key]['median'] * 1e3:.0f} ms", f"{t / tr[key]['median']:.2f}"] if tr else ["-", "-"]
@@ -440,7 +444,7 @@ PEAK_TARGET = 0.55  # fraction of the matmul peak at B = 1, N = 2048, float32
 
 def _cases(run):
     """(numpy row, torch row or None) per case of ``run``."""
-    torch_rows = {(r["dtype"], r["B"], r["N"]): r for r in (run["torch"] or {}).get("rows", [])}
+    torch_rows = _torch_rows(run["torch"])
     return [(r, torch_rows.get((r["dtype"], r["B"], r["N"]))) for r in run["numpy"]["rows"]]
 
 
@@ -486,8 +490,7 @@ def targets_block(run) -> str:
                      f" (need_weights=False: {_ratio(r, tr, 'torch_no_weights'):.2f}) | {status} |")
     r, _ = cases.get(("float32", 1, 2048), (None, None))
     if r is not None:
-        peak = r.get("peak", run["numpy"]["peak"]["float32"])
-        frac = r["flops"] / r["ours"]["median"] / 1e9 / peak
+        _, frac = _speed(r, run["numpy"])
         lines.append(f"| >= {PEAK_TARGET:.0%} of the measured matmul peak, B = 1, N = 2048, float32 |"
                      f" {frac:.0%} | {'met' if frac >= PEAK_TARGET else 'not met'} |")
         r64, _ = cases.get(("float64", 1, 2048), (None, None))
