@@ -118,14 +118,18 @@ def same_text(old: str, new: str, rel: float = 0.02) -> bool:
     return True
 
 
+def _client(nb, path: Path):
+    """The kernel that runs notebook ``nb`` (from ``path``) in its own folder, without timestamps."""
+    return nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", record_timing=False,
+                                   resources={"metadata": {"path": str(path.parent)}})
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_executes_and_its_committed_outputs_are_current(path):
     nb = nbformat.read(path, as_version=4)
     committed = [text_outputs(c) for c in code_cells(nb)]
-    client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
-                                     resources={"metadata": {"path": str(path.parent)}})
     try:
-        client.execute()
+        _client(nb, path).execute()
     except nbclient.exceptions.CellExecutionError as err:
         pytest.fail(f"{path.name}: a cell failed:\n{err}", pytrace=False)
     fresh = [text_outputs(c) for c in code_cells(nb)]
@@ -169,8 +173,7 @@ def execute_in_place(path: Path) -> None:
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:  # no timestamps: a refresh changes only what a reader sees
         cell.metadata.pop("execution", None)
-    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", record_timing=False,
-                            resources={"metadata": {"path": str(path.parent)}}).execute()
+    _client(nb, path).execute()
     nbformat.write(nb, path)
 
 
