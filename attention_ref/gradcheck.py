@@ -33,9 +33,9 @@ class GradcheckRow:
     name: str
     shape: tuple
     ok: bool
-    max_abs_err: float = float("nan")
-    rel_err: float = float("nan")  # max_abs_err / scale; nan when the gradient is ~zero
-    scale: float = float("nan")  # largest |gradient| entry of this input
+    max_abs_err: float = np.nan
+    rel_err: float = np.nan  # max_abs_err / scale; nan when the gradient is ~zero
+    scale: float = np.nan  # largest |gradient| entry of this input
     worst_index: tuple | None = None
     message: str = ""  # why it failed when there are no numbers to compare
 
@@ -102,7 +102,7 @@ def numerical_gradient(f, x, eps: float = 1e-6) -> np.ndarray:
     """
     x = np.array(x, dtype=np.float64)  # a private copy we may perturb
     grad = np.zeros_like(x)
-    flat, gflat = x.reshape(-1), grad.reshape(-1)  # views, one entry per position
+    flat, gflat = x.ravel(), grad.ravel()  # views (both are fresh C-contiguous arrays), one entry per position
     for i in range(flat.size):
         orig = flat[i]
         flat[i] = orig + eps
@@ -124,12 +124,10 @@ def _is_differentiable(x) -> bool:
 
 
 def _private_copy(x):
-    """A float64 copy of an array or of each array in a dict; other inputs as they are."""
+    """A float64 copy of a differentiable input: an array, or each array of a dict."""
     if isinstance(x, Mapping):
         return {k: None if v is None else np.array(v, dtype=np.float64) for k, v in x.items()}
-    if isinstance(x, np.ndarray):
-        return np.array(x, dtype=np.float64 if x.dtype.kind == "f" else x.dtype)
-    return x
+    return np.array(x, dtype=np.float64)
 
 
 def _compare(name, analytic, numerical, atol, rtol) -> GradcheckRow:
@@ -141,19 +139,19 @@ def _compare(name, analytic, numerical, atol, rtol) -> GradcheckRow:
         analytic = np.asarray(analytic)
     except ValueError as exc:  # ragged nested lists
         return GradcheckRow(name, shape, False, message=f"gradient is not an array: {exc}")
-    if analytic.dtype.kind not in "fiu":
+    if analytic.dtype.kind not in ("f", "i", "u"):  # float, signed or unsigned integer
         return GradcheckRow(name, shape, False, message=f"gradient has dtype {analytic.dtype}")
     if analytic.shape != shape:
         return GradcheckRow(name, shape, False,
                             message=f"gradient has shape {analytic.shape}, expected {shape}")
     if numerical.size == 0:
-        return GradcheckRow(name, shape, True, 0.0, float("nan"), 0.0, None)
-    diff = np.abs(analytic.astype(np.float64) - numerical)
+        return GradcheckRow(name, shape, True, 0.0, np.nan, 0.0)  # no worst index
+    diff = np.abs(analytic - numerical)  # float64: numerical is
     worst = np.unravel_index(int(np.argmax(diff)), shape)
     max_abs = float(diff[worst])
     scale = float(max(np.abs(numerical).max(), np.abs(analytic).max()))
     ok = bool(np.isfinite(max_abs)) and max_abs <= atol + rtol * scale
-    rel = max_abs / scale if scale > atol else float("nan")
+    rel = max_abs / scale if scale > atol else np.nan
     return GradcheckRow(name, shape, ok, max_abs, rel, scale, tuple(int(i) for i in worst))
 
 
@@ -221,8 +219,7 @@ def gradcheck(forward, backward, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, seed=0
             (np.array(x) if isinstance(x, np.ndarray) else x) for i, x in enumerate(inputs)]
 
     out, cache = _out_and_cache(forward(*base))
-    out = np.asarray(out, dtype=np.float64)
-    dout = np.random.default_rng(seed).standard_normal(out.shape)
+    dout = np.random.default_rng(seed).standard_normal(np.shape(out))
     analytic = backward(dout, cache)
     analytic = tuple(analytic) if isinstance(analytic, (tuple, list)) else (analytic,)  # one bare gradient
     errors = []
@@ -231,23 +228,19 @@ def gradcheck(forward, backward, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, seed=0
     elif any(g is not None for g in analytic[n_diff:]):
         errors.append(f"backward returned {len(analytic)} gradients for {n_diff} differentiable inputs"
                       " (extra entries that are not None)")
-    analytic = analytic + (None,) * (n_diff - len(analytic))
 
     def loss_with(position, key=None):
         """L as a function of one input (or one dict entry), the others fixed."""
         def f(x):
-            args = [_private_copy(a) if j < n_diff else a for j, a in enumerate(base)]
-            if key is None:
-                args[position] = x
-            else:
-                args[position][key] = x
+            args = list(base)
+            args[position] = x if key is None else {**base[position], key: x}  # base is never written
             out_x, _ = _out_and_cache(forward(*args))
-            return float(np.sum(np.asarray(out_x, dtype=np.float64) * dout))
+            return float(np.sum(np.asarray(out_x) * dout))  # float64: dout is
         return f
 
     rows = []
     for i in range(n_diff):
-        x, g = base[i], analytic[i]
+        x, g = base[i], analytic[i] if i < len(analytic) else None
         if isinstance(x, Mapping):
             if g is not None and not isinstance(g, Mapping):
                 rows.append(GradcheckRow(names[i], (), False,

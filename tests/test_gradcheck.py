@@ -11,6 +11,7 @@ from attention_ref import (
     multi_head_attention_forward,
     numerical_gradient,
 )
+from attention_ref.gradcheck import GradcheckReport, GradcheckRow
 from _helpers import random_params
 
 
@@ -268,3 +269,174 @@ def test_default_tolerance_does_not_judge_gradients_near_zero():
     loose = gradcheck(*wrong_tiny, np.ones(3))
     assert loose.ok and np.isnan(loose.rows[0].rel_err)
     assert not gradcheck(*wrong_tiny, np.ones(3), atol=1e-13).ok
+
+
+# -- every field of every row, and the report's exact text (mutation testing found these unpinned)
+
+def _fields(row):
+    """A row as a tuple in which nan equals nan."""
+    return tuple("nan" if isinstance(v, float) and np.isnan(v) else v for v in
+                 (row.name, row.shape, row.ok, row.max_abs_err, row.rel_err, row.scale,
+                  row.worst_index, row.message))
+
+
+def test_report_text_is_exactly_the_documented_table():
+    rows = (
+        GradcheckRow("q", (2, 3), False, message="missing gradient (backward returned None)"),
+        GradcheckRow("k", (4,), True, 2.4e-09, 1.2e-09, 2.0, (1,)),
+        GradcheckRow("b", (4,), True, 0.0, np.nan, 0.0, (0,)),
+        GradcheckRow("W", (2, 2), False, 0.5, 0.25, 2.0, (1, 0)),
+    )
+    report = GradcheckReport(rows, atol=1e-05, rtol=0.001, eps=1e-06, errors=("backward returned 3 gradients",))
+    head = "input            shape             max|grad| max abs err   rel err  worst index    status"
+    assert str(report) == "\n".join([
+        head,
+        "-" * len(head),
+        "q                (2, 3)           FAIL: missing gradient (backward returned None)",
+        "k                (4,)                      2     2.4e-09   1.2e-09  -              ok",
+        "b                (4,)                      0     0.0e+00         -  -              ok",
+        "W                (2, 2)                    2     5.0e-01   2.5e-01  (1, 0)         FAIL",
+        "FAIL: backward returned 3 gradients",
+        "(pass: abs err <= 1e-05 + 0.001 * max|grad|; eps = 1e-06; rel err '-' means the gradient"
+        " is zero to within atol; worst index is shown for failing inputs)",
+    ])
+    with pytest.raises(GradcheckError) as info:
+        report.raise_if_failed()
+    assert str(info.value) == "gradient check failed\n" + str(report)
+
+
+def _identity(x):
+    return x.copy(), None
+
+
+@pytest.mark.parametrize("gradient, message", [
+    (None, "missing gradient (backward returned None)"),
+    (np.array(["a"] * 6).reshape(2, 3), "gradient has dtype <U1"),
+    (np.ones((3, 2)), "gradient has shape (3, 2), expected (2, 3)"),
+])
+def test_a_gradient_that_cannot_be_compared_fails_with_its_reason(gradient, message):
+    report = gradcheck(_identity, lambda dout, cache: gradient, np.ones((2, 3)), names=["x"])
+    assert [_fields(r) for r in report.rows] == [("x", (2, 3), False, "nan", "nan", "nan", None, message)]
+
+
+def test_a_ragged_gradient_fails_as_not_an_array():
+    report = gradcheck(_identity, lambda dout, cache: ([[1.0], [1.0, 2.0]],), np.ones((2, 3)), names=["x"])
+    (row,) = report.rows
+    assert (row.name, row.shape, row.ok) == ("x", (2, 3), False)
+    assert row.message.startswith("gradient is not an array: ")
+
+
+def test_empty_input_row_is_exactly_zero_error():
+    report = gradcheck(_identity, lambda dout, cache: dout, np.ones((0, 3)), names=["x"])
+    assert [_fields(r) for r in report.rows] == [("x", (0, 3), True, 0.0, "nan", 0.0, None, "")]
+
+
+def test_tolerance_boundary_passes_and_relative_error_needs_scale_above_atol():
+    """An error of exactly atol + rtol * scale passes; a scale of exactly atol has no relative error."""
+    report = gradcheck(lambda x: (0.0 * x, None), lambda dout, cache: np.full(1, 0.5), np.ones(1),
+                       atol=0.5, rtol=0.0, names=["x"])
+    assert [_fields(r) for r in report.rows] == [("x", (1,), True, 0.5, "nan", 0.5, (0,), "")]
+
+
+def test_numerical_gradient_uses_the_given_step():
+    """Central differences of x^3 are exact up to eps^2: 3 x^2 + eps^2, for array and dict inputs."""
+    def cube(x, d):
+        return x ** 3 + d["w"] ** 3, (x, d["w"])
+
+    def backward(dout, cache):
+        x, w = cache
+        return dout * 3 * x ** 2, {"w": dout * 3 * w ** 2}
+
+    report = gradcheck(cube, backward, np.ones(1), {"w": np.ones(1)}, eps=0.1, seed=0, names=["x", "d"])
+    dout = np.random.default_rng(0).standard_normal(1)[0]
+    for row in report.rows:
+        assert row.max_abs_err == pytest.approx(0.01 * abs(dout), rel=1e-6), row.name
+
+
+def test_default_seed_is_zero():
+    x = np.random.default_rng(3).standard_normal((2, 3))
+    wrong = lambda dout, cache: 2 * dout  # noqa: E731
+    default, seed0, seed1 = (gradcheck(_identity, wrong, x, **kw) for kw in ({}, {"seed": 0}, {"seed": 1}))
+    assert _fields(default.rows[0]) == _fields(seed0.rows[0]) != _fields(seed1.rows[0])
+
+
+def test_forward_may_return_a_python_float():
+    report = gradcheck(lambda x: (float(np.sum(x ** 2)), x), lambda dout, cache: 2 * dout * cache, np.ones(3))
+    assert report.ok
+
+
+def test_forward_returning_a_list_is_named_in_the_error():
+    with pytest.raises(TypeError) as info:
+        gradcheck(lambda x: [x, None], lambda dout, cache: dout, np.ones(3))
+    assert str(info.value) == (
+        "gradcheck: forward must return a tuple (out, cache), got a list; wrap a function that returns"
+        " only the output as `lambda *a: (f(*a), None)` with a backward that ignores the cache")
+
+
+def test_no_differentiable_input_message():
+    for inputs in [(np.arange(3),), ({},)]:  # integers; an empty dict has nothing to check
+        with pytest.raises(TypeError) as info:
+            gradcheck(_identity, lambda dout, cache: dout, *inputs)
+        assert str(info.value) == "gradcheck needs at least one leading floating-point array (or dict of them)"
+
+
+def test_pass_through_arrays_reach_forward_as_copies():
+    mask = np.array([True, False, True])
+
+    def forward(x, m):
+        assert m is not mask and m.dtype == bool
+        m[:] = False  # a careless forward writing into its mask
+        return x * 1.0, None
+
+    gradcheck(forward, lambda dout, cache: dout, np.ones(3), mask)
+    assert mask.tolist() == [True, False, True]
+
+
+def test_extra_gradients_that_are_not_none_are_reported():
+    report = gradcheck(_identity, lambda dout, cache: (dout, np.ones(1)), np.ones(2))
+    assert report.errors == ("backward returned 2 gradients for 1 differentiable inputs"
+                             " (extra entries that are not None)",)
+
+
+def test_dict_input_with_an_array_gradient_or_none():
+    def forward(d, x):
+        return d["w"] * x, (d["w"], x)
+
+    def array_for_dict(dout, cache):
+        return dout * cache[1], dout * cache[0]
+
+    def none_for_dict(dout, cache):
+        return None, dout * cache[0]
+
+    args = ({"w": np.ones(2)}, np.ones(2))
+    bad = gradcheck(forward, array_for_dict, *args, names=["d", "x"])
+    assert [_fields(r) for r in bad.rows] == [
+        ("d", (), False, "nan", "nan", "nan", None, "expected a dict gradient, got ndarray"),
+        ("x", (2,), True, *_fields(bad.rows[1])[3:7], ""),
+    ]
+    missing = gradcheck(forward, none_for_dict, *args, names=["d", "x"])
+    assert [r.name for r in missing.rows] == ["d[w]", "x"]
+    assert missing.rows[0].message == "missing gradient (backward returned None)" and missing.rows[1].ok
+
+
+def test_numerical_gradient_evaluates_f_in_float64():
+    seen = []
+
+    def f(z):
+        seen.append(z.dtype)
+        return float(np.sum(z.astype(np.float64) ** 2))
+
+    g = numerical_gradient(f, np.array([0.1, 0.2], dtype=np.float32))
+    assert g.dtype == np.float64 and set(seen) == {np.dtype(np.float64)}
+    np.testing.assert_allclose(g, 2 * np.array([0.1, 0.2], dtype=np.float32).astype(np.float64), rtol=1e-8)
+
+
+def test_dict_of_float32_reaches_forward_in_float64():
+    seen = []
+
+    def forward(d):
+        seen.append(d["w"].dtype)
+        return d["w"] * 2, None
+
+    assert gradcheck(forward, lambda dout, cache: {"w": 2 * dout}, {"w": np.ones(2, dtype=np.float32)}).ok
+    assert set(seen) == {np.dtype(np.float64)}

@@ -80,7 +80,7 @@ def _softmax_plain(x: np.ndarray, axis: int, out: np.ndarray | None = None) -> n
     m = x.max(axis=axis, keepdims=True, initial=-np.inf)  # row maximum (-inf for an empty row)
     m[m == -np.inf] = 0  # all -inf row: subtract 0 so exp gives 0, never nan
     if not np.isfinite(m).all():  # the check costs (rows, 1): the row maxima, computed anyway
-        raise _ScoresOverflow("a softmax row maximum is +inf or NaN")
+        raise _ScoresOverflow  # no message: the attention forwards re-raise it naming their inputs
     with np.errstate(over="ignore"):  # x - m below the dtype's range is -inf: exp gives 0
         y = np.subtract(x, m, out=out)
     np.exp(y, out=y)

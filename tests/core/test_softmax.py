@@ -69,14 +69,32 @@ def test_diagonal_only_backward_is_caught():
 @pytest.mark.parametrize("x, axis, error, word", [
     (np.array([1.0, np.nan]), -1, ValueError, "NaN"),
     (np.array([1.0, np.inf]), -1, ValueError, "infinity"),
-    (np.array(["a"]), -1, TypeError, "x"),
+    (np.array(["a"]), -1, TypeError, "^x must hold real numbers"),
     (np.ones((2, 3)), 2, ValueError, "axis"),
     (np.ones((2, 3)), 1.5, TypeError, "axis"),
-    (np.float64(1.0), -1, ValueError, "scalar"),
+    (np.float64(1.0), -1, ValueError, "^x must have at least one axis, got a scalar$"),
 ])
 def test_bad_input(x, axis, error, word):
     with pytest.raises(error, match=word):
         softmax_forward(x, axis=axis)
+
+@pytest.mark.parametrize("dy, error, message", [
+    (np.ones((2, 4)), ValueError, r"^dy must have shape \(3, 4\)"),
+    (np.ones((3, 4), dtype=bool), TypeError, "^dy must hold real numbers"),
+    (np.full((3, 4), np.nan), ValueError, "^dy contains NaN"),
+])
+def test_bad_upstream_gradient_is_named(dy, error, message):
+    _, cache = softmax_forward(np.zeros((3, 4)))
+    with pytest.raises(error, match=message):
+        softmax_backward(dy, cache)
+
+
+def test_extreme_range_row_gives_one_hot_without_warning():
+    """x - max underflows to -inf for a row spanning the whole float64 range: weight 0, silently."""
+    x = np.array([[-1.7e308, 1.7e308, 0.0]])
+    with np.errstate(over="raise", invalid="raise", divide="raise"):  # underflow in exp is fine
+        y, _ = softmax_forward(x)
+    np.testing.assert_array_equal(y, [[0.0, 1.0, 0.0]])
 
 # the fast path: the in-place softmax over cache-sized row blocks, on every thread count
 
@@ -98,3 +116,28 @@ def test_blocked_softmax_is_bit_identical_to_plain(threads):
     np.testing.assert_array_equal(fast, expected)
     assert_close(fast.sum(axis=-1)[0, 0], np.ones(300), what="rows sum to 1")
     assert not fast[0, 1, 7].any()
+
+
+@pytest.mark.parametrize("shape, axis, order, blocked", [
+    ((3, 4), -1, "C", True),    # the smallest case the fast path takes
+    ((2, 3, 4), 2, "C", True),  # a positive axis naming the last one
+    ((3, 4), 0, "C", False),    # not the last axis
+    ((3, 4), -2, "C", False),
+    ((5,), -1, "C", False),     # one row: nothing to block
+    ((3, 4), -1, "F", False),   # rows are not contiguous
+])
+def test_in_place_softmax_takes_the_blocked_path_only_where_it_applies(monkeypatch, shape, axis, order, blocked):
+    from attention_ref.core import softmax as module
+    calls = []
+
+    def recording(fn, n_rows, n_cols):
+        calls.append((n_rows, n_cols))
+        _parallel.for_each_row_block(fn, n_rows, n_cols)
+
+    monkeypatch.setattr(module, "for_each_row_block", recording)
+    x = np.asarray(np.random.default_rng(6).standard_normal(shape), order=order)
+    expected = loop_softmax(x, axis=axis)
+    out = _softmax(x, axis, out=x)
+    assert out is x  # in place on either path
+    assert_close(out, expected, what="softmax in place")
+    assert calls == ([(int(np.prod(shape[:-1])), shape[-1])] if blocked else [])
