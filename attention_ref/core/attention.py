@@ -142,8 +142,7 @@ def _attention_forward(q, k, v, mask, names=("q", "k")):
     try:
         weights = _softmax(scores, axis=-1, out=scores)  # (..., Nq, Nk)
     except _ScoresOverflow:  # finite scores (step 1), so a huge positive float mask did it
-        what = "the scores q k^T / sqrt(d_k)" + ("" if mask is None else
-                                                   f" + mask (largest mask value {mask.max():.3g})")
+        what = f"the scores q k^T / sqrt(d_k) + mask (largest mask value {mask.max():.3g})"
         raise overflow_error(what, q.dtype, zip(names, (q, k))) from None
     # 4. out = weights v
     out = weights @ v  # (..., Nq, Dv)

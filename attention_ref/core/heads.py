@@ -21,7 +21,7 @@ __all__ = ["split_heads", "merge_heads", "split_heads_backward", "merge_heads_ba
 def _numeric(x) -> np.ndarray:
     """``x`` as an array of numbers, or ``TypeError``."""
     x = np.asarray(x)
-    if x.dtype.kind not in "fiu":
+    if x.dtype.kind not in ("f", "i", "u"):  # float, signed or unsigned integer
         raise TypeError(f"x must hold real numbers, got dtype {x.dtype}")
     return x
 

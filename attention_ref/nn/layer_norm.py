@@ -15,6 +15,7 @@ Forward, numbered so the backward can walk it in reverse:
 """
 from __future__ import annotations
 
+import math
 from numbers import Real
 from typing import NamedTuple
 
@@ -104,9 +105,9 @@ def _normalise_scaled(x, eps, rows, x_hat, rstd):
         spread = (xcs * xcs).mean(axis=-1, keepdims=True) + eps / (s * s)  # (..., 1)
         flat = spread == 0  # a constant row: x_hat = 0 and rstd = 1 / sqrt(eps), as unscaled
         x_hat_s = np.where(flat, 0, xcs / np.sqrt(spread))  # (..., D)
-        rstd_s = np.where(flat, 1.0 / np.sqrt(eps), 1.0 / (s * np.sqrt(spread)))  # (..., 1)
-    return (np.where(rows, x_hat_s, x_hat).astype(x.dtype, copy=False),
-            np.where(rows, rstd_s, rstd).astype(x.dtype, copy=False))
+        rstd_s = np.where(flat, 1.0 / math.sqrt(eps), 1.0 / (s * np.sqrt(spread)))  # (..., 1)
+    # Python floats (0, 1 / math.sqrt(eps)) take the arrays' dtype: float32 stays float32
+    return np.where(rows, x_hat_s, x_hat), np.where(rows, rstd_s, rstd)
 
 
 def layer_norm_backward(dy, cache: LayerNormCache):

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from attention_ref import _parallel
 from attention_ref.core.attention import _softmax_rows_backward
+from attention_ref.core.softmax import _softmax
 
 from attention_ref import (
     causal_mask,
@@ -214,6 +215,67 @@ def test_one_dimensional_keys_or_values_are_rejected(which):
     with pytest.raises(ValueError, match=rf"^{which} must have shape \(\.\.\., n_k, d_[kv]\) \(at least 2 axes\)"):
         sdpa_forward(args["q"], args["k"], args["v"])
 
+
+def test_one_dimensional_queries_are_rejected_with_their_layout():
+    with pytest.raises(ValueError, match=r"^q must have shape \(\.\.\., n_q, d_k\) \(at least 2 axes\), got shape \(4,\)$"):
+        sdpa_forward(np.ones(4), np.ones((3, 4)), np.ones((3, 2)))
+
+
+@pytest.mark.parametrize("which", ["q", "k", "v"])
+def test_batch_axes_that_do_not_broadcast_are_named(which):
+    shapes = {"q": (3, 2, 4), "k": (3, 5, 4), "v": (3, 5, 2)}
+    shapes[which] = (2,) + shapes[which][1:]
+    q, k, v = (np.ones(shapes[n]) for n in "qkv")
+    batches = ", ".join(f"{n} {shapes[n][:1]}" for n in "qkv")
+    with pytest.raises(ValueError) as info:
+        sdpa_forward(q, k, v)
+    assert str(info.value) == f"batch dimensions (all but the last two axes) do not broadcast: {batches}"
+
+
+@pytest.mark.parametrize("wide", ["q", "k", "v"])
+def test_one_float64_input_makes_the_computation_float64(wide):
+    arrays = dict(zip("qkv", _inputs(((3, 4), (5, 4), (5, 2)), seed=21)))
+    args = {n: a if n == wide else a.astype(np.float32) for n, a in arrays.items()}
+    out, cache = sdpa_forward(args["q"], args["k"], args["v"])
+    assert out.dtype == cache.weights.dtype == np.float64
+    assert_close(out, loop_attention(arrays["q"], arrays["k"], arrays["v"])[0], rtol=1e-6, atol=1e-7)
+
+
+def test_overflowing_scores_of_both_signs_raise_without_a_warning():
+    """+inf and -inf products in one score give NaN (an 'invalid' warning): reported as the overflow."""
+    q = np.full((2, 4), 1e200)
+    k = np.full((3, 4), 1e200) * np.array([1.0, -1.0, 1.0, -1.0])
+    message = (r"^overflow in the attention scores q k\^T / sqrt\(d_k\): the result exceeds the largest finite"
+               r" float64, 1\.798e\+308 \(largest \|q\| = 1e\+200, largest \|k\| = 1e\+200\); scale the inputs down$")
+    with np.errstate(all="raise"), pytest.raises(FloatingPointError, match=message):
+        sdpa_forward(q, k, np.ones((3, 2)))
+
+
+def test_a_float_mask_that_overflows_the_scores_is_named():
+    mask = np.zeros((1, 2))
+    mask[0, 1] = 1e308  # finite scores of 1e308 plus 1e308
+    message = r"^overflow in the scores q k\^T / sqrt\(d_k\) \+ mask \(largest mask value 1e\+308\): "
+    with np.errstate(all="raise"), pytest.raises(FloatingPointError, match=message):
+        sdpa_forward(np.full((1, 1), 1e154), np.full((2, 1), 1e154), np.ones((2, 2)), mask)
+
+
+@pytest.mark.parametrize("mask", [None, "bool", "float"])
+def test_softmax_runs_in_place_over_the_scores(monkeypatch, mask):
+    """No second (..., Nq, Nk) array: the softmax overwrites the scores it is given."""
+    from attention_ref.core import attention as module
+    calls = []
+
+    def recording(x, axis=-1, out=None):
+        calls.append(out is x)
+        return _softmax(x, axis, out)
+
+    monkeypatch.setattr(module, "_softmax", recording)
+    q, k, v = _inputs(((2, 3, 4), (2, 5, 4), (2, 5, 2)), seed=22)
+    m = {None: None, "bool": np.ones((3, 5), bool), "float": np.zeros((3, 5))}[mask]
+    out, _ = sdpa_forward(q, k, v, m)
+    assert calls == [True]
+    assert_close(out, loop_attention(q, k, v)[0])
+
 # the fast path of dS = P * (dP - D) over row blocks, and its plain fallback
 
 
@@ -235,3 +297,37 @@ def test_blocked_softmax_backward_is_bit_identical(threads):
     with _parallel.num_threads(threads):
         got = _softmax_rows_backward(dP.copy(), P, D)
     np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("strided", ["dP", "P", "both"])
+def test_softmax_backward_strided_layouts_take_the_plain_form(monkeypatch, strided):
+    """Only C-contiguous dP and P of one shape are reshaped into row blocks (a view of a
+    strided dP would be a copy, and the result would never reach dP)."""
+    from attention_ref.core import attention as module
+    calls = []
+    monkeypatch.setattr(module, "for_each_row_block", lambda *args: calls.append(args))
+    rng = np.random.default_rng(3)
+    P = rng.random((2, 40, 30)).swapaxes(-1, -2) if strided in ("P", "both") else rng.random((2, 30, 40))
+    dP = rng.standard_normal((2, 40, 30)).swapaxes(-1, -2) if strided in ("dP", "both") else \
+        rng.standard_normal((2, 30, 40))
+    D = rng.standard_normal((2, 30, 1))
+    expected = P * (dP - D)
+    got = _softmax_rows_backward(dP, P, D)
+    assert got is dP and calls == []
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_softmax_backward_contiguous_layouts_take_the_blocked_path(monkeypatch):
+    from attention_ref.core import attention as module
+    calls = []
+
+    def recording(fn, n_rows, n_cols):
+        calls.append((n_rows, n_cols))
+        _parallel.for_each_row_block(fn, n_rows, n_cols)
+
+    monkeypatch.setattr(module, "for_each_row_block", recording)
+    rng = np.random.default_rng(4)
+    P, dP, D = rng.random((2, 3, 4)), rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 3, 1))
+    expected = P * (dP - D)
+    np.testing.assert_array_equal(_softmax_rows_backward(dP, P, D), expected)
+    assert calls == [(6, 4)]

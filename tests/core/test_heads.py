@@ -44,3 +44,32 @@ def test_bad_input():
         split_heads(np.ones((3, 6)), 2.0)
     with pytest.raises(ValueError, match=r"\(3, 6\)"):
         merge_heads(np.ones((3, 6)))
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda: split_heads(np.array(["a", "b"]).reshape(1, 2), 1), TypeError, "x must hold real numbers, got dtype <U1"),
+    (lambda: merge_heads(np.ones((1, 2, 2), dtype=complex)), TypeError, "x must hold real numbers, got dtype complex128"),
+    (lambda: split_heads(np.ones((3, 6)), 0), ValueError, "num_heads must be a positive integer, got 0"),
+    (lambda: merge_heads_backward(np.ones((3, 6)), 0), ValueError, "num_heads must be a positive integer, got 0"),
+    (lambda: split_heads_backward(np.ones((3, 6))), ValueError,
+     "dheads must have shape (..., num_heads, n, d_head), got shape (3, 6)"),
+    (lambda: split_heads_backward(np.full((1, 2, 2), np.nan)), ValueError, "dheads contains NaN"),
+    (lambda: merge_heads_backward(np.ones(6), 2), ValueError,
+     "dmerged must have shape (..., n, num_heads * d_head) with num_heads=2, got shape (6,)"),
+    (lambda: merge_heads_backward(np.ones((3, 6)), 4), ValueError,
+     "dmerged must have shape (..., n, num_heads * d_head) with num_heads=4, got shape (3, 6)"),
+    (lambda: merge_heads_backward(np.full((3, 6), np.inf), 2), ValueError, "dmerged contains infinity"),
+])
+def test_errors_name_the_argument_and_its_shape(call, error, message):
+    with pytest.raises(error) as info:
+        call()
+    assert str(info.value).startswith(message), str(info.value)
+
+
+def test_smallest_valid_ranks_and_integer_input():
+    """Three axes are enough for a head gradient, two for a merged one; integers are numbers."""
+    dheads = np.arange(12.0).reshape(2, 3, 2)  # (H, N, Dh)
+    np.testing.assert_array_equal(split_heads_backward(dheads), merge_heads(dheads))
+    dmerged = np.arange(12.0).reshape(3, 4)  # (N, H*Dh)
+    np.testing.assert_array_equal(merge_heads_backward(dmerged, 2), split_heads(dmerged, 2))
+    np.testing.assert_array_equal(split_heads(np.arange(4).reshape(1, 4), 2), [[[0, 1]], [[2, 3]]])

@@ -114,3 +114,69 @@ def test_folded_rows_product_matches_batched_product(dtype):
         ref = np.einsum("...i,ij->...j", arr.astype(np.float64), W.astype(np.float64))
         tol = 1e-12 if dtype == np.float64 else 1e-5
         assert_close(got, ref, rtol=tol, atol=tol, what="x @ W")
+
+
+class _RecordingArray(np.ndarray):
+    """An array that records the shape of the left operand of every ``@``."""
+    shapes: list = []
+
+    def __matmul__(self, other):
+        _RecordingArray.shapes.append(self.shape)
+        return np.asarray(self) @ other
+
+
+@pytest.mark.parametrize("shape, order, product", [
+    ((2, 3, 4), "C", (6, 4)),       # leading axes folded: one (rows, Din) product
+    ((2, 2, 3, 4), "C", (12, 4)),
+    ((3, 4), "C", (3, 4)),          # already one product
+    ((2, 3, 4), "F", (2, 3, 4)),    # a fold would copy: NumPy's batched product instead
+])
+def test_folded_product_is_used_exactly_for_contiguous_batches(shape, order, product):
+    from attention_ref.core.linear import _matmul_rows
+
+    x = np.asarray(np.random.default_rng(8).standard_normal(shape), order=order)
+    W = np.random.default_rng(9).standard_normal((4, 5))
+    _RecordingArray.shapes = []
+    got = _matmul_rows(x.view(_RecordingArray), W)
+    assert _RecordingArray.shapes == [product]
+    assert_close(np.asarray(got), x @ W, what="x @ W")
+
+
+def test_shape_mismatch_message_names_both_widths():
+    with pytest.raises(ValueError) as info:
+        linear_forward(np.ones((4, 3)), np.ones((2, 5)))
+    assert str(info.value) == "x of shape (4, 3) has last dimension 3, but W of shape (2, 5) expects d_in = 2"
+
+
+def test_bad_bias_and_upstream_gradient_are_named():
+    with pytest.raises(TypeError, match="^b must hold real numbers"):
+        linear_forward(np.ones((4, 3)), np.ones((3, 2)), np.array(["a", "b"]))
+    _, cache = linear_forward(np.ones((4, 3)), np.ones((3, 2)))
+    with pytest.raises(ValueError, match=r"^dy must have shape \(4, 2\) \(the forward output's\), got \(4, 3\)$"):
+        linear_backward(np.ones((4, 3)), cache)
+
+
+@pytest.mark.parametrize("wide", ["x", "W", "b"])
+def test_one_float64_input_makes_the_product_float64(wide):
+    rng = np.random.default_rng(10)
+    arrays = {"x": rng.standard_normal((4, 3)), "W": rng.standard_normal((3, 2)), "b": rng.standard_normal(2)}
+    args = {n: a if n == wide else a.astype(np.float32) for n, a in arrays.items()}
+    y, cache = linear_forward(args["x"], args["W"], args["b"])
+    assert y.dtype == cache.x.dtype == cache.W.dtype == np.float64
+    dx, dW, db = linear_backward(np.ones_like(y), cache)
+    assert dx.dtype == dW.dtype == db.dtype == np.float64
+    assert_close(y, arrays["x"] @ arrays["W"] + arrays["b"], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_overflow_is_named_with_or_without_bias(bias):
+    """Products of both signs overflow to +inf and -inf, whose sum is NaN: one clear error."""
+    x = np.array([[1e200, 1e200]])
+    W = np.array([[1e200], [-1e200]])
+    b = np.ones(1) if bias else None
+    what = "x W + b" if bias else "x W"
+    sizes = "largest |x| = 1e+200, largest |W| = 1e+200" + (", largest |b| = 1" if bias else "")
+    with np.errstate(all="raise"), pytest.raises(FloatingPointError) as info:
+        linear_forward(x, W, b)
+    assert str(info.value) == (f"overflow in {what}: the result exceeds the largest finite float64, 1.798e+308"
+                               f" ({sizes}); scale the inputs down")

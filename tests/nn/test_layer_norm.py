@@ -139,6 +139,11 @@ def test_rows_whose_variance_overflows_are_normalised(dtype, big):
     np.testing.assert_allclose(y[:2], ref_small, rtol=tol, atol=tol)
     np.testing.assert_allclose(cache.rstd[:2] * big, ref_cache.rstd, rtol=tol)
     np.testing.assert_allclose(y[2:], ref_plain, rtol=tol)  # the ordinary row is untouched
+    # the same rows as a (3, 1, 3) batch: statistics over the last axis only, rows apart
+    y3, cache3 = layer_norm_forward(x.reshape(3, 1, 3), gamma, beta)
+    assert y3.dtype == cache3.x_hat.dtype == cache3.rstd.dtype == dtype
+    np.testing.assert_array_equal(y3, y.reshape(3, 1, 3))
+    np.testing.assert_array_equal(cache3.rstd, cache.rstd.reshape(3, 1, 1))
 
 
 def test_a_constant_row_too_large_to_average_normalises_to_zero():
@@ -152,3 +157,25 @@ def test_a_constant_row_too_large_to_average_normalises_to_zero():
 def test_zero_dimensional_input_is_rejected():
     with pytest.raises(ValueError, match=r"x must have shape \(\.\.\., d\) \(at least 1 axis\), got shape \(\)"):
         layer_norm_forward(np.float64(1.0), np.ones(1), np.zeros(1))
+
+
+@pytest.mark.parametrize("wide", ["x", "gamma", "beta"])
+def test_one_float64_input_makes_the_layer_float64(wide):
+    rng = np.random.default_rng(11)
+    arrays = {"x": rng.standard_normal((2, 4)), "gamma": rng.standard_normal(4), "beta": rng.standard_normal(4)}
+    args = {n: a if n == wide else a.astype(np.float32) for n, a in arrays.items()}
+    y, cache = layer_norm_forward(args["x"], args["gamma"], args["beta"])
+    assert y.dtype == cache.x_hat.dtype == cache.gamma.dtype == np.float64
+    ref, _ = layer_norm_forward(*(args[n].astype(np.float64) for n in ("x", "gamma", "beta")))
+    np.testing.assert_allclose(y, ref, rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["gamma", "beta"])
+def test_bad_gain_or_shift_is_named(name):
+    args = {"x": np.zeros((2, 4)), "gamma": np.ones(4), "beta": np.zeros(4)}
+    args[name] = np.full(4, np.nan)
+    with pytest.raises(ValueError, match=f"^{name} contains NaN"):
+        layer_norm_forward(args["x"], args["gamma"], args["beta"])
+    args[name] = np.array(["a"] * 4)
+    with pytest.raises(TypeError, match=f"^{name} must hold real numbers"):
+        layer_norm_forward(args["x"], args["gamma"], args["beta"])
