@@ -440,3 +440,10 @@ def test_dict_of_float32_reaches_forward_in_float64():
 
     assert gradcheck(forward, lambda dout, cache: {"w": 2 * dout}, {"w": np.ones(2, dtype=np.float32)}).ok
     assert set(seen) == {np.dtype(np.float64)}
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.uint8, np.float32])
+def test_integer_and_float32_gradients_are_compared(dtype):
+    report = gradcheck(lambda x: (2 * x, None), lambda dout, cache: np.full(dout.shape, 0, dtype), np.ones(3))
+    (row,) = report.rows
+    assert row.message == "" and not row.ok and row.max_abs_err == pytest.approx(row.scale, rel=1e-6)

@@ -216,7 +216,46 @@ def test_one_dimensional_keys_or_values_are_rejected(which):
         sdpa_forward(args["q"], args["k"], args["v"])
 
 
-def test_one_dimensional_queries_are_rejected_with_their_layout():
+def test_queries_of_width_zero_are_rejected():
+    with pytest.raises(ValueError) as info:
+        sdpa_forward(np.ones((3, 0)), np.ones((2, 0)), np.ones((2, 2)))
+    assert str(info.value) == "d_k must be positive: q has shape (3, 0)"
+
+
+def test_mask_with_batch_axes_that_only_v_carries():
+    """The weights widen to the mask's batch axes (here 2, carried by v and the mask only)."""
+    rng = np.random.default_rng(23)
+    q, k, v = rng.standard_normal((3, 4)), rng.standard_normal((5, 4)), rng.standard_normal((2, 5, 2))
+    for mask in (rng.random((2, 3, 5)) < 0.7, rng.standard_normal((2, 3, 5))):
+        mask[..., 0] = True if mask.dtype == bool else 0.0
+        out, cache = sdpa_forward(q, k, v, mask)
+        ref_out, ref_weights = loop_attention(q, k, v, mask)
+        assert_close(out, ref_out)
+        assert_close(cache.weights, ref_weights)
+
+
+def test_float64_mask_is_rounded_to_float32_before_it_is_added():
+    """float32 scores + float64 mask: the mask is cast first (float32 work throughout), so
+    the result has the same bits as passing the mask in float32."""
+    rng = np.random.default_rng(24)
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in ((20, 4), (30, 4), (30, 3)))
+    mask = 3 * rng.standard_normal((20, 30))
+    out64, cache64 = sdpa_forward(q, k, v, mask)
+    out32, cache32 = sdpa_forward(q, k, v, mask.astype(np.float32))
+    np.testing.assert_array_equal(cache64.weights, cache32.weights)
+    np.testing.assert_array_equal(out64, out32)
+
+
+@pytest.mark.parametrize("mask", [False, True])
+def test_float32_overflow_names_float32_and_the_fix(mask):
+    big = 1e19 if mask else 1e20  # scores of 1e38 are finite (the mask pushes them over), 1e40 are not
+    q, k = np.full((1, 1), big, np.float32), np.full((2, 1), big, np.float32)
+    m = np.array([[0.0, 3e38]], np.float32) if mask else None
+    with np.errstate(all="raise"), pytest.raises(FloatingPointError) as info:
+        sdpa_forward(q, k, np.ones((2, 2), np.float32), m)
+    assert "the largest finite float32, 3.403e+38" in str(info.value)
+    assert str(info.value).endswith("; scale the inputs down or compute in float64")
+
     with pytest.raises(ValueError, match=r"^q must have shape \(\.\.\., n_q, d_k\) \(at least 2 axes\), got shape \(4,\)$"):
         sdpa_forward(np.ones(4), np.ones((3, 4)), np.ones((3, 2)))
 

@@ -72,4 +72,5 @@ def test_smallest_valid_ranks_and_integer_input():
     np.testing.assert_array_equal(split_heads_backward(dheads), merge_heads(dheads))
     dmerged = np.arange(12.0).reshape(3, 4)  # (N, H*Dh)
     np.testing.assert_array_equal(merge_heads_backward(dmerged, 2), split_heads(dmerged, 2))
-    np.testing.assert_array_equal(split_heads(np.arange(4).reshape(1, 4), 2), [[[0, 1]], [[2, 3]]])
+    for dtype in (np.int64, np.uint8):
+        np.testing.assert_array_equal(split_heads(np.arange(4, dtype=dtype).reshape(1, 4), 2), [[[0, 1]], [[2, 3]]])

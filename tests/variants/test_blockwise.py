@@ -319,3 +319,137 @@ def test_window_visits_exactly_the_tiles_that_hold_an_allowed_score():
                 if allowed[qs:qs + block, ks:ks + block].any()]
     assert visited_tiles(n, n, block_size=block, window=w) == expected
     assert len(expected) == 3 * (n // block) - 2  # the band: the diagonal and its two neighbours
+
+
+def _allowed(n_q, n_k, causal, window):
+    """The causal / window rule score by score: query i sits at position i + n_k - n_q."""
+    position = np.arange(n_q)[:, None] + n_k - n_q  # (Nq, 1)
+    key = np.arange(n_k)[None, :]  # (1, Nk)
+    allowed = np.ones((n_q, n_k), bool)
+    if causal:
+        allowed &= key <= position
+    if window is not None:
+        allowed &= np.abs(position - key) <= window
+    return allowed
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("window", [None, 0, 1, 2, 3, 4])
+@pytest.mark.parametrize("block", [1, 2, 3, 4])
+def test_tiles_and_their_structural_masks_match_the_rule_score_by_score(causal, window, block):
+    """Over n_q, n_k from 1 to 9 (queries before, after and beside the keys): the visited
+    tiles are exactly those holding an allowed score, and a tile's structural mask is
+    None exactly when every score in it is allowed (otherwise it is the rule itself)."""
+    from attention_ref.variants.blockwise import _structural_keep
+
+    for n_q in (1, 2, 3, 5, 8, 9):
+        for n_k in (1, 2, 3, 5, 8, 9):
+            allowed = _allowed(n_q, n_k, causal, window)
+            expected = [(qs, ks) for qs in range(0, n_q, block) for ks in range(0, n_k, block)
+                        if allowed[qs:qs + block, ks:ks + block].any()]
+            assert visited_tiles(n_q, n_k, block, causal, window) == expected, (n_q, n_k)
+            for qs, ks in expected:
+                qe, ke = min(qs + block, n_q), min(ks + block, n_k)
+                tile = allowed[qs:qe, ks:ke]
+                keep = _structural_keep(qs, qe, ks, ke, n_q, n_k, causal, window)
+                if tile.all():
+                    assert keep is None, (n_q, n_k, qs, ks)
+                else:
+                    np.testing.assert_array_equal(keep, tile)
+
+
+def test_default_tile_is_128():
+    assert visited_tiles(256, 256) == [(0, 0), (0, 128), (128, 0), (128, 128)]
+    rng = np.random.default_rng(13)
+    q, k, v = rng.standard_normal((130, 2)), rng.standard_normal((130, 2)), rng.standard_normal((130, 2))
+    assert flash_attention_forward(q, k, v)[1].block_size == 128
+
+
+@pytest.mark.parametrize("mask_shape", [(5, 1), (1, 2), (5, 2), (2,), (1,)])
+def test_masks_with_broadcast_axes_are_cut_into_tiles(mask_shape):
+    """A mask axis of size 1 is shared by every tile; any other is sliced (size 2 included)."""
+    rng = np.random.default_rng(14)
+    q, k, v = rng.standard_normal((5, 3)), rng.standard_normal((2, 3)), rng.standard_normal((2, 4))
+    mask = rng.standard_normal(mask_shape)
+    out, _ = flash_attention_forward(q, k, v, mask=mask, block_size=1)
+    expected, _ = scaled_dot_product_attention_forward(q, k, v, mask)
+    assert_close(out, expected)
+
+
+def test_float_mask_of_zeros_and_ones_warns_naming_mask_and_empty_masks_are_fine():
+    rng = np.random.default_rng(15)
+    q, k, v = rng.standard_normal((3, 2)), rng.standard_normal((3, 2)), rng.standard_normal((3, 2))
+    with pytest.warns(UserWarning, match=r"^mask is a float mask of 0s and 1s"):
+        flash_attention_forward(q, k, v, mask=causal_mask(3).astype(float))
+    out, _ = flash_attention_forward(q, k[:0], v[:0], mask=np.zeros((3, 0)))  # no keys: all zeros
+    assert out.shape == (3, 2) and not out.any()
+
+
+def test_float64_mask_far_below_float32_blocks_silently():
+    rng = np.random.default_rng(16)
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in ((4, 2), (4, 2), (4, 3)))
+    mask = np.zeros((4, 4))
+    mask[:, 1] = -1e300  # -inf in float32: blocked, as meant
+    with np.errstate(all="raise"):
+        out, cache = flash_attention_forward(q, k, v, mask=mask, block_size=2)
+        expected, _ = scaled_dot_product_attention_forward(q, k, v, mask)
+    assert out.dtype == np.float32
+    assert_close(out, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mask", [False, True])
+def test_overflowing_scores_are_named(mask):
+    """The tile check of the scores, and of scores plus a float mask, both signs at once."""
+    if mask:
+        q, k, m = np.full((1, 1), 1e154), np.full((2, 1), 1e154), np.array([[0.0, 1e308]])
+        message = r"^overflow in the scores q k\^T / sqrt\(d_k\) \+ mask: the result exceeds the largest finite float64"
+    else:
+        q, k, m = np.full((2, 4), 1e200), np.full((3, 4), 1e200) * np.array([1.0, -1.0, 1.0, -1.0]), None
+        message = r"^overflow in the attention scores q k\^T / sqrt\(d_k\): the result exceeds the largest finite float64"
+    v = np.ones((k.shape[0], 2))
+    with np.errstate(all="raise"), pytest.raises(FloatingPointError, match=message + r".*\(largest \|q\| = .*, largest \|k\| = .*\)"):
+        flash_attention_forward(q, k, v, mask=m, block_size=1)
+
+
+def test_float32_work_never_makes_a_float64_array(monkeypatch):
+    """Every array NumPy hands back inside the forward and backward of float32 inputs is
+    float32 (running maxima, sums, accumulators, cache): no silent float64 upcast."""
+    import types
+
+    import attention_ref.variants.blockwise as flash
+
+    made = []
+
+    def recording(fn):
+        def call(*args, **kwargs):
+            result = fn(*args, **kwargs)
+            for r in result if isinstance(result, tuple) else (result,):
+                if isinstance(r, np.ndarray) and r.dtype.kind == "f":
+                    made.append((fn.__name__, r.dtype))
+            return result
+        return call
+
+    proxy = types.SimpleNamespace(**{name: recording(getattr(np, name)) if callable(getattr(np, name)) and
+                                     not isinstance(getattr(np, name), type) else getattr(np, name)
+                                     for name in dir(np) if not name.startswith("_")})
+    monkeypatch.setattr(flash, "np", proxy)
+    rng = np.random.default_rng(17)
+    q, k, v = (rng.standard_normal((2, 7, 4)).astype(np.float32) for _ in range(3))
+    mask = rng.standard_normal((7, 7)).astype(np.float32)
+    out, cache = flash.flash_attention_forward(q, k, v, mask=mask, causal=True, block_size=3)
+    grads = flash.flash_attention_backward(np.ones_like(out), cache)
+    assert made and {dtype for _, dtype in made} == {np.dtype(np.float32)}, sorted(set(made))
+    assert cache.row_max.dtype == cache.log_row_sum.dtype == np.float32
+    assert all(g.dtype == np.float32 for g in grads)
+
+
+def test_float64_upstream_gradient_is_used_in_the_forward_dtype():
+    """dout in float64 for a float32 forward: the same bits as passing it in float32."""
+    rng = np.random.default_rng(18)
+    q, k, v = (rng.standard_normal((5, 3)).astype(np.float32) for _ in range(3))
+    out, cache = flash_attention_forward(q, k, v, block_size=2)
+    dout = rng.standard_normal(out.shape)
+    for g64, g32 in zip(flash_attention_backward(dout, cache),
+                        flash_attention_backward(dout.astype(np.float32), cache)):
+        assert g64.dtype == np.float32
+        np.testing.assert_array_equal(g64, g32)
