@@ -180,3 +180,17 @@ def test_overflow_is_named_with_or_without_bias(bias):
         linear_forward(x, W, b)
     assert str(info.value) == (f"overflow in {what}: the result exceeds the largest finite float64, 1.798e+308"
                                f" ({sizes}); scale the inputs down")
+
+
+def test_shape_mismatch_message_of_a_batched_input():
+    with pytest.raises(ValueError) as info:
+        linear_forward(np.ones((2, 4, 3)), np.ones((2, 5)))
+    assert str(info.value) == "x of shape (2, 4, 3) has last dimension 3, but W of shape (2, 5) expects d_in = 2"
+
+
+def test_float32_overflow_names_float32():
+    x, W = np.full((1, 1), 1e20, np.float32), np.full((1, 2), 1e20, np.float32)
+    with np.errstate(all="raise"), pytest.raises(FloatingPointError) as info:
+        linear_forward(x, W)
+    assert str(info.value) == ("overflow in x W: the result exceeds the largest finite float32, 3.403e+38"
+                               " (largest |x| = 1e+20, largest |W| = 1e+20); scale the inputs down or compute in float64")

@@ -287,3 +287,49 @@ def test_heads_of_width_one():
     assert_close(out, ref_out, what="out, d_k = 1")
     check_gradients(mha_forward, mha_backward, x, x, x, params, 4,
                     names=["query", "key", "value", "params"])
+
+
+def _messages_cases():
+    x = np.ones((2, 3, 6))
+    p = random_params(np.random.default_rng(12), 6, 2, 3, 3)
+    nb = {k: v for k, v in p.items() if not k.startswith("b")}
+    all_shapes = "{'W_q': (6, 6), 'b_q': (6,), 'W_k': (6, 6), 'b_k': (6,), 'W_v': (6, 6), 'b_v': (6,), 'W_o': (6, 6), 'b_o': (6,)}"
+    return [
+        (lambda: mha_forward(x, x, x, [1], 2), TypeError,
+         "params must be a dict with keys ('W_q', 'b_q', 'W_k', 'b_k', 'W_v', 'b_v', 'W_o', 'b_o'), got list"),
+        (lambda: mha_forward(x, x, x, dict(p, W_q=np.ones(6)), 2), ValueError,
+         "params['W_q'] must be a 2-D matrix, got shape (6,)"),
+        (lambda: mha_forward(x, x, x, dict(nb, W_q=np.ones((6, 0)), W_k=np.ones((6, 0))), 2), ValueError,
+         "params['W_q'] has no columns (d_k = 0); parameter shapes:"
+         " {'W_q': (6, 0), 'W_k': (6, 0), 'W_v': (6, 6), 'W_o': (6, 6)}"),
+        (lambda: mha_forward(x, x, x, dict(nb, W_v=np.ones((6, 5)), W_o=np.ones((4, 6))), 2), ValueError,
+         "params['W_v'] has 5 columns, not divisible by num_kv_heads=2; parameter shapes:"
+         " {'W_q': (6, 6), 'W_k': (6, 6), 'W_v': (6, 5), 'W_o': (4, 6)}"),
+        (lambda: mha_forward(x, x, x, dict(nb, W_o=np.ones((4, 6))), 2), ValueError,
+         "params['W_o'] must have num_heads*d_v = 2*3 = 6 rows, got 4; parameter shapes:"
+         " {'W_q': (6, 6), 'W_k': (6, 6), 'W_v': (6, 6), 'W_o': (4, 6)}"),
+        (lambda: mha_forward(x, x, x, dict(nb, W_k=np.ones((6, 3)), W_v=np.ones((6, 2)), W_o=np.ones((3, 6))), 2,
+                             num_kv_heads=1), ValueError,
+         "params['W_o'] must have num_heads*d_v = 2*2 = 4 rows, got 3; parameter shapes:"
+         " {'W_q': (6, 6), 'W_k': (6, 3), 'W_v': (6, 2), 'W_o': (3, 6)}"),
+        (lambda: mha_forward(x, np.ones((2, 4, 5)), np.ones((2, 4, 6)), dict(p, W_k=np.ones((7, 6))), 2), ValueError,
+         "key of shape (2, 4, 5) has last dimension 5, but params['W_k'] of shape (7, 6) expects 7"),
+        *[(lambda b=b: mha_forward(x, x, x, dict(p, **{b: np.ones(5)}), 2), ValueError,
+           f"params['{b}'] must have shape (6,) to match params['W_{b[-1]}'], got (5,); parameter shapes: "
+           + all_shapes.replace(f"'{b}': (6,)", f"'{b}': (5,)")) for b in ("b_q", "b_k", "b_v", "b_o")],
+        (lambda: mha_forward(x, x, x, p, 0), ValueError, "num_heads must be a positive integer, got 0"),
+        (lambda: mha_forward(x, x, x, p, 2, num_kv_heads=0), ValueError,
+         "num_kv_heads must be a positive integer, got 0"),
+        (lambda: mha_forward(x.astype(str), x, x, p, 2), TypeError, "query must hold real numbers, got array of dtype <U32"),
+        (lambda: mha_forward(x, x.astype(str), x, p, 2), TypeError, "key must hold real numbers, got array of dtype <U32"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(_messages_cases())))
+def test_error_messages_are_exact(case):
+    call, error, message = _messages_cases()[case]
+    with pytest.raises(error) as info:
+        call()
+    assert str(info.value).startswith(message), str(info.value)
+    if "parameter shapes" in message or "must be a" in message:
+        assert str(info.value) == message
