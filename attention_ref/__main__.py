@@ -1,8 +1,10 @@
-"""``python -m attention_ref``: the step-by-step walkthrough (see :mod:`attention_ref.documents.walkthrough`)."""
+"""``python -m attention_ref``: the step-by-step walkthrough (see :mod:`attention_ref.documents.walkthrough`);
+``python -m attention_ref exercise ...``: the exercises (see :mod:`attention_ref.exercises`)."""
 import os
 import sys
 
 from .documents.walkthrough import main
+from .exercises.command import main as exercise_main
 
 
 def save_figures(directory):
@@ -13,7 +15,10 @@ def save_figures(directory):
 
 
 try:
-    code = main(save_figures=save_figures)
+    if sys.argv[1:2] == ["exercise"]:
+        code = exercise_main(sys.argv[2:])
+    else:
+        code = main(save_figures=save_figures)
     sys.stdout.flush()
 except BrokenPipeError:  # output piped into `head` or a pager that quit early
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

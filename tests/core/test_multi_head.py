@@ -322,6 +322,15 @@ def _messages_cases():
          "num_kv_heads must be a positive integer, got 0"),
         (lambda: mha_forward(x.astype(str), x, x, p, 2), TypeError, "query must hold real numbers, got array of dtype <U32"),
         (lambda: mha_forward(x, x.astype(str), x, p, 2), TypeError, "key must hold real numbers, got array of dtype <U32"),
+        (lambda: mha_forward(x, x, x.astype(str), p, 2), TypeError, "value must hold real numbers, got array of dtype <U32"),
+        (lambda: mha_forward(np.ones(6), x, x, p, 2), ValueError,
+         "query must have shape (..., n_q, d_model) (at least 2 axes), got shape (6,)"),
+        (lambda: mha_forward(x, np.ones(6), x, p, 2), ValueError,
+         "key must have shape (..., n_k, d_key_in) (at least 2 axes), got shape (6,)"),
+        (lambda: mha_forward(x, x, np.ones(6), p, 2), ValueError,
+         "value must have shape (..., n_k, d_value_in) (at least 2 axes), got shape (6,)"),
+        (lambda: mha_forward(x, np.ones((3, 3, 6)), np.ones((3, 3, 6)), p, 2), ValueError,
+         "batch dimensions of query, key and value do not broadcast: query (2,), key (3,), value (3,)"),
     ]
 
 
@@ -331,5 +340,5 @@ def test_error_messages_are_exact(case):
     with pytest.raises(error) as info:
         call()
     assert str(info.value).startswith(message), str(info.value)
-    if "parameter shapes" in message or "must be a" in message:
+    if "parameter shapes" in message or "must be a" in message or "must have shape" in message:
         assert str(info.value) == message

@@ -1,0 +1,250 @@
+"""The exercises: for each hand-derived backward, the formula, what to derive, hints revealed
+one at a time, the inputs it is checked on, and the library's own forward and backward (the
+reference solution).
+
+An exercise is named after the library function the student writes; the student's function
+has that function's signature and receives the cache of the library's forward.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..core.attention import scaled_dot_product_attention_backward, scaled_dot_product_attention_forward
+from ..core.heads import merge_heads, merge_heads_backward, split_heads, split_heads_backward
+from ..core.linear import linear_backward, linear_forward
+from ..core.masks import causal_mask
+from ..core.multi_head import multi_head_attention_backward, multi_head_attention_forward
+from ..core.softmax import softmax_backward, softmax_forward
+from ..nn.layer_norm import layer_norm_backward, layer_norm_forward
+from ..variants.blockwise import flash_attention_backward, flash_attention_forward
+from .mistakes import MISTAKES, Mistake
+
+__all__ = ["Case", "Exercise", "EXERCISES"]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One set of inputs an attempt is checked on."""
+
+    inputs: tuple
+    kwargs: dict = field(default_factory=dict)
+    factors: dict = field(default_factory=dict)  # name -> value, for naming a constant ratio
+    masked: np.ndarray | None = None  # entries of the first gradient that a mask blocks
+
+    def describe(self) -> str:
+        shapes = ", ".join(str(np.shape(a)) if isinstance(a, np.ndarray) else
+                           ("params" if isinstance(a, dict) else repr(a)) for a in self.inputs)
+        extra = "".join(f", {k}={'mask ' + str(np.shape(v)) if isinstance(v, np.ndarray) else v!r}"
+                        for k, v in self.kwargs.items())
+        return f"inputs {shapes}{extra}"
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """A backward to derive, with everything needed to check an attempt at it."""
+
+    name: str
+    forward_name: str
+    signature: str
+    returns: tuple  # names of the gradients, in order
+    formula: str  # the forward, and what to derive
+    hints: tuple
+    cases: Callable  # rng -> list of Case
+    forward: Callable  # forward(*inputs, **kwargs) -> (out, cache)
+    backward: Callable  # the reference: backward(dout, cache)
+    call: Callable = None  # how to call an attempt: call(fn, dout, cache); default fn(dout, cache)
+    mistakes: tuple = ()
+
+    def run(self, fn, dout, cache):
+        """Call an attempt (or the reference) with this exercise's signature."""
+        return fn(dout, cache) if self.call is None else self.call(fn, dout, cache)
+
+
+def _sizes(rng, n=3, low=2, high=6):
+    return [int(s) for s in rng.integers(low, high + 1, size=n)]
+
+
+def _keep_mask(rng, n_q, n_k):
+    """A random boolean mask (True = may attend) in which every query keeps a key."""
+    mask = rng.random((n_q, n_k)) < 0.6
+    mask[np.arange(n_q), rng.integers(0, n_k, size=n_q)] = True
+    return mask
+
+
+def _scale_factors(d_k):
+    return {"sqrt(d_k)": math.sqrt(d_k), "1/sqrt(d_k)": 1 / math.sqrt(d_k), "d_k": d_k, "1/d_k": 1 / d_k}
+
+
+def _softmax_cases(rng):
+    b, n, m = _sizes(rng)
+    x4 = rng.standard_normal((b, 2, n, m)) * 2
+    masked = rng.standard_normal((b, n)) * 2
+    blocked = ~_keep_mask(rng, b, n)
+    masked[blocked] = -np.inf
+    return [Case((rng.standard_normal(n) * 2,)), Case((rng.standard_normal((b, m)) * 2,)), Case((x4,)),
+            Case((masked,), masked=blocked)]
+
+
+def _linear_cases(rng):
+    b, n, d_in = _sizes(rng)
+    d_out = d_in + 1 + int(rng.integers(0, 3))
+    W = rng.standard_normal((d_in, d_out))
+    return [Case((rng.standard_normal((n, d_in)), W, rng.standard_normal(d_out))),
+            Case((rng.standard_normal((b, n, d_in)), W, rng.standard_normal(d_out))),
+            Case((rng.standard_normal((b, n, d_in)), rng.standard_normal((d_in, d_in)), rng.standard_normal(d_in))),
+            Case((rng.standard_normal(d_in), W, None))]
+
+
+def _attention_cases(rng):
+    b, n_q, n_k = _sizes(rng)
+    d_k, d_v = _sizes(rng, 2)
+    q3, k3, v3 = (rng.standard_normal((b, n, d)) for n, d in ((n_q, d_k), (n_k, d_k), (n_k, d_v)))
+    n = n_q
+    qc, kc, vc = (rng.standard_normal((b, 2, n, d)) for d in (d_k, d_k, d_v))
+    return [Case((q3[0], k3[0], v3[0]), factors=_scale_factors(d_k)),
+            Case((q3, k3, v3, _keep_mask(rng, n_q, n_k)), factors=_scale_factors(d_k)),
+            Case((qc, kc, vc, causal_mask(n)), factors=_scale_factors(d_k))]
+
+
+def _head_cases(rng):
+    b, n, d_head = _sizes(rng)
+    h = int(rng.integers(2, 5))
+    return [Case((rng.standard_normal((n, h * d_head)), h)), Case((rng.standard_normal((b, n, h * d_head)), h)),
+            Case((rng.standard_normal((b, 2, n, h * d_head)), h))]
+
+
+def _layer_norm_cases(rng):
+    b, n, d = _sizes(rng)
+    d += 1
+    return [Case((rng.standard_normal(d) * 3 + 1, rng.standard_normal(d), rng.standard_normal(d))),
+            Case((rng.standard_normal((n, d)) * 3 + 1, rng.standard_normal(d), rng.standard_normal(d))),
+            Case((rng.standard_normal((b, n, d)) * 3 + 1, rng.standard_normal(d), rng.standard_normal(d)))]
+
+
+def _flash_cases(rng):
+    b, n_q, n_k = _sizes(rng, low=3, high=7)
+    d_k, d_v = _sizes(rng, 2)
+    q, k, v = (rng.standard_normal((b, n, d)) for n, d in ((n_q, d_k), (n_k, d_k), (n_k, d_v)))
+    return [Case((q, k, v), {"block_size": 2}, _scale_factors(d_k)),
+            Case((q, k[:, :n_q], v[:, :n_q]), {"causal": True, "block_size": 2}, _scale_factors(d_k)),
+            Case((q[0], k[0], v[0]), {"mask": _keep_mask(rng, n_q, n_k), "block_size": 3}, _scale_factors(d_k))]
+
+
+def _multi_head_cases(rng):
+    b, n_q, n_k = _sizes(rng)
+    cases = []
+    for h, bias, self_attention in ((2, True, False), (1, True, True), (3, False, False)):
+        d_head = int(rng.integers(2, 4))
+        d = h * d_head
+        params = {}
+        for name, (rows, cols) in {"q": (d, d), "k": (d, d), "v": (d, d), "o": (d, d)}.items():
+            params["W_" + name] = rng.standard_normal((rows, cols)) / math.sqrt(rows)
+            params["b_" + name] = 0.1 * rng.standard_normal(cols) if bias else None
+        query = rng.standard_normal((b, n_q, d))
+        key = query if self_attention else rng.standard_normal((b, n_k, d))
+        mask = causal_mask(n_q) if self_attention else _keep_mask(rng, n_q, n_k)
+        factors = {**_scale_factors(d_head), "h": h, "1/h": 1 / h}
+        cases.append(Case((query, key, key if self_attention else rng.standard_normal((b, n_k, d)), params, h),
+                          {"mask": mask}, factors))
+    return cases
+
+
+def _exercise(name, forward_name, signature, returns, formula, hints, cases, forward, backward, call=None):
+    return Exercise(name, forward_name, signature, returns, formula, tuple(hints), cases, forward, backward,
+                    call, MISTAKES.get(name, ()))
+
+
+EXERCISES = {e.name: e for e in [
+    _exercise(
+        "softmax_backward", "softmax_forward", "softmax_backward(dy, cache) -> dx", ("dx",),
+        "y_i = exp(x_i - m) / sum_j exp(x_j - m) along the last axis (m the row maximum).\n"
+        "Derive dx = dL/dx from dy = dL/dy. The cache holds y (cache.y) and the axis (cache.axis).",
+        ["Every y_j depends on every x_i: write the Jacobian dy_j/dx_i, not only its diagonal.",
+         "dy_j/dx_i = y_j (delta_ij - y_i).",
+         "dx_i = sum_j dy_j y_j (delta_ij - y_i) = y_i (dy_i - sum_j y_j dy_j); sum along the axis with"
+         " keepdims=True so it broadcasts."],
+        _softmax_cases, softmax_forward, softmax_backward),
+    _exercise(
+        "linear_backward", "linear_forward", "linear_backward(dy, cache) -> (dx, dW, db)", ("dx", "dW", "db"),
+        "y = x W + b with x (..., d_in), W (d_in, d_out), b (d_out,) or None.\n"
+        "Derive dx, dW, db from dy (..., d_out). The cache holds x, W and has_bias; return db = None"
+        " without a bias.",
+        ["Each gradient has the shape of what it differentiates: dx like x, dW like W, db like b.",
+         "y_nj = sum_i x_ni W_ij + b_j: so dx = dy W^T and dW = x^T dy, with every leading axis of x"
+         " folded into the rows n.",
+         "b is added to every row of every batch item: db sums dy over all axes but the last."],
+        _linear_cases, linear_forward, linear_backward),
+    _exercise(
+        "scaled_dot_product_attention_backward", "scaled_dot_product_attention_forward",
+        "scaled_dot_product_attention_backward(dout, cache) -> (dq, dk, dv)", ("dq", "dk", "dv"),
+        "S = q k^T / sqrt(d_k) (+ mask), P = softmax(S) along the keys, out = P v.\n"
+        "Derive dq, dk, dv from dout (..., n_q, d_v). The cache holds q, k, v, weights (P, 0 where"
+        " masked), out and scale (1/sqrt(d_k)).",
+        ["Walk the forward backwards: out = P v first, then the softmax, then S = q k^T / sqrt(d_k).",
+         "out = P v gives dv = P^T dout and dP = dout v^T.",
+         "The softmax gives dS = P * (dP - D), D_i = sum_j P_ij dP_ij (masked entries have P = 0,"
+         " so dS = 0 there).",
+         "S = q k^T * scale gives dq = dS k * scale and dk = dS^T q * scale; with batch axes"
+         " use swapaxes(-1, -2) for the transposes."],
+        _attention_cases, scaled_dot_product_attention_forward, scaled_dot_product_attention_backward),
+    _exercise(
+        "split_heads_backward", "split_heads", "split_heads_backward(dheads) -> dx", ("dx",),
+        "heads = split_heads(x, H): (..., N, H*Dh) -> (..., H, N, Dh), head i taking the columns"
+        " i*Dh:(i+1)*Dh.\nDerive dx from dheads. The split only moves numbers: undo the move.",
+        ["The split is a reshape (..., N, H, Dh) and a moveaxis of H before N.",
+         "Its backward undoes both in reverse order: move H back after N, then reshape to (..., N, H*Dh)."],
+        _head_cases, lambda x, h: (split_heads(x, h), h), split_heads_backward,
+        call=lambda fn, dout, cache: fn(dout)),
+    _exercise(
+        "merge_heads_backward", "merge_heads", "merge_heads_backward(dmerged, num_heads) -> dheads", ("dheads",),
+        "merged = merge_heads(heads): (..., H, N, Dh) -> (..., N, H*Dh), the documents' Concat.\n"
+        "Derive dheads from dmerged.",
+        ["The merge is a moveaxis of H after N and a reshape; undo them in reverse order.",
+         "Split the last axis into (H, Dh) first, then move H before N."],
+        lambda rng: [Case((split_heads(*c.inputs), c.inputs[1])) for c in _head_cases(rng)],
+        lambda heads, h: (merge_heads(heads), h), merge_heads_backward),
+    _exercise(
+        "layer_norm_backward", "layer_norm_forward", "layer_norm_backward(dy, cache) -> (dx, dgamma, dbeta)",
+        ("dx", "dgamma", "dbeta"),
+        "mu, var: mean and (biased) variance of each row over the last axis; rstd = 1/sqrt(var + eps);"
+        " x_hat = (x - mu) rstd; y = gamma * x_hat + beta.\nDerive dx, dgamma, dbeta. The cache holds"
+        " x_hat, rstd (..., 1) and gamma.",
+        ["dgamma and dbeta: gamma and beta act on every row, so sum dy * x_hat and dy over the rows.",
+         "Let g = gamma * dy, the gradient reaching x_hat. mu and var depend on every x of the row.",
+         "dx = rstd * (g - mean(g) - x_hat * mean(g * x_hat)), means over the last axis."],
+        _layer_norm_cases, layer_norm_forward, layer_norm_backward),
+    _exercise(
+        "flash_attention_backward", "flash_attention_forward", "flash_attention_backward(dout, cache) -> (dq, dk, dv)",
+        ("dq", "dk", "dv"),
+        "Blockwise attention with the online softmax: the forward visits tiles of block_size queries"
+        " x block_size keys and keeps, per query, m (row_max) and log l (log_row_sum), never P.\n"
+        "Derive dq, dk, dv tile by tile. The cache holds q, k, v, mask, out, row_max, log_row_sum,"
+        " scale, causal, window, block_size.",
+        ["Recompute each tile's probabilities from the saved statistics: P = exp(S - m - log l).",
+         "D_i = sum_j P_ij dP_ij over the whole row equals rowsum(dout_i * out_i): compute it once.",
+         "Per tile: dv[keys] += P^T dout[queries], dP = dout v^T, dS = P * (dP - D), dq[queries] +="
+         " dS k * scale, dk[keys] += dS^T q * scale.",
+         "attention_ref.variants.blockwise has _key_blocks (the tiles to visit) and _scores (a tile's"
+         " masked, scaled scores); you may use them."],
+        _flash_cases, flash_attention_forward, flash_attention_backward),
+    _exercise(
+        "multi_head_attention_backward", "multi_head_attention_forward",
+        "multi_head_attention_backward(dout, cache) -> (dquery, dkey, dvalue, grads)",
+        ("dquery", "dkey", "dvalue", "grads"),
+        "Q = query W_q + b_q (likewise K, V); split into H heads; head_i = attention(Q_i, K_i, V_i);"
+        " concat = merge(heads); out = concat W_o + b_o.\nDerive the gradients of query, key, value"
+        " and of every parameter (grads, a dict like params). The cache holds the caches of each step:"
+        " q_proj, k_proj, v_proj (LinearCache), attention (AttentionCache with a group axis:"
+        " q (..., H, 1, Nq, Dk) here), heads, head_mask, o_proj, num_heads, num_kv_heads, param_keys.",
+        ["Use the pieces: linear_backward for the projections, split/merge for the heads,"
+         " scaled_dot_product_attention_backward for the heads' attention.",
+         "Walk back: out = concat W_o + b_o, then merge, then attention per head, then split, then the"
+         " three projections.",
+         "The attention cache keeps a group axis (..., H_kv, G, N, D): reshape dheads to"
+         " (..., H, 1, Nq, Dv) before the attention backward, and drop that axis after it."],
+        _multi_head_cases, multi_head_attention_forward, multi_head_attention_backward),
+]}

@@ -1,0 +1,123 @@
+"""What a wrong gradient looks like, in one sentence: used when no classic mistake of the
+catalogue reproduces an attempt.
+
+Each observation compares the attempt ``got`` with the true gradient ``truth`` of one output
+on one set of inputs: shape and dtype first, then non-finite values, a constant ratio (and
+which simple factor it is: sqrt(d_k), h, 2, -1, ...), a transpose, errors confined to masked
+entries or to some indices of one axis (batch items, heads), and otherwise the size and place
+of the largest error.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["as_gradient_array", "close", "observe", "RTOL", "ATOL"]
+
+#: An output is right when ``max |got - truth| <= RTOL * max |truth| + ATOL`` (float64 inputs:
+#: a correct attempt differs from the library by rounding, about 1e-15 of the largest entry).
+RTOL, ATOL = 1e-8, 1e-12
+_SIMPLE = {"2": 2.0, "1/2": 0.5}
+
+
+def as_gradient_array(g):
+    """``g`` as a NumPy array, or None when it is None or cannot be one (ragged, objects)."""
+    if g is None:
+        return None
+    try:
+        arr = np.asarray(g)
+    except (ValueError, TypeError):
+        return None
+    return arr if arr.dtype.kind in ("f", "i", "u") else None
+
+
+def _tolerance(truth) -> float:
+    return RTOL * (float(np.abs(truth).max()) if truth.size else 0.0) + ATOL
+
+
+def close(got, truth) -> bool:
+    """Same shape, finite, and equal to ``truth`` within the tolerance."""
+    got = as_gradient_array(got)
+    if got is None or got.shape != truth.shape or not np.isfinite(got).all():
+        return False
+    return truth.size == 0 or float(np.abs(got - truth).max()) <= _tolerance(truth)
+
+
+def _shape_sentence(name, got, truth):
+    g, t = got.shape, truth.shape
+    if len(g) >= 2 and g == t[:-2] + t[-2:][::-1]:
+        return (f"{name} has shape {g}, the transpose of the expected {t}: swap the factors of the product"
+                " (for a weight, x^T dy and not dy^T x)")
+    if len(g) > len(t) and g[len(g) - len(t):] == t:
+        return (f"{name} has shape {g}, expected {t}: sum over the leading axes {g[:len(g) - len(t)]}"
+                " (every batch item contributes to the same parameter)")
+    if got.size == truth.size:
+        return f"{name} has shape {g}, expected {t}: the right number of entries in the wrong arrangement"
+    return f"{name} has shape {g}, expected {t} (a gradient has the shape of what it differentiates)"
+
+
+def _ratio(got, truth):
+    """The constant c with got = c * truth, or None."""
+    denom = float(np.sum(truth * truth))
+    if denom == 0.0:
+        return None
+    c = float(np.sum(got * truth)) / denom
+    if float(np.abs(got - c * truth).max()) <= 1e-6 * float(np.abs(truth).max()) + ATOL:
+        return c
+    return None
+
+
+def _confined(err, axis):
+    """Indices along ``axis`` holding every error, when they are some but not all of them."""
+    others = tuple(i for i in range(err.ndim) if i != axis)
+    bad = np.flatnonzero(err.any(axis=others))
+    return [int(i) for i in bad] if 0 < len(bad) < err.shape[axis] else None
+
+
+def observe(name, got, truth, factors=None, masked=None, axis_names=None) -> str:
+    """One plain sentence describing how ``got`` differs from ``truth``."""
+    arr = as_gradient_array(got)
+    if truth is None:
+        return f"{name} must be None (that parameter is absent), got {type(got).__name__}"
+    if got is None:
+        return f"{name} is None: every input gets a gradient"
+    if arr is None:
+        return f"{name} is not an array of numbers (got {type(got).__name__})"
+    if arr.shape != truth.shape:
+        return _shape_sentence(name, arr, truth)
+    if arr.dtype != truth.dtype:
+        return (f"{name} has dtype {arr.dtype}, expected {truth.dtype}: compute in the inputs' dtype"
+                + (" (float32 loses the digits the check needs)" if arr.dtype == np.float32 else ""))
+    if not np.isfinite(arr).all():
+        where = tuple(int(i) for i in np.argwhere(~np.isfinite(arr))[0])
+        return (f"{name} has NaN or infinity (first at index {where}): a 0/0 or an overflow; a blocked"
+                " score must give exactly 0, never exp(-inf - (-inf))")
+    c = _ratio(arr, truth)
+    if c is not None:
+        if abs(c + 1) <= 1e-6:
+            return f"{name} has the wrong sign everywhere ({name} = -1 x the true gradient)"
+        if abs(c) <= 1e-6:
+            return f"{name} is zero everywhere: this input's gradient is missing"
+        labels = [label for label, value in {**(factors or {}), **_SIMPLE}.items()
+                  if abs(c - value) <= 1e-6 * max(1.0, abs(value))]
+        if labels:  # several names may fit one number (h = d_k = 2): all are listed
+            return (f"{name} is {labels[0]} times the true gradient (ratio {c:.6g} = {' = '.join(labels)}"
+                    f" here): a factor {labels[0]} is missing or extra")
+        return f"{name} is a constant multiple of the true gradient (ratio {c:.6g}): a scale factor is wrong"
+    if arr.ndim >= 2 and arr.shape[-1] == arr.shape[-2] and np.allclose(arr, truth.swapaxes(-1, -2),
+                                                                        rtol=RTOL, atol=_tolerance(truth)):
+        return f"{name} is the transpose of the true gradient: swap the last two axes (or the product's factors)"
+    err = np.abs(arr - truth) > _tolerance(truth)
+    if masked is not None and masked.shape == err.shape and masked.any() and not (err & ~masked).any():
+        return (f"{name} is right except at masked entries, where it must be 0: no gradient flows into a"
+                " blocked score (its probability is exactly 0)")
+    labels = axis_names or {}
+    for axis in range(arr.ndim - 1):
+        bad = _confined(err, axis)
+        if bad is not None:
+            what = labels.get(axis - arr.ndim, f"axis {axis}")
+            return (f"{name} is wrong only at {what} {bad} of {arr.shape[axis]}: the rest is right, so look"
+                    " for a loop, slice or broadcast that treats those indices differently")
+    worst = tuple(int(i) for i in np.unravel_index(int(np.argmax(np.abs(arr - truth))), arr.shape))
+    rel = float(np.abs(arr - truth).max()) / max(float(np.abs(truth).max()), ATOL)
+    return (f"{name} differs from the true gradient (largest error at index {worst}, {rel:.2g} of its"
+            " largest entry) in a way none of the classic mistakes explains: compare your formula with the hints")

@@ -1,0 +1,335 @@
+"""The classic wrong derivations, each a real (wrong) implementation with the one sentence
+that names it.
+
+Every function here has the signature of the backward it gets wrong and receives the
+library forward's cache, so the checker can run it on the same inputs as a student's
+attempt and see whether the attempt makes the same mistake. The sentences name the wrong
+formula and the right one; :mod:`attention_ref.exercises.catalogue` attaches them to their
+exercises, and the tests commit each one as a student's attempt and assert it is named.
+
+Symbols: ``...`` batch axes, Nq/Nk query/key length, Dk/Dv head widths, D model width.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..core.heads import _merge, _split
+from ..core.linear import LinearCache
+from ..core.multi_head import _multi_head_attention_backward
+from ..core.softmax import _softmax
+from ..variants.blockwise import _key_blocks, _scores
+
+__all__ = ["ANY", "Mistake", "MISTAKES"]
+
+#: In a mistake's prediction: this output is not predicted (any value matches)
+ANY = object()
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """One wrong derivation: ``backward(dout, cache)`` computes it, ``sentence`` names it."""
+
+    name: str
+    sentence: str
+    backward: Callable
+
+
+def _sum_to(grad, shape):
+    """Sum the broadcast leading axes of ``grad`` away (the right bias/batch reduction)."""
+    extra = grad.ndim - len(shape)
+    return grad.sum(axis=tuple(range(extra))) if extra else grad
+
+
+# -- softmax: dx_i = y_i (dy_i - sum_j y_j dy_j) ---------------------------------------
+
+def _softmax_diagonal_only(dy, cache):
+    return dy * cache.y * (1 - cache.y)  # keeps dy_i/dx_i only
+
+
+def _softmax_without_sum_term(dy, cache):
+    return cache.y * dy  # drops - sum_j y_j dy_j
+
+
+def _softmax_sum_term_sign(dy, cache):
+    y, axis = cache
+    return y * (dy + (dy * y).sum(axis=axis, keepdims=True))
+
+
+# -- linear: y = x W + b -----------------------------------------------------------------
+
+def _linear_dW_transposed(dy, cache: LinearCache):
+    x, W, has_bias = cache
+    dx = dy @ W.T  # (..., Din)
+    dW = dy.reshape(-1, dy.shape[-1]).T @ x.reshape(-1, x.shape[-1])  # (Dout, Din): dy^T x
+    return dx, dW, _sum_to(dy, (dy.shape[-1],)) if has_bias else None
+
+
+def _linear_db_not_summed(dy, cache: LinearCache):
+    x, W, has_bias = cache
+    dx = dy @ W.T  # (..., Din)
+    dW = x.reshape(-1, x.shape[-1]).T @ dy.reshape(-1, dy.shape[-1])  # (Din, Dout)
+    return dx, dW, dy.sum(axis=0) if has_bias else None  # only the first axis
+
+
+# -- scaled dot-product attention --------------------------------------------------------
+
+def _attention_parts(dout, cache, *, scale=None, softmax="full", mask=True, dk_transposed=False):
+    """The attention backward with one step done the wrong way (the right way by default)."""
+    q, k, v, P, out, true_scale = cache
+    scale = true_scale if scale is None else scale
+    if not mask:  # recompute the probabilities without the mask
+        P = _softmax((q * true_scale) @ k.swapaxes(-1, -2), -1)  # (..., Nq, Nk)
+    dv = P.swapaxes(-1, -2) @ dout  # (..., Nk, Dv)
+    dP = dout @ v.swapaxes(-1, -2)  # (..., Nq, Nk)
+    if softmax == "full":
+        dS = P * (dP - (P * dP).sum(axis=-1, keepdims=True))  # (..., Nq, Nk)
+    elif softmax == "diagonal":
+        dS = P * (1 - P) * dP
+    else:  # "no softmax": the scores treated as the weights
+        dS = dP
+    dq = dS @ k * scale  # (..., Nq, Dk)
+    dk = (dS @ q if dk_transposed else dS.swapaxes(-1, -2) @ q) * scale  # (..., Nk, Dk)
+    return _sum_to(dq, q.shape), _sum_to(dk, k.shape), _sum_to(dv, v.shape)
+
+
+def _attention_scale_missing(dout, cache):
+    return _attention_parts(dout, cache, scale=1.0)
+
+
+def _attention_scale_doubled(dout, cache):
+    return _attention_parts(dout, cache, scale=cache.scale ** 2)
+
+
+def _attention_masked_positions_through(dout, cache):
+    return _attention_parts(dout, cache, mask=False)
+
+
+def _attention_softmax_diagonal(dout, cache):
+    return _attention_parts(dout, cache, softmax="diagonal")
+
+
+def _attention_softmax_skipped(dout, cache):
+    return _attention_parts(dout, cache, softmax="skipped")
+
+
+def _attention_dk_not_transposed(dout, cache):
+    return _attention_parts(dout, cache, dk_transposed=True)
+
+
+# -- heads ----------------------------------------------------------------------------------
+
+def _split_backward_by_reshape(dheads):
+    *batch, h, n, d_head = dheads.shape
+    return dheads.reshape(*batch, n, h * d_head)  # no transpose back: heads and positions mixed
+
+
+def _merge_backward_by_reshape(dmerged, num_heads):
+    *batch, n, width = dmerged.shape
+    return dmerged.reshape(*batch, num_heads, n, width // num_heads)
+
+
+def _split_backward_heads_reversed(dheads):
+    return _merge(dheads[..., ::-1, :, :])  # concatenated in the wrong head order
+
+
+# -- layer norm: x_hat = (x - mu) rstd, y = gamma x_hat + beta --------------------------------
+
+def _layer_norm_parts(dy, cache, *, mean_terms=True, x_hat_term=True):
+    x_hat, rstd, gamma = cache
+    d = x_hat.shape[-1]
+    dgamma = (dy * x_hat).reshape(-1, d).sum(axis=0)  # (D,)
+    dbeta = dy.reshape(-1, d).sum(axis=0)  # (D,)
+    g = dy * gamma  # (..., D)
+    if not mean_terms:
+        return rstd * g, dgamma, dbeta
+    dx = g - g.mean(axis=-1, keepdims=True)
+    if x_hat_term:
+        dx = dx - x_hat * (g * x_hat).mean(axis=-1, keepdims=True)
+    return rstd * dx, dgamma, dbeta
+
+
+def _layer_norm_without_mean_terms(dy, cache):
+    return _layer_norm_parts(dy, cache, mean_terms=False)
+
+
+def _layer_norm_without_variance_term(dy, cache):
+    return _layer_norm_parts(dy, cache, x_hat_term=False)
+
+
+def _layer_norm_dgamma_not_summed(dy, cache):
+    dx, _, dbeta = _layer_norm_parts(dy, cache)
+    return dx, (dy * cache.x_hat)[(0,) * (dy.ndim - 1)], dbeta  # the first row only
+
+
+# -- blockwise (flash) attention -------------------------------------------------------------
+
+def _flash_parts(dout, cache, *, normalise=True, row_D=True, accumulate=True, scaled=True):
+    """The tiled backward with one step done the wrong way (the right way by default)."""
+    q, k, v, mask, out, row_max, log_row_sum, scale, causal, window, block = cache
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    batch = out.shape[:-2]
+    D = (dout * out).sum(axis=-1)  # (..., Nq)
+    dq = np.zeros(batch + q.shape[-2:])  # (..., Nq, Dk)
+    dk = np.zeros(batch + k.shape[-2:])  # (..., Nk, Dk)
+    dv = np.zeros(batch + v.shape[-2:])  # (..., Nk, Dv)
+    for qs in range(0, n_q, block):
+        qe = min(qs + block, n_q)
+        q_blk = q[..., qs:qe, :] * scale  # (..., Bq, Dk)
+        for ks in _key_blocks(qs, qe, n_q, n_k, block, causal, window):
+            ke = min(ks + block, n_k)
+            s = _scores(q_blk, k, mask, qs, qe, ks, ke, n_q, n_k, causal, window)  # (..., Bq, Bk)
+            with np.errstate(over="ignore", invalid="ignore"):
+                lse = row_max[..., qs:qe, None] + (log_row_sum[..., qs:qe, None] if normalise else 0)
+                p = np.exp(s - lse)  # (..., Bq, Bk)
+            p = np.nan_to_num(p)
+            dp = dout[..., qs:qe, :] @ v[..., ks:ke, :].swapaxes(-1, -2)  # (..., Bq, Bk)
+            D_blk = D[..., qs:qe, None] if row_D else (p * dp).sum(axis=-1, keepdims=True)
+            ds = p * (dp - D_blk)  # (..., Bq, Bk)
+            s_ = scale if scaled else 1.0
+            dq[..., qs:qe, :] += ds @ k[..., ks:ke, :] * s_
+            if accumulate:
+                dk[..., ks:ke, :] += ds.swapaxes(-1, -2) @ q[..., qs:qe, :] * s_
+                dv[..., ks:ke, :] += p.swapaxes(-1, -2) @ dout[..., qs:qe, :]
+            else:  # the last query block that visits a key block overwrites the others
+                dk[..., ks:ke, :] = ds.swapaxes(-1, -2) @ q[..., qs:qe, :] * s_
+                dv[..., ks:ke, :] = p.swapaxes(-1, -2) @ dout[..., qs:qe, :]
+    return _sum_to(dq, q.shape), _sum_to(dk, k.shape), _sum_to(dv, v.shape)
+
+
+def _flash_unnormalised(dout, cache):
+    return _flash_parts(dout, cache, normalise=False)
+
+
+def _flash_tile_D(dout, cache):
+    return _flash_parts(dout, cache, row_D=False)
+
+
+def _flash_overwrites(dout, cache):
+    return _flash_parts(dout, cache, accumulate=False)
+
+
+def _flash_scale_missing(dout, cache):
+    return _flash_parts(dout, cache, scaled=False)
+
+
+# -- multi-head attention: the library's backward with one step changed ---------------------
+
+def _multi_head_dW_o_transposed(dout, cache):
+    dquery, dkey, dvalue, grads = _multi_head_attention_backward(dout, cache)
+    return dquery, dkey, dvalue, {**grads, "W_o": grads["W_o"].T}  # dout^T concat = (concat^T dout)^T
+
+
+def _multi_head_scale_missing(dout, cache):
+    unscaled = cache._replace(attention=cache.attention._replace(scale=1.0))  # the forward's scores stay
+    return _multi_head_attention_backward(dout, unscaled)
+
+
+def _multi_head_b_o_not_summed(dout, cache):
+    dquery, dkey, dvalue, grads = _multi_head_attention_backward(dout, cache)
+    biases = {b: ANY for b in ("b_q", "b_k", "b_v") if grads.get(b) is not None}  # summed the same wrong way
+    if grads.get("b_o") is None:  # no biases: nothing to get wrong
+        return dquery, dkey, dvalue, grads
+    return dquery, dkey, dvalue, {**grads, **biases, "b_o": dout.sum(axis=0)}
+
+
+_D = "dS = P * (dP - D) with D_i = sum_j P_ij dP_ij"
+
+#: exercise name -> its catalogue of classic mistakes, most common first
+MISTAKES = {
+    "softmax_backward": (
+        Mistake("diagonal-only Jacobian",
+                "you kept only the diagonal of the softmax Jacobian, dx_i = dy_i y_i (1 - y_i); every y_i"
+                " depends on every x_j, so dx_i = y_i (dy_i - sum_j y_j dy_j)", _softmax_diagonal_only),
+        Mistake("missing sum term",
+                "you dropped the term - sum_j y_j dy_j: dx_i = y_i dy_i; the right formula is"
+                " dx_i = y_i (dy_i - sum_j y_j dy_j)", _softmax_without_sum_term),
+        Mistake("sum term with the wrong sign",
+                "the sum term has the wrong sign, dx_i = y_i (dy_i + sum_j y_j dy_j); it is"
+                " dx_i = y_i (dy_i - sum_j y_j dy_j)", _softmax_sum_term_sign),
+    ),
+    "linear_backward": (
+        Mistake("transposed weight gradient",
+                "your dW is transposed: dW = dy^T x has shape (d_out, d_in); it must be dW = x^T dy,"
+                " shaped like W (d_in, d_out)", _linear_dW_transposed),
+        Mistake("bias gradient not summed over the batch axes",
+                "your db sums dy over the first axis only; b is added to every row of every batch"
+                " item, so db = dy summed over all axes but the last, shape (d_out,)", _linear_db_not_summed),
+    ),
+    "scaled_dot_product_attention_backward": (
+        Mistake("missing 1/sqrt(d_k)",
+                "your dq and dk miss the factor 1/sqrt(d_k): S = q k^T / sqrt(d_k), so"
+                " dq = dS k / sqrt(d_k) and dk = dS^T q / sqrt(d_k)", _attention_scale_missing),
+        Mistake("1/sqrt(d_k) applied twice",
+                "your dq and dk carry 1/sqrt(d_k) twice (1/d_k): scale once, dq = dS k / sqrt(d_k)",
+                _attention_scale_doubled),
+        Mistake("masked positions let through",
+                "your gradient flows through masked positions: the backward recomputes"
+                " P = softmax(q k^T / sqrt(d_k)) without the mask; use the cached weights (0 where"
+                " masked), so " + _D + " is 0 there", _attention_masked_positions_through),
+        Mistake("diagonal-only softmax Jacobian",
+                "inside attention you used the diagonal-only softmax Jacobian, dS = P (1 - P) dP;"
+                " it is " + _D, _attention_softmax_diagonal),
+        Mistake("softmax skipped",
+                "you passed dP straight to the scores (dS = dP), skipping the softmax; it is " + _D,
+                _attention_softmax_skipped),
+        Mistake("dk without the transpose",
+                "your dk is dS q / sqrt(d_k); S_ij pairs query i with key j, so dk = dS^T q / sqrt(d_k)",
+                _attention_dk_not_transposed),
+    ),
+    "split_heads_backward": (
+        Mistake("reshape without moving the heads back",
+                "you reshaped (..., H, N, Dh) straight to (..., N, H*Dh); the heads axis must first be"
+                " moved back next to Dh: dx = reshape(moveaxis(dheads, -3, -2), (..., N, H*Dh))",
+                _split_backward_by_reshape),
+        Mistake("heads concatenated in reverse order",
+                "your heads are concatenated in reverse order: head i owns columns i*Dh:(i+1)*Dh",
+                _split_backward_heads_reversed),
+    ),
+    "merge_heads_backward": (
+        Mistake("reshape without moving the heads axis",
+                "you reshaped (..., N, H*Dh) straight to (..., H, N, Dh); split the last axis into"
+                " (H, Dh) first, then move H before N: moveaxis(reshape(d, (..., N, H, Dh)), -2, -3)",
+                _merge_backward_by_reshape),
+    ),
+    "layer_norm_backward": (
+        Mistake("mean and variance treated as constants",
+                "you treated the mean and the variance as constants, dx = rstd * gamma * dy; both"
+                " depend on x: dx = rstd (g - mean(g) - x_hat mean(g x_hat)) with g = gamma * dy",
+                _layer_norm_without_mean_terms),
+        Mistake("variance treated as a constant",
+                "you kept the mean's term but not the variance's: dx = rstd (g - mean(g)); add"
+                " - x_hat mean(g x_hat), with g = gamma * dy", _layer_norm_without_variance_term),
+        Mistake("dgamma not summed over rows",
+                "your dgamma is one row's dy * x_hat; gamma scales every row, so dgamma = sum over"
+                " rows of dy * x_hat", _layer_norm_dgamma_not_summed),
+    ),
+    "flash_attention_backward": (
+        Mistake("probabilities not normalised",
+                "you recomputed P = exp(S - m) without dividing by the row sum l; use the saved"
+                " log-sum-exp, P = exp(S - m - log l)", _flash_unnormalised),
+        Mistake("D from one tile",
+                "your D is summed over one tile of keys; D_i = sum_j P_ij dP_ij runs over the whole"
+                " row, which is rowsum(dout_i * out_i)", _flash_tile_D),
+        Mistake("dk and dv overwritten",
+                "your dk and dv keep only the last query block's contribution: accumulate them,"
+                " dk[keys] += dS^T q / sqrt(d_k) and dv[keys] += P^T dout, over every query block",
+                _flash_overwrites),
+        Mistake("missing 1/sqrt(d_k)",
+                "your dq and dk miss the factor 1/sqrt(d_k): dq = dS k / sqrt(d_k), dk = dS^T q / sqrt(d_k)",
+                _flash_scale_missing),
+    ),
+    "multi_head_attention_backward": (
+        Mistake("transposed W_o gradient",
+                "your dW_o is transposed: dW_o = dout^T concat; it must be concat^T dout, shaped like"
+                " W_o (H*Dv, D)", _multi_head_dW_o_transposed),
+        Mistake("missing 1/sqrt(d_k)",
+                "the attention step misses 1/sqrt(d_k) in dq and dk (S = q k^T / sqrt(d_k), d_k the"
+                " width of one head)", _multi_head_scale_missing),
+        Mistake("bias gradients not summed over the batch axes",
+                "your db_o sums dout over the first axis only; a bias is added to every position"
+                " of every batch item, so sum over all axes but the last", _multi_head_b_o_not_summed),
+    ),
+}

@@ -1,0 +1,296 @@
+"""The exercise checker: a correct attempt always passes, and each classic mistake, written
+here as a student would write it, is named by the checker's diagnosis."""
+import numpy as np
+import pytest
+
+from attention_ref.core.heads import merge_heads, split_heads
+from attention_ref.exercises import EXERCISES, MISTAKES, check, hint
+from attention_ref.variants.blockwise import _key_blocks, _scores
+
+# -- independent correct implementations, written from the formulas ---------------------------
+
+
+def softmax_backward(dy, cache):
+    y = cache.y
+    return y * (dy - np.sum(dy * y, axis=-1, keepdims=True))
+
+
+def linear_backward(dy, cache):
+    x, W = cache.x, cache.W
+    x2, dy2 = x.reshape(-1, x.shape[-1]), dy.reshape(-1, dy.shape[-1])
+    return dy @ W.T, x2.T @ dy2, dy2.sum(axis=0) if cache.has_bias else None
+
+
+def attention_backward(dout, cache):
+    q, k, v, P, scale = cache.q, cache.k, cache.v, cache.weights, cache.scale
+    dv = np.einsum("...ij,...id->...jd", P, dout)
+    dP = np.einsum("...id,...jd->...ij", dout, v)
+    dS = P * (dP - np.einsum("...ij,...ij->...i", P, dP)[..., None])
+    return np.einsum("...ij,...jd->...id", dS, k) * scale, np.einsum("...ij,...id->...jd", dS, q) * scale, dv
+
+
+def split_heads_backward(dheads):
+    *batch, h, n, d = dheads.shape
+    return np.moveaxis(dheads, -3, -2).reshape(*batch, n, h * d)
+
+
+def merge_heads_backward(dmerged, num_heads):
+    *batch, n, width = dmerged.shape
+    return np.moveaxis(dmerged.reshape(*batch, n, num_heads, width // num_heads), -2, -3)
+
+
+def layer_norm_backward(dy, cache):
+    x_hat, rstd, gamma = cache
+    g = dy * gamma
+    dx = rstd * (g - g.mean(-1, keepdims=True) - x_hat * (g * x_hat).mean(-1, keepdims=True))
+    rows = (dy * x_hat).reshape(-1, x_hat.shape[-1])
+    return dx, rows.sum(axis=0), dy.reshape(-1, x_hat.shape[-1]).sum(axis=0)
+
+
+def flash_attention_backward(dout, cache, *, normalise=True, row_D=True, accumulate=True, scaled=True):
+    """Tile by tile; the keywords make it one of the classic wrong versions."""
+    q, k, v, mask, out, m, log_l, scale, causal, window, block = cache
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    dq, dk, dv = np.zeros(out.shape[:-1] + q.shape[-1:]), np.zeros(out.shape[:-2] + k.shape[-2:]), \
+        np.zeros(out.shape[:-2] + v.shape[-2:])
+    D = np.sum(dout * out, axis=-1, keepdims=True)
+    factor = scale if scaled else 1.0
+    for qs in range(0, n_q, block):
+        qe = min(qs + block, n_q)
+        for ks in _key_blocks(qs, qe, n_q, n_k, block, causal, window):
+            ke = min(ks + block, n_k)
+            s = _scores(q[..., qs:qe, :] * scale, k, mask, qs, qe, ks, ke, n_q, n_k, causal, window)
+            with np.errstate(invalid="ignore"):
+                p = np.nan_to_num(np.exp(s - m[..., qs:qe, None] - (log_l[..., qs:qe, None] if normalise else 0)))
+            dp = dout[..., qs:qe, :] @ np.swapaxes(v[..., ks:ke, :], -1, -2)
+            ds = p * (dp - (D[..., qs:qe, :] if row_D else np.sum(p * dp, axis=-1, keepdims=True)))
+            dq[..., qs:qe, :] += ds @ k[..., ks:ke, :] * factor
+            new_dk = np.swapaxes(ds, -1, -2) @ q[..., qs:qe, :] * factor
+            new_dv = np.swapaxes(p, -1, -2) @ dout[..., qs:qe, :]
+            if accumulate:
+                dk[..., ks:ke, :] += new_dk
+                dv[..., ks:ke, :] += new_dv
+            else:
+                dk[..., ks:ke, :] = new_dk
+                dv[..., ks:ke, :] = new_dv
+    return dq, dk, dv
+
+
+def multi_head_attention_backward(dout, cache, *, transpose_dW_o=False, scale=None, sum_b_o=True):
+    """Composed from the pieces above; the keywords make it one of the classic wrong versions."""
+    h = cache.num_heads
+    grads = {}
+    dmerged = dout @ cache.o_proj.W.T
+    concat = cache.o_proj.x.reshape(-1, cache.o_proj.x.shape[-1])
+    dW_o = concat.T @ dout.reshape(-1, dout.shape[-1])
+    grads["W_o"] = dW_o.T if transpose_dW_o else dW_o
+    grads["b_o"] = None if not cache.o_proj.has_bias else \
+        dout.reshape(-1, dout.shape[-1]).sum(0) if sum_b_o else dout.sum(axis=0)
+    dheads = merge_heads_backward(dmerged, h)[..., :, None, :, :]  # (..., H, 1, Nq, Dv)
+    att = cache.attention if scale is None else cache.attention._replace(scale=scale)
+    dq, dk, dv = attention_backward(dheads, att)
+    out = []
+    for name, d, proj in (("q", dq, cache.q_proj), ("k", dk, cache.k_proj), ("v", dv, cache.v_proj)):
+        dp = split_heads_backward(d[..., :, 0, :, :])
+        dx, dW, db = linear_backward(dp, proj)
+        if not sum_b_o and db is not None:
+            db = dp.sum(axis=0)
+        grads["W_" + name], grads["b_" + name] = dW, db
+        out.append(dx)
+    return out[0], out[1], out[2], {key: grads[key] for key in cache.param_keys}
+
+
+CORRECT = {
+    "softmax_backward": softmax_backward,
+    "linear_backward": linear_backward,
+    "scaled_dot_product_attention_backward": attention_backward,
+    "split_heads_backward": split_heads_backward,
+    "merge_heads_backward": merge_heads_backward,
+    "layer_norm_backward": layer_norm_backward,
+    "flash_attention_backward": flash_attention_backward,
+    "multi_head_attention_backward": multi_head_attention_backward,
+}
+
+
+def test_every_exercise_has_an_independent_solution_here():
+    assert set(CORRECT) == set(EXERCISES)
+
+
+@pytest.mark.parametrize("name", list(EXERCISES))
+def test_correct_attempts_pass_on_50_seeds(name):
+    """No false alarm: the library's own backward and the one written above, 50 random draws each."""
+    for seed in range(50):
+        for attempt in (EXERCISES[name].backward, CORRECT[name]):
+            result = check(name, attempt, seed=seed)
+            assert result.ok, f"seed {seed}:\n{result}"
+
+
+# -- the classic mistakes, as a student writes them --------------------------------------------
+
+def _attention_wrong(*, scale_power=1, mask=True, softmax="full", dk_transposed=False):
+    def backward(dout, cache):
+        q, k, v, P, _, scale = cache
+        s = scale ** scale_power
+        if not mask:  # recomputes the softmax, forgetting the mask
+            S = q @ np.swapaxes(k, -1, -2) * cache.scale
+            P = np.exp(S - S.max(-1, keepdims=True))
+            P = P / P.sum(-1, keepdims=True)
+        dv = np.swapaxes(P, -1, -2) @ dout
+        dP = dout @ np.swapaxes(v, -1, -2)
+        if softmax == "full":
+            dS = P * (dP - np.sum(P * dP, axis=-1, keepdims=True))
+        elif softmax == "diagonal":
+            dS = P * (1 - P) * dP
+        else:
+            dS = dP
+        dk = (dS @ q if dk_transposed else np.swapaxes(dS, -1, -2) @ q) * s
+        return dS @ k * s, dk, dv
+    return backward
+
+
+def _layer_norm_wrong(kind):
+    def backward(dy, cache):
+        x_hat, rstd, gamma = cache
+        g = dy * gamma
+        dgamma = (dy * x_hat).reshape(-1, x_hat.shape[-1]).sum(0)
+        dbeta = dy.reshape(-1, x_hat.shape[-1]).sum(0)
+        if kind == "constants":
+            dx = rstd * g
+        elif kind == "no variance":
+            dx = rstd * (g - g.mean(-1, keepdims=True))
+        else:
+            dx = layer_norm_backward(dy, cache)[0]
+            dgamma = (dy * x_hat).reshape(-1, x_hat.shape[-1])[0]
+        return dx, dgamma, dbeta
+    return backward
+
+
+def _linear_dW_transposed(dy, cache):
+    dx, dW, db = linear_backward(dy, cache)
+    return dx, dy.reshape(-1, dy.shape[-1]).T @ cache.x.reshape(-1, cache.x.shape[-1]), db
+
+
+def _linear_db_first_axis(dy, cache):
+    dx, dW, _ = linear_backward(dy, cache)
+    return dx, dW, dy.sum(axis=0) if cache.has_bias else None
+
+
+WRONG = {  # exercise -> {mistake name in the catalogue: a student's wrong attempt}
+    "softmax_backward": {
+        "diagonal-only Jacobian": lambda dy, cache: dy * cache.y * (1 - cache.y),
+        "missing sum term": lambda dy, cache: dy * cache.y,
+        "sum term with the wrong sign": lambda dy, cache: cache.y * (dy + np.sum(dy * cache.y, -1, keepdims=True)),
+    },
+    "linear_backward": {
+        "transposed weight gradient": _linear_dW_transposed,
+        "bias gradient not summed over the batch axes": _linear_db_first_axis,
+    },
+    "scaled_dot_product_attention_backward": {
+        "missing 1/sqrt(d_k)": _attention_wrong(scale_power=0),
+        "1/sqrt(d_k) applied twice": _attention_wrong(scale_power=2),
+        "masked positions let through": _attention_wrong(mask=False),
+        "diagonal-only softmax Jacobian": _attention_wrong(softmax="diagonal"),
+        "softmax skipped": _attention_wrong(softmax="skipped"),
+        "dk without the transpose": _attention_wrong(dk_transposed=True),
+    },
+    "split_heads_backward": {
+        "reshape without moving the heads back": lambda d: d.reshape(d.shape[:-3] + (d.shape[-2], -1)),
+        "heads concatenated in reverse order": lambda d: merge_heads(np.flip(d, axis=-3)),
+    },
+    "merge_heads_backward": {
+        "reshape without moving the heads axis":
+            lambda d, h: d.reshape(d.shape[:-2] + (h, d.shape[-2], d.shape[-1] // h)),
+    },
+    "layer_norm_backward": {
+        "mean and variance treated as constants": _layer_norm_wrong("constants"),
+        "variance treated as a constant": _layer_norm_wrong("no variance"),
+        "dgamma not summed over rows": _layer_norm_wrong("dgamma"),
+    },
+    "flash_attention_backward": {
+        "probabilities not normalised": lambda d, c: flash_attention_backward(d, c, normalise=False),
+        "D from one tile": lambda d, c: flash_attention_backward(d, c, row_D=False),
+        "dk and dv overwritten": lambda d, c: flash_attention_backward(d, c, accumulate=False),
+        "missing 1/sqrt(d_k)": lambda d, c: flash_attention_backward(d, c, scaled=False),
+    },
+    "multi_head_attention_backward": {
+        "transposed W_o gradient": lambda d, c: multi_head_attention_backward(d, c, transpose_dW_o=True),
+        "missing 1/sqrt(d_k)": lambda d, c: multi_head_attention_backward(d, c, scale=1.0),
+        "bias gradients not summed over the batch axes":
+            lambda d, c: multi_head_attention_backward(d, c, sum_b_o=False),
+    },
+}
+
+
+def test_every_catalogue_mistake_has_a_wrong_attempt_here():
+    assert {n: set(m) for n, m in WRONG.items()} == {n: {m.name for m in ms} for n, ms in MISTAKES.items()}
+
+
+@pytest.mark.parametrize("name, mistake", [(n, m) for n, ms in MISTAKES.items() for m in ms],
+                         ids=lambda v: v if isinstance(v, str) else v.name)
+def test_each_classic_mistake_is_named(name, mistake):
+    for seed in range(3):
+        result = check(name, WRONG[name][mistake.name], seed=seed)
+        assert not result.ok
+        assert result.diagnosis.startswith(mistake.sentence), f"seed {seed}:\n{result}"
+        assert mistake.sentence.replace("  ", " ") in str(result).replace("\n  ", " ")
+
+
+# -- what the checker says when no classic mistake fits ---------------------------------------
+
+def _correct_then(name, change):
+    def attempt(*args):
+        return change(CORRECT[name](*args), *args)
+    return attempt
+
+
+@pytest.mark.parametrize("name, attempt, words", [
+    ("softmax_backward", _correct_then("softmax_backward", lambda dx, dy, c: -dx), "has the wrong sign everywhere"),
+    ("scaled_dot_product_attention_backward",
+     _correct_then("scaled_dot_product_attention_backward",
+                   lambda g, dout, c: (g[0] / c.scale, g[1], g[2])), "= sqrt(d_k)"),
+    ("multi_head_attention_backward",
+     _correct_then("multi_head_attention_backward",
+                   lambda g, dout, c: (g[0] * c.num_heads, *g[1:])), "= h"),
+    ("softmax_backward", _correct_then("softmax_backward", lambda dx, dy, c: np.where(c.y == 0, dy, dx)),
+     "right except at masked entries, where it must be 0"),
+    ("softmax_backward", _correct_then("softmax_backward",
+                                       lambda dx, dy, c: dx + (np.arange(dx.shape[0]) == 1).reshape(
+                                           (-1,) + (1,) * (dx.ndim - 1)) if dx.ndim >= 3 else dx),
+     "wrong only at batch item [1]"),
+    ("merge_heads_backward", _correct_then("merge_heads_backward", lambda g, d, h: np.swapaxes(g, -1, -2)),
+     "the transpose of the expected"),
+    ("linear_backward", _correct_then("linear_backward", lambda g, dy, c: (g[0].astype(np.float32), g[1], g[2])),
+     "dx has dtype float32, expected float64"),
+    ("linear_backward", _correct_then("linear_backward", lambda g, dy, c: g[:2]), "returned 2 values; it returns 3"),
+    ("layer_norm_backward", _correct_then("layer_norm_backward", lambda g, dy, c: (g[0], g[1] * np.nan, g[2])),
+     "dgamma has NaN or infinity"),
+    ("layer_norm_backward", _correct_then("layer_norm_backward", lambda g, dy, c: (g[0] * 0, g[1], g[2])),
+     "dx is zero everywhere"),
+])
+def test_what_it_can_see_without_a_catalogue_entry(name, attempt, words):
+    result = check(name, attempt)
+    assert not result.ok and words in result.diagnosis, str(result)
+
+
+def test_a_students_own_forward_is_used_and_checked():
+    from attention_ref import softmax_forward
+    from attention_ref.core.softmax import SoftmaxCache
+
+    def my_forward(x):
+        e = np.exp(x - x.max(-1, keepdims=True))
+        y = e / e.sum(-1, keepdims=True)
+        return y, SoftmaxCache(y, -1)
+
+    assert check("softmax_backward", softmax_backward, forward=my_forward).ok
+    wrong = check("softmax_backward", softmax_backward, forward=lambda x: (np.exp(x), softmax_forward(x)[1]))
+    assert not wrong.ok and "your forward's output differs from softmax_forward's" in wrong.diagnosis
+
+
+def test_unknown_exercise_and_hints():
+    with pytest.raises(KeyError, match="softmax_backward"):
+        check("softmax", softmax_backward)
+    assert hint("softmax_backward", 1).startswith("hint 1 of 3: Every y_j depends on every x_i")
+    with pytest.raises(ValueError, match="hints 1 to 3"):
+        hint("softmax_backward", 4)
+    for e in EXERCISES.values():
+        assert len(e.hints) >= 2 and all(hint(e.name, i + 1) for i in range(len(e.hints)))
