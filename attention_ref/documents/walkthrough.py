@@ -36,10 +36,10 @@ from ..variants.linear_attention import linear_attention_backward, linear_attent
 from ..variants.rope import rope_backward, rope_forward
 from . import printed_values as documents
 from .claims.claim import fmt
-from .claims.table import render_text
+from .claims.table import render_summary, render_text
 from .worked_examples import W_O_READINGS, single_token_example, two_head_example
 
-__all__ = ["main", "example_section", "claims_section", "gradcheck_section", "gradcheck_cases",
+__all__ = ["main", "example_section", "summary_section", "claims_section", "gradcheck_section", "gradcheck_cases",
            "SECTIONS", "WIDTH"]
 
 WIDTH = 80
@@ -125,8 +125,24 @@ def example_section() -> str:
 
 
 def claims_section() -> str:
-    """Every checked claim of the five documents."""
+    """Every checked claim of the five documents, with its note."""
     return "Every checkable claim of the five documents (docs/claims.md).\n" + render_text(WIDTH)
+
+
+def summary_section() -> str:
+    """Every checked claim of the five documents, one line each."""
+    return ("Every checkable claim of the five documents, one line each; the notes (how each\n"
+            "mistake arises) are in --section claims and docs/claims.md.\n" + render_summary(WIDTH))
+
+
+NEXT_STEPS = """\
+Where next:
+  python -m attention_ref --section claims     every claim with its note
+  python -m attention_ref exercise list        derive a backward yourself; the
+                                               checker names the classic mistake
+  python -m attention_ref --plots figures/     the figures, as PNG files
+  notebooks/                                   13 notebooks, one mechanism each
+  docs/reading_guide.md                        which five files to read first"""
 
 
 def gradcheck_cases(seed: int = 0) -> list[tuple]:
@@ -266,7 +282,8 @@ def gradcheck_section() -> tuple[str, bool]:
     return "\n".join(lines), all_ok
 
 
-SECTIONS = ("example", "claims", "gradcheck")
+SECTIONS = ("example", "summary", "claims", "gradcheck")
+DEFAULT = ("example", "summary", "gradcheck")  # the full claims are one flag away
 
 
 def main(argv=None, save_figures=None) -> int:
@@ -278,14 +295,14 @@ def main(argv=None, save_figures=None) -> int:
         description="Walk through the documents' two-head example, the claims table and the"
                     " gradient checks.")
     parser.add_argument("--section", choices=SECTIONS + ("all",), default="all",
-                        help="print one section only (default: all)")
+                        help="print one section only (default: all, with the claims one line each)")
     parser.add_argument("--plots", metavar="DIR", help="also write the figures (PNG) into DIR")
     args = parser.parse_args(argv)
     ok = True
-    chosen = SECTIONS if args.section == "all" else (args.section,)
+    chosen = DEFAULT if args.section == "all" else (args.section,)
     for i, section in enumerate(chosen):
-        title = {"example": "1. THE TWO-HEAD EXAMPLE", "claims": "2. THE CLAIMS TABLE",
-                 "gradcheck": "3. GRADIENT CHECKS"}[section]
+        title = {"example": "1. THE TWO-HEAD EXAMPLE", "summary": "2. THE CLAIMS, ONE LINE EACH",
+                 "claims": "2. THE CLAIMS TABLE", "gradcheck": "3. GRADIENT CHECKS"}[section]
         if i:
             print()
         print("=" * WIDTH)
@@ -295,9 +312,14 @@ def main(argv=None, save_figures=None) -> int:
             print(example_section())
         elif section == "claims":
             print(claims_section())
+        elif section == "summary":
+            print(summary_section())
         else:
             text, ok = gradcheck_section()
             print(text)
+    if args.section == "all":
+        print()
+        print(NEXT_STEPS)
     if args.plots:
         if save_figures is None:
             parser.error("--plots needs the figures: run python -m attention_ref --plots DIR")

@@ -21,7 +21,7 @@ from ..core.multi_head import multi_head_attention_backward, multi_head_attentio
 from ..core.softmax import softmax_backward, softmax_forward
 from ..nn.layer_norm import layer_norm_backward, layer_norm_forward
 from ..variants.blockwise import flash_attention_backward, flash_attention_forward
-from .mistakes import MISTAKES, Mistake
+from .mistakes import MISTAKES
 
 __all__ = ["Case", "Exercise", "EXERCISES"]
 

@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..core.heads import _merge, _split
+from ..core.heads import _merge
 from ..core.linear import LinearCache
 from ..core.multi_head import _multi_head_attention_backward
 from ..core.softmax import _softmax

@@ -121,9 +121,25 @@ def test_module_entry_point_runs_every_section():
     result = subprocess.run([sys.executable, "-m", "attention_ref"], cwd=ROOT, capture_output=True,
                             text=True, check=False)
     assert result.returncode == 0, result.stderr
-    for title in ("1. THE TWO-HEAD EXAMPLE", "2. THE CLAIMS TABLE", "3. GRADIENT CHECKS"):
+    for title in ("1. THE TWO-HEAD EXAMPLE", "2. THE CLAIMS, ONE LINE EACH", "3. GRADIENT CHECKS"):
         assert title in result.stdout
-    assert max(len(line) for line in result.stdout.splitlines()) <= 80
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert len(lines) <= 200, f"{len(lines)} lines: the walkthrough must not scroll away"
+    assert lines[-6:] == walkthrough.NEXT_STEPS.splitlines()[-6:]  # it ends with where to go next
+    assert "2. THE CLAIMS TABLE" not in result.stdout  # the notes are one flag away
+
+
+def test_summary_has_one_line_per_claim_with_the_correction(capsys):
+    from attention_ref.documents.claims import all_claims
+
+    code, out = run(capsys, "--section", "summary")
+    claims = all_claims()
+    for c in claims:
+        assert sum(f" {c.id} " in line for line in out.splitlines()) == 1, c.id
+    wrong = next(c for c in claims if c.id == "004-4.1-score")
+    assert f"printed {wrong.printed}, correct {wrong.computed}" in out
+    assert out.rstrip().endswith(f"{len(claims)} claims: 33 holds, 11 wrong, 15 ambiguous.")
 
 
 def test_bad_section_is_rejected(capsys):

@@ -3,7 +3,7 @@ here as a student would write it, is named by the checker's diagnosis."""
 import numpy as np
 import pytest
 
-from attention_ref.core.heads import merge_heads, split_heads
+from attention_ref.core.heads import merge_heads
 from attention_ref.exercises import EXERCISES, MISTAKES, check, hint
 from attention_ref.variants.blockwise import _key_blocks, _scores
 

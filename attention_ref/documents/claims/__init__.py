@@ -5,7 +5,7 @@
 ``table`` orders them and renders ``docs/claims.md``.
 """
 from .claim import VERDICTS, Claim, fmt, readings_verdict, tiny
-from .table import all_claims, claim_groups, render_markdown, render_text
+from .table import all_claims, claim_groups, render_markdown, render_summary, render_text
 
 __all__ = ["Claim", "VERDICTS", "all_claims", "claim_groups", "fmt", "readings_verdict", "render_markdown",
-           "render_text", "tiny"]
+           "render_summary", "render_text", "tiny"]

@@ -23,7 +23,7 @@ from .parameters_and_cost import cost_claims, listing_and_mask_claims, parameter
 from .paths_and_variants import paths_and_variants_claims
 from .worked_examples import hull_claims, scaling_claims, worked_example_claims
 
-__all__ = ["all_claims", "claim_groups", "render_markdown", "render_text"]
+__all__ = ["all_claims", "claim_groups", "render_markdown", "render_summary", "render_text"]
 
 
 def claim_groups() -> dict:
@@ -85,6 +85,27 @@ def render_markdown() -> str:
     lines += [f"- {cite}: {text}" for cite, text in docs.NOT_COMPUTED]
     lines.append("")
     return "\n".join(lines)
+
+
+def render_summary(width: int = 80) -> str:
+    """The table in one line per claim: verdict, id, and the printed value with ours when they differ."""
+    out, rows = [], []
+    for title, f in claim_groups().items():
+        group = f()
+        out.append(title)
+        for r in group:
+            if r.verdict == "wrong":
+                text = f"printed {r.printed}, correct {r.computed}"
+            elif r.verdict == "holds" and r.printed not in ("", "(no number)"):
+                text = r.printed
+            else:
+                text = r.claim
+            line = f"  {r.verdict.upper():<9} {r.id:<22} {text}"
+            out.append(line if len(line) <= width else line[:width - 3] + "...")
+        rows += group
+    counts = {v: sum(r.verdict == v for r in rows) for v in VERDICTS}
+    out.append(f"{len(rows)} claims: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + ".")
+    return "\n".join(out)
 
 
 def render_text(width: int = 80) -> str:
