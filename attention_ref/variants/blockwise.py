@@ -106,12 +106,9 @@ def _structural_keep(qs, qe, ks, ke, n_q, n_k, causal, window):
     """(Bq, Bk) bool tile of the causal/window rule, or None when the whole tile is allowed."""
     offset = n_k - n_q
     first, last = qs + offset, qe - 1 + offset  # positions of the block's first/last query
-    full = True
-    if causal and ke - 1 > first:
-        full = False
-    if window is not None and (ks < last - window or ke - 1 > first + window):
-        full = False
-    if full:
+    future = causal and ke - 1 > first  # the tile's last key comes after its first query
+    outside = window is not None and (ks < last - window or ke - 1 > first + window)  # a pair too far apart
+    if not (future or outside):
         return None
     position = np.arange(qs, qe)[:, None] + offset  # (Bq, 1)
     key = np.arange(ks, ke)[None, :]  # (1, Bk)
@@ -158,8 +155,7 @@ def _float_mask_tile(tile, dtype):
         raise ValueError(f"mask contains NaN (array of dtype {tile.dtype}; found in a tile)")
     if np.isposinf(tile).any():
         raise ValueError(f"mask contains infinity (array of dtype {tile.dtype}; found in a tile)")
-    with np.errstate(over="ignore"):  # -1e300 in float32 becomes -inf, as meant
-        tile = tile.astype(dtype, copy=False)
+    tile = tile.astype(dtype, copy=False)  # -1e300 in float32 becomes -inf, as meant (the caller ignores overflow)
     if np.isposinf(tile).any():
         raise ValueError(f"mask holds values too large for {np.dtype(dtype)}")
     return tile
@@ -183,7 +179,7 @@ def _scores(q_blk, k, mask, qs, qe, ks, ke, n_q, n_k, causal, window, q=None):
         if tile.dtype == bool:
             s = np.where(tile, s, -np.inf)
         else:
-            with np.errstate(over="ignore"):  # huge finite biases may overflow to +-inf
+            with np.errstate(over="ignore"):  # -1e300 cast to float32 is -inf (blocked, as meant); huge biases may sum to +-inf
                 s = s + _float_mask_tile(tile, s.dtype)
     return s
 
