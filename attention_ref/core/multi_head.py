@@ -182,7 +182,7 @@ def _ungroup_heads(x):
 
 def _group_mask(mask):
     """Give a (..., Nq, Nk) mask two axes of size 1 for (Hkv, G), so one mask serves all heads."""
-    if mask is None or mask.ndim < 2:
+    if mask is None or mask.ndim < 3:  # (Nq, Nk) or smaller: broadcasts over the head axes as it is
         return mask
     return mask.reshape(mask.shape[:-2] + (1, 1) + mask.shape[-2:])  # (..., 1, 1, Nq, Nk)
 

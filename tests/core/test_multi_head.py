@@ -342,3 +342,63 @@ def test_error_messages_are_exact(case):
     assert str(info.value).startswith(message), str(info.value)
     if "parameter shapes" in message or "must be a" in message or "must have shape" in message:
         assert str(info.value) == message
+
+
+
+@pytest.mark.parametrize("wide", ["query", "key", "value", "params"])
+def test_one_float64_input_makes_the_layer_float64(wide):
+    x, p = _good()
+    args = {"query": x, "key": x + 1, "value": x - 1, "params": p}
+    narrow = {n: ({k: v.astype(np.float32) for k, v in a.items()} if n == "params" else a.astype(np.float32))
+              for n, a in args.items()}
+    mixed = {n: args[n] if n == wide else narrow[n] for n in args}
+    out, cache = mha_forward(mixed["query"], mixed["key"], mixed["value"], mixed["params"], 2)
+    assert out.dtype == cache.attention.weights.dtype == np.float64
+    ref, _ = mha_forward(*(mixed[n].astype(np.float64) if n != "params" else
+                           {k: v.astype(np.float64) for k, v in mixed[n].items()} for n in args), 2)
+    assert_close(out, ref, rtol=1e-12, atol=1e-12)
+
+
+def test_float64_mask_is_rounded_to_float32_before_it_is_added():
+    x, p = _good()
+    x32, p32 = x.astype(np.float32), {k: v.astype(np.float32) for k, v in p.items()}
+    mask = 3 * np.random.default_rng(13).standard_normal((2, 3, 3))  # per batch item
+    out64, _ = mha_forward(x32, x32, x32, p32, 2, mask)
+    out32, _ = mha_forward(x32, x32, x32, p32, 2, mask.astype(np.float32))
+    np.testing.assert_array_equal(out64, out32)
+
+
+def test_batched_mask_reaches_every_head_of_its_own_batch_item():
+    """A (B, Nq, Nk) mask: item b's mask applies to every head of item b, and only there."""
+    x, p = _good()
+    mask = np.ones((2, 3, 3), bool)
+    mask[1, :, 2] = False  # item 1 may not attend to key 2
+    out, cache = mha_forward(x, x, x, p, 2, mask)
+    assert (cache.attention.weights[1, ..., 2] == 0).all() and (cache.attention.weights[0, ..., 2] > 0).all()
+    ref, _ = loop_multi_head(x, x, x, p, 2, mask)
+    assert_close(out, ref)
+
+
+@pytest.mark.parametrize("where, message", [
+    ("key", "overflow in key W_k + b_k"),
+    ("concat", "overflow in concat W_o + b_o"),
+])
+def test_projection_overflow_names_the_projection(where, message):
+    x, p = _good()
+    value = x
+    if where == "key":
+        p = dict(p, W_k=p["W_k"] * 1e306)
+        x = x * 1e3
+    else:  # heads of size ~100 times 1e308
+        p = dict(p, W_o=np.full_like(p["W_o"], 1e308))
+        value = np.abs(x) * 100
+    with np.errstate(all="raise"), pytest.raises(FloatingPointError, match="^" + message.replace("+", r"\+")):
+        mha_forward(x, x, value, p, 2)
+
+
+def test_head_mask_errors_name_it():
+    x, p = _good()
+    with pytest.raises(TypeError, match="^head_mask must hold real numbers"):
+        mha_forward(x, x, x, p, 2, head_mask=np.array(["a", "b"]))
+    with pytest.raises(ValueError, match=r"^head_mask must have shape \(num_heads,\) = \(2,\), got \(3,\)$"):
+        mha_forward(x, x, x, p, 2, head_mask=np.ones(3))
