@@ -124,6 +124,19 @@ def _client(nb, path: Path):
                                    resources={"metadata": {"path": str(path.parent)}})
 
 
+#: The notebooks about a mechanism, each of which shows it in at least one figure (13 is the
+#: exercises: its output is the checker's text)
+MECHANISMS = [p for p in NOTEBOOKS if not p.name.startswith("13_")]
+
+
+@pytest.mark.parametrize("path", MECHANISMS, ids=lambda p: p.stem)
+def test_mechanism_notebook_shows_a_figure(path):
+    nb = nbformat.read(path, as_version=4)
+    images = [out for c in code_cells(nb) for out in c.get("outputs", [])
+              if "image/png" in out.get("data", {})]
+    assert images, f"{path.name} has no figure"
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_executes_and_its_committed_outputs_are_current(path):
     nb = nbformat.read(path, as_version=4)

@@ -23,36 +23,51 @@ __all__ = [
 ]
 
 
-def attention_heatmaps(weights, query_tokens, key_tokens=None, *, title="attention weights",
-                       annotate=None) -> Figure:
+def attention_heatmaps(weights, query_tokens=None, key_tokens=None, *, title="attention weights",
+                       annotate=None, panel_titles=None) -> Figure:
     """One heatmap per head: row ``i`` is how query token ``i`` spreads its attention.
 
     Parameters
     ----------
     weights : array (H, n_q, n_k) (or (n_q, n_k) for one head), rows summing to 1 (or 0)
-    query_tokens : n_q labels; key_tokens : n_k labels (default: the query labels)
+    query_tokens : n_q labels, or None for position numbers; key_tokens : n_k labels
+        (default: the query labels when n_q == n_k, else position numbers)
     annotate : write each weight in its cell (default: when n_q, n_k <= 8)
+    panel_titles : one title per panel (default: "head 1", "head 2", ...)
     """
     w = np.asarray(weights, dtype=float)
     if w.ndim == 2:
         w = w[None]  # (1, Nq, Nk)
     if w.ndim != 3:
         raise ValueError(f"weights must have shape (H, n_q, n_k) or (n_q, n_k), got {np.shape(weights)}")
-    key_tokens = list(query_tokens) if key_tokens is None else list(key_tokens)
     h, n_q, n_k = w.shape
-    if len(query_tokens) != n_q or len(key_tokens) != n_k:
-        raise ValueError(f"{len(query_tokens)} query and {len(key_tokens)} key labels for weights of"
-                         f" shape {w.shape}")
+    if key_tokens is None and query_tokens is not None and n_q == n_k:
+        key_tokens = query_tokens
+    labels = [list(t) if t is not None else None for t in (query_tokens, key_tokens)]
+    for tokens, n, what in ((labels[0], n_q, "query"), (labels[1], n_k, "key")):
+        if tokens is not None and len(tokens) != n:
+            raise ValueError(f"{len(tokens)} {what} labels for weights of shape {w.shape}")
+    panel_titles = [f"head {i + 1}" for i in range(h)] if panel_titles is None else list(panel_titles)
+    if len(panel_titles) != h:
+        raise ValueError(f"{len(panel_titles)} panel titles for {h} panels")
     annotate = max(n_q, n_k) <= 8 if annotate is None else annotate
-    fig = Figure(figsize=(3.2 * h + 1.0, 3.2), layout="constrained")
-    axes = fig.subplots(1, h, squeeze=False)[0]
+    longest = max((len(str(t)) for t in labels[1] or ()), default=0)  # rotated key labels need height
+    cols = min(h, 4)  # at most four panels a row
+    rows = -(-h // cols)
+    fig = Figure(figsize=(3.2 * cols + 1.6, (3.4 + 0.07 * longest) * rows), layout="constrained")
+    grid = fig.subplots(rows, cols, squeeze=False).ravel()
+    for ax in grid[h:]:
+        ax.set_visible(False)
+    axes = grid[:h]
     for i, ax in enumerate(axes):
         im = ax.imshow(w[i], vmin=0.0, vmax=1.0, cmap="viridis")
-        ax.set_xticks(range(n_k), key_tokens, rotation=60, ha="right")
-        ax.set_yticks(range(n_q), query_tokens)
-        ax.set_title(f"head {i + 1}")
+        if labels[1] is not None:
+            ax.set_xticks(range(n_k), labels[1], rotation=60, ha="right")
+        if labels[0] is not None:
+            ax.set_yticks(range(n_q), labels[0])
+        ax.set_title(panel_titles[i], fontsize=10)
         ax.set_xlabel("key")
-        if i == 0:
+        if i % cols == 0:
             ax.set_ylabel("query")
         if annotate:
             for a in range(n_q):
@@ -166,7 +181,7 @@ def singular_value_spectra(scales=(0.1, 1.0, 10.0), n: int = 64, d_k: int = 16) 
 
 def _example_heatmaps() -> Figure:
     tokens, weights = example_attention_weights()
-    return attention_heatmaps(weights, tokens, title="causal self-attention, two heads")
+    return attention_heatmaps(weights, tokens, title="causal self-attention, two heads (random weights)")
 
 
 #: File name -> function building the figure, for :func:`save_all`.

@@ -60,7 +60,7 @@ def plot_attention_maps(maps, x, *, title="Where the summary token looks"):
     x = np.asarray(x)
     a_max, b_max = x[..., 0].argmax(axis=1), x[..., 1].argmax(axis=1)  # (B,), (B,)
     rows = np.arange(x.shape[0])
-    fig = _figure(figsize=(3.2 * len(maps), 3.4))
+    fig = _figure(figsize=(3.2 * len(maps) + 1.2, 3.8), layout="constrained")
     axes = fig.subplots(1, len(maps), squeeze=False)
     for ax, (label, w) in zip(axes[0], maps.items()):
         image = ax.imshow(np.asarray(w), vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto")
@@ -70,7 +70,7 @@ def plot_attention_maps(maps, x, *, title="Where the summary token looks"):
         ax.set_title(label, fontsize=10)
         ax.set_xlabel("token")
     axes[0][0].set_ylabel("example")
-    axes[0][0].legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=8)
+    fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside lower center", ncol=2, fontsize=8)
     fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8, label="attention weight")
     fig.suptitle(title)
     return fig

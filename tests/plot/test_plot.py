@@ -73,3 +73,35 @@ def test_save_all(tmp_path):
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in paths)
     assert set(plot.FIGURES) == {"attention_heads.png", "saturation.png", "convex_hull.png",
                                  "singular_values.png"}
+
+
+def test_tile_maps_titles_count_the_visited_tiles():
+    from attention_ref.variants.blockwise import visited_tiles
+
+    fig = plot.tile_maps(20, 28, 4, rules=({"causal": True}, {"window": 3}))
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles == [f"causal=True: {len(visited_tiles(20, 28, 4, causal=True))} of 35 tiles",
+                      f"window=3: {len(visited_tiles(20, 28, 4, window=3))} of 35 tiles"]
+    hatched = [p for p in fig.axes[0].patches if p.get_hatch()]
+    assert len(hatched) == 35 - len(visited_tiles(20, 28, 4, causal=True))
+
+
+def test_softmax_jacobians_show_the_formula():
+    y = np.array([0.1, 0.2, 0.7])
+    fig = plot.softmax_jacobians(y)
+    full, diagonal = (ax.images[0].get_array() for ax in fig.axes[:2])
+    np.testing.assert_allclose(full, np.diag(y) - np.outer(y, y))
+    np.testing.assert_allclose(diagonal, np.diag(y * (1 - y)))
+
+
+def test_rope_scores_depend_on_the_offset_only():
+    fig = plot.rope_scores_by_offset(d=8, max_offset=10, pairs=4)
+    one, same = (line.get_ydata() for line in fig.axes[0].lines[:2])
+    assert len(one) == len(same) == 11 and same[0] == pytest.approx(np.max(same))  # offset 0 is |q|^2 / d
+
+
+def test_bad_labels_and_titles_are_named():
+    with pytest.raises(ValueError, match="3 labels for 2 printed and 2 computed values"):
+        plot.printed_vs_computed(["a", "b", "c"], [1, 2], [1, 2])
+    with pytest.raises(ValueError, match="1 panel titles for 2 panels"):
+        plot.attention_heatmaps(np.full((2, 3, 3), 1 / 3), panel_titles=["one"])
