@@ -19,6 +19,7 @@ from ..core.linear import linear_backward, linear_forward
 from ..core.masks import causal_mask
 from ..core.multi_head import multi_head_attention_backward, multi_head_attention_forward
 from ..core.softmax import softmax_backward, softmax_forward
+from ..nn.encoder_block import encoder_block_backward, encoder_block_forward, init_encoder_block_params
 from ..nn.layer_norm import layer_norm_backward, layer_norm_forward
 from ..variants.blockwise import flash_attention_backward, flash_attention_forward
 from .mistakes import MISTAKES
@@ -153,6 +154,19 @@ def _multi_head_cases(rng):
     return cases
 
 
+def _encoder_cases(rng):
+    b, n, d_head = _sizes(rng, high=4)
+    cases = []
+    for h, norm_first, mask in ((2, False, None), (1, True, "padding"), (2, True, "causal")):
+        d = h * d_head
+        params = init_encoder_block_params(d, h, 2 * d, seed=int(rng.integers(1 << 30)))
+        params = {k: v + 0.1 * rng.standard_normal(v.shape) for k, v in params.items()}  # no special values
+        m = None if mask is None else causal_mask(n) if mask == "causal" else \
+            (np.arange(n) < int(rng.integers(1, n + 1)))[None, None, :]  # (1, 1, N): a padded tail
+        cases.append(Case((rng.standard_normal((b, n, d)), params, h), {"mask": m, "norm_first": norm_first}))
+    return cases
+
+
 def _exercise(name, forward_name, signature, returns, formula, hints, cases, forward, backward, call=None):
     return Exercise(name, forward_name, signature, returns, formula, tuple(hints), cases, forward, backward,
                     call, MISTAKES.get(name, ()))
@@ -231,6 +245,22 @@ EXERCISES = {e.name: e for e in [
          "attention_ref.variants.blockwise has _key_blocks (the tiles to visit) and _scores (a tile's"
          " masked, scaled scores); you may use them."],
         _flash_cases, flash_attention_forward, flash_attention_backward),
+    _exercise(
+        "encoder_block_backward", "encoder_block_forward", "encoder_block_backward(dout, cache) -> (dx, grads)",
+        ("dx", "grads"),
+        "An encoder block: h = LN1(x + SelfAttention(x)), y = LN2(h + FFN(h)) (post-norm), or"
+        " h = x + SelfAttention(LN1(x)), y = h + FFN(LN2(h)) (pre-norm); SelfAttention(z) is"
+        " multi-head attention with z as query, key and value.\nDerive dx and the parameter"
+        " gradients (a flat dict like params: 'self_attn.W_q', ..., 'ln1.gamma', ...). The cache"
+        " holds attn and ffn (ResidualCache: sublayer, norm, norm_first, ...) and param_keys.",
+        ["Use the pieces: residual_backward(d, cache.ffn, feed_forward_backward) undoes the second"
+         " sub-layer and returns (dh, ffn grads, dgamma2, dbeta2).",
+         "For the first sub-layer, residual_backward needs the self-attention's backward as"
+         " sublayer_backward(ds, c) -> (dz, grads): z fed the query, the key and the value.",
+         "So it returns dquery + dkey + dvalue from multi_head_attention_backward(ds, c). Collect the"
+         " gradients with attention_ref.nn.residual.join_grads({'self_attn': ..., 'ln1': {'gamma':"
+         " ..., 'beta': ...}, 'ffn': ..., 'ln2': ...}, cache.param_keys)."],
+        _encoder_cases, encoder_block_forward, encoder_block_backward),
     _exercise(
         "multi_head_attention_backward", "multi_head_attention_forward",
         "multi_head_attention_backward(dout, cache) -> (dquery, dkey, dvalue, grads)",

@@ -19,6 +19,9 @@ import numpy as np
 from ..core.heads import _merge
 from ..core.linear import LinearCache
 from ..core.multi_head import _multi_head_attention_backward
+from ..nn.feed_forward import _feed_forward_backward
+from ..nn.layer_norm import _layer_norm_backward
+from ..nn.residual import join_grads
 from ..core.softmax import _softmax
 from ..variants.blockwise import _key_blocks, _scores
 
@@ -235,6 +238,40 @@ def _multi_head_b_o_not_summed(dout, cache):
     return dquery, dkey, dvalue, {**grads, **biases, "b_o": dout.sum(axis=0)}
 
 
+# -- encoder block: two residual sub-layers; x feeds query, key and value -------------------------
+
+def _residual_parts(dy, cache, sublayer_backward, *, skip=True):
+    """The residual sub-layer's backward; ``skip=False`` forgets the skip connection's term."""
+    if cache.norm_first:  # y = x + s(LN(x))
+        dz, extra = sublayer_backward(dy, cache.sublayer)
+        dx_norm, dgamma, dbeta = _layer_norm_backward(dz, cache.norm)
+        return (dy + dx_norm if skip else dx_norm), extra, dgamma, dbeta
+    dsum, dgamma, dbeta = _layer_norm_backward(dy, cache.norm)  # y = LN(x + s(x))
+    dz, extra = sublayer_backward(dsum, cache.sublayer)
+    return (dsum + dz if skip else dz), extra, dgamma, dbeta
+
+
+def _encoder_parts(dout, cache, *, paths=("query", "key", "value"), skip=True):
+    """The encoder block's backward with one step done the wrong way (the right way by default)."""
+    def self_attention(ds, c):
+        dquery, dkey, dvalue, grads = _multi_head_attention_backward(ds, c)
+        return sum(d for name, d in zip(("query", "key", "value"), (dquery, dkey, dvalue)) if name in paths), grads
+    g = {}
+    dh, g["ffn"], dgamma2, dbeta2 = _residual_parts(dout, cache.ffn, _feed_forward_backward, skip=skip)
+    g["ln2"] = {"gamma": dgamma2, "beta": dbeta2}
+    dx, g["self_attn"], dgamma1, dbeta1 = _residual_parts(dh, cache.attn, self_attention, skip=skip)
+    g["ln1"] = {"gamma": dgamma1, "beta": dbeta1}
+    return dx, join_grads(g, cache.param_keys)
+
+
+def _encoder_query_path_only(dout, cache):
+    return _encoder_parts(dout, cache, paths=("query",))
+
+
+def _encoder_skip_dropped(dout, cache):
+    return _encoder_parts(dout, cache, skip=False)
+
+
 _D = "dS = P * (dP - D) with D_i = sum_j P_ij dP_ij"
 
 #: exercise name -> its catalogue of classic mistakes, most common first
@@ -320,6 +357,14 @@ MISTAKES = {
         Mistake("missing 1/sqrt(d_k)",
                 "your dq and dk miss the factor 1/sqrt(d_k): dq = dS k / sqrt(d_k), dk = dS^T q / sqrt(d_k)",
                 _flash_scale_missing),
+    ),
+    "encoder_block_backward": (
+        Mistake("self-attention paths not summed",
+                "your dx takes only the query path of the self-attention: x is the query, the key and"
+                " the value, so dx = dquery + dkey + dvalue (plus the residual path)", _encoder_query_path_only),
+        Mistake("residual path dropped",
+                "your dx drops the residual connection: y = x + s(...) (or LN(x + s(x))) passes the"
+                " upstream gradient straight to x as well, dx = d_skip + d_sublayer", _encoder_skip_dropped),
     ),
     "multi_head_attention_backward": (
         Mistake("transposed W_o gradient",

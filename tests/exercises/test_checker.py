@@ -3,6 +3,7 @@ here as a student would write it, is named by the checker's diagnosis."""
 import numpy as np
 import pytest
 
+from attention_ref import layer_norm_backward as ar_layer_norm_backward
 from attention_ref.core.heads import merge_heads
 from attention_ref.exercises import EXERCISES, MISTAKES, check, hint
 from attention_ref.variants.blockwise import _key_blocks, _scores
@@ -100,6 +101,28 @@ def multi_head_attention_backward(dout, cache, *, transpose_dW_o=False, scale=No
     return out[0], out[1], out[2], {key: grads[key] for key in cache.param_keys}
 
 
+def encoder_block_backward(dout, cache, *, paths=3, skip=True):
+    """Composed from the public pieces; the keywords make it one of the classic wrong versions."""
+    from attention_ref import feed_forward_backward, multi_head_attention_backward as mha_backward
+    from attention_ref.nn.residual import join_grads, residual_backward
+
+    def self_attention_backward(ds, c):
+        dquery, dkey, dvalue, grads = mha_backward(ds, c)
+        return (dquery + dkey + dvalue if paths == 3 else dquery), grads
+
+    def residual(d, c, sub):
+        dx, extra, dgamma, dbeta = residual_backward(d, c, sub)
+        if not skip:  # subtract the skip connection's term again: what forgetting it gives
+            through = d if c.norm_first else ar_layer_norm_backward(d, c.norm)[0]
+            dx = dx - through
+        return dx, extra, dgamma, dbeta
+
+    dh, g_ffn, dgamma2, dbeta2 = residual(dout, cache.ffn, feed_forward_backward)
+    dx, g_attn, dgamma1, dbeta1 = residual(dh, cache.attn, self_attention_backward)
+    return dx, join_grads({"self_attn": g_attn, "ln1": {"gamma": dgamma1, "beta": dbeta1}, "ffn": g_ffn,
+                           "ln2": {"gamma": dgamma2, "beta": dbeta2}}, cache.param_keys)
+
+
 CORRECT = {
     "softmax_backward": softmax_backward,
     "linear_backward": linear_backward,
@@ -109,6 +132,7 @@ CORRECT = {
     "layer_norm_backward": layer_norm_backward,
     "flash_attention_backward": flash_attention_backward,
     "multi_head_attention_backward": multi_head_attention_backward,
+    "encoder_block_backward": encoder_block_backward,
 }
 
 
@@ -211,6 +235,10 @@ WRONG = {  # exercise -> {mistake name in the catalogue: a student's wrong attem
         "D from one tile": lambda d, c: flash_attention_backward(d, c, row_D=False),
         "dk and dv overwritten": lambda d, c: flash_attention_backward(d, c, accumulate=False),
         "missing 1/sqrt(d_k)": lambda d, c: flash_attention_backward(d, c, scaled=False),
+    },
+    "encoder_block_backward": {
+        "self-attention paths not summed": lambda d, c: encoder_block_backward(d, c, paths=1),
+        "residual path dropped": lambda d, c: encoder_block_backward(d, c, skip=False),
     },
     "multi_head_attention_backward": {
         "transposed W_o gradient": lambda d, c: multi_head_attention_backward(d, c, transpose_dW_o=True),
