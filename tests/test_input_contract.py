@@ -73,6 +73,17 @@ def _layer_norm(rng):
     return y, lambda d: ar.layer_norm_backward(d, cache), "dy"
 
 
+def _rms_norm(rng):
+    y, cache = ar.rms_norm_forward(rng.standard_normal((3, 4)), np.ones(4))
+    return y, lambda d: ar.rms_norm_backward(d, cache), "dy"
+
+
+def _swiglu(rng):
+    y, cache = ar.swiglu_forward(rng.standard_normal((3, 4)), rng.standard_normal((4, 6)),
+                                 rng.standard_normal((4, 6)), rng.standard_normal((6, 4)))
+    return y, lambda d: ar.swiglu_backward(d, cache), "dy"
+
+
 def _relu(rng):
     a, h = ar.relu_forward(rng.standard_normal((3, 4)))
     return a, lambda d: ar.relu_backward(d, h), "da"
@@ -141,7 +152,8 @@ BACKWARDS = {
     "scaled_dot_product_attention_backward": _attention, "multi_head_attention_backward": _multi_head,
     "multi_head_attention_separate_heads_backward": _separate_heads, "flash_attention_backward": _flash,
     "linear_attention_backward": _linear_attention, "rope_backward": _rope,
-    "layer_norm_backward": _layer_norm, "relu_backward": _relu, "gelu_backward": _gelu,
+    "layer_norm_backward": _layer_norm, "rms_norm_backward": _rms_norm, "swiglu_backward": _swiglu,
+    "relu_backward": _relu, "gelu_backward": _gelu,
     "feed_forward_backward": _feed_forward, "add_norm_backward": _add_norm, "residual_backward": _residual,
     "encoder_block_backward": _encoder_block, "decoder_block_backward": _decoder_block,
     "toy_model_backward": _toy_model, "MultiHeadAttention.backward": _layer,

@@ -2,13 +2,16 @@
 gradient-checked like the core. May import from ``core`` and ``variants``.
 
 ``multi_head_attention`` (the :class:`MultiHeadAttention` class, with KV-cache decoding),
-``layer_norm``, ``feed_forward`` (ReLU and GELU), ``residual`` (Add & Norm, post- and
+``layer_norm`` and ``rms_norm``, ``feed_forward`` (ReLU, GELU in its tanh and exact forms,
+with the vectorised ``erf``) and ``swiglu`` (Llama's), ``residual`` (Add & Norm, post- and
 pre-norm), ``encoder_block``, ``decoder_block``, ``optim`` (SGD and Adam).
 """
 from .multi_head_attention import MultiHeadAttention
 from .layer_norm import LayerNormCache, layer_norm_backward, layer_norm_forward
+from .rms_norm import RMSNormCache, rms_norm_backward, rms_norm_forward
 from .feed_forward import (
     FeedForwardCache,
+    GeluCache,
     feed_forward_backward,
     feed_forward_forward,
     gelu_backward,
@@ -16,6 +19,7 @@ from .feed_forward import (
     relu_backward,
     relu_forward,
 )
+from .swiglu import SwiGLUCache, swiglu_backward, swiglu_forward
 from .residual import AddNormCache, ResidualCache, add_norm_backward, add_norm_forward, residual_backward, residual_forward
 from .encoder_block import (
     EncoderBlockCache,
@@ -36,8 +40,10 @@ from .optim import SGD, Adam
 __all__ = [
     "MultiHeadAttention",
     "LayerNormCache", "layer_norm_backward", "layer_norm_forward",
-    "FeedForwardCache", "feed_forward_backward", "feed_forward_forward",
+    "RMSNormCache", "rms_norm_backward", "rms_norm_forward",
+    "FeedForwardCache", "GeluCache", "feed_forward_backward", "feed_forward_forward",
     "gelu_backward", "gelu_forward", "relu_backward", "relu_forward",
+    "SwiGLUCache", "swiglu_backward", "swiglu_forward",
     "AddNormCache", "ResidualCache", "add_norm_backward", "add_norm_forward", "residual_backward", "residual_forward",
     "EncoderBlockCache", "TransformerEncoderBlock", "encoder_block_backward", "encoder_block_forward",
     "init_encoder_block_params",

@@ -9,8 +9,9 @@ Activations:
 * ``"gelu"``: the **tanh approximation** of GELU used by GPT-2 and BERT's original code
   (PyTorch's ``gelu(approximate="tanh")``),
   ``gelu(h) = 0.5 h (1 + tanh(s (h + c h^3)))``, ``s = sqrt(2 / pi)``, ``c = 0.044715``.
-  The exact form ``h * Phi(h)`` needs ``erf``, which NumPy does not vectorise (only
-  ``math.erf`` on scalars); the two differ by less than 1e-3 everywhere.
+* ``"gelu_exact"``: the exact form ``h Phi(h)``, ``Phi(h) = (1 + erf(h / sqrt(2))) / 2``
+  (PyTorch's default ``gelu``, BERT's ``hidden_act="gelu"``), with the vectorised ``erf``
+  of :mod:`attention_ref.nn.erf`. The two forms differ by less than 1e-3 everywhere.
 
 Symbols: ``...`` any leading (batch, position) axes, D model width, F hidden width (d_ff).
 
@@ -24,17 +25,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from functools import partial
 from typing import NamedTuple
 
 import numpy as np
 
 from .._checks import as_real_array, as_upstream, common_dtype
 from ..core.linear import LinearCache, _check_linear, _linear_backward, _linear_finite
+from .erf import erf
 
 __all__ = [
     "ACTIVATIONS",
     "FFN_PARAM_NAMES",
     "FeedForwardCache",
+    "GeluCache",
     "feed_forward_forward",
     "feed_forward_backward",
     "gelu_forward",
@@ -43,7 +47,8 @@ __all__ = [
     "relu_backward",
 ]
 
-ACTIVATIONS = ("relu", "gelu")
+ACTIVATIONS = ("relu", "gelu", "gelu_exact")
+GELU_APPROXIMATIONS = ("tanh", "none")
 FFN_PARAM_NAMES = ("W_1", "b_1", "W_2", "b_2")
 _GELU_S = math.sqrt(2.0 / math.pi)  # s, a Python float so float32 stays float32
 _GELU_C = 0.044715  # c
@@ -51,6 +56,9 @@ _GELU_C = 0.044715  # c
 #: so h is clipped there inside the tanh: the cube of a huge h (|h| > ~7e12 in float32)
 #: would overflow, and its square in the backward would give inf * 0 = NaN.
 _GELU_SATURATION = 10.0
+_INV_SQRT2 = 1.0 / math.sqrt(2.0)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+_EXP_UNDERFLOW = 1500.0  # h^2 clipped there: exp(-750) is 0 already, and h * h may overflow
 
 
 def _gelu_tanh(h):
@@ -75,27 +83,59 @@ def _relu_backward(da, h):
     return np.where(h > 0, da, 0.0).astype(h.dtype, copy=False)
 
 
-def gelu_forward(h):
-    """GELU, tanh approximation: ``0.5 h (1 + tanh(s (h + c h^3)))``; cache is ``h``."""
+class GeluCache(NamedTuple):
+    """What ``gelu_backward`` needs: the input and which form of GELU was applied."""
+
+    h: np.ndarray
+    approximate: str  # "tanh" or "none" (exact)
+
+
+def gelu_forward(h, approximate="tanh"):
+    """GELU of ``h``: ``approximate="tanh"`` (the default, GPT-2's) gives
+    ``0.5 h (1 + tanh(s (h + c h^3)))``; ``approximate="none"`` the exact ``h Phi(h)`` with
+    ``Phi(h) = (1 + erf(h / sqrt(2))) / 2``. Returns ``(a, GeluCache)``."""
     h = as_real_array(h, "h")
+    if approximate not in GELU_APPROXIMATIONS:
+        raise ValueError(f"approximate must be one of {GELU_APPROXIMATIONS}, got {approximate!r}")
+    if approximate == "none":
+        return _gelu_exact(h), GeluCache(h, "none")
     t, _ = _gelu_tanh(h)
-    return 0.5 * h * (1.0 + t), h
+    return 0.5 * h * (1.0 + t), GeluCache(h, "tanh")
 
 
-def gelu_backward(da, h):
-    """``dh = da * (0.5 (1 + t) + 0.5 h (1 - t^2) s (1 + 3 c h^2))``, ``t`` as in the forward;
-    ``da`` shaped like ``h``."""
-    return _gelu_backward(as_upstream(da, h.shape, h.dtype, "da"), h)  # a float64 da keeps float32 float32
+def _gelu_exact(h):
+    """Unchecked ``h Phi(h)``."""
+    return 0.5 * h * (1.0 + erf(h * _INV_SQRT2))
+
+
+def gelu_backward(da, cache):
+    """Gradient of :func:`gelu_forward`; ``da`` shaped like ``h``.
+
+    tanh form: ``dh = da * (0.5 (1 + t) + 0.5 h (1 - t^2) s (1 + 3 c h^2))``, ``t`` as in the
+    forward; exact form: ``dh = da * (Phi(h) + h phi(h))``, ``phi(h) = exp(-h^2 / 2) / sqrt(2 pi)``.
+    ``cache`` is the forward's GeluCache (a bare ``h`` array means the tanh form, as before).
+    """
+    h, approximate = cache if isinstance(cache, GeluCache) else (cache, "tanh")
+    da = as_upstream(da, h.shape, h.dtype, "da")  # a float64 da keeps float32 float32
+    return _gelu_exact_backward(da, h) if approximate == "none" else _gelu_backward(da, h)
 
 
 def _gelu_backward(da, h):
-    """Unchecked GELU backward."""
+    """Unchecked backward of the tanh form."""
     t, u = _gelu_tanh(h)
     dt_dh = (1.0 - t * t) * _GELU_S * (1.0 + 3.0 * _GELU_C * u * u)  # exactly 0 where |h| >= 10
     return da * (0.5 * (1.0 + t) + 0.5 * h * dt_dh)
 
 
-_ACT = {"relu": (relu_forward, _relu_backward), "gelu": (gelu_forward, _gelu_backward)}  # backwards unchecked
+def _gelu_exact_backward(da, h):
+    """Unchecked backward of the exact form: ``da * (Phi(h) + h phi(h))``."""
+    phi = np.exp(-0.5 * np.minimum(h * h, _EXP_UNDERFLOW)) * _INV_SQRT_2PI  # the normal density
+    return da * (0.5 * (1.0 + erf(h * _INV_SQRT2)) + h * phi)
+
+
+_ACT = {"relu": (relu_forward, _relu_backward),  # (forward -> (a, cache), unchecked backward(da, h))
+        "gelu": (gelu_forward, _gelu_backward),
+        "gelu_exact": (partial(gelu_forward, approximate="none"), _gelu_exact_backward)}
 
 
 class FeedForwardCache(NamedTuple):

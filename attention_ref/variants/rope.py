@@ -7,6 +7,14 @@ interleaved pairing): for ``i = 0 .. D/2 - 1``
     ``y_{2i}   = x_{2i} cos(p theta_i) - x_{2i+1} sin(p theta_i)``
     ``y_{2i+1} = x_{2i} sin(p theta_i) + x_{2i+1} cos(p theta_i)``
 
+Two layouts pair the features differently, with the same angles: ``layout="interleaved"``
+(above; RoFormer, GPT-J) and ``layout="half"``, the rotate-half pairing of Llama and
+GPT-NeoX, which rotates ``(x_i, x_{i + D/2})`` by ``p * theta_i``:
+
+    ``y_i       = x_i cos(p theta_i) - x_{i+D/2} sin(p theta_i)``
+    ``y_{i+D/2} = x_i sin(p theta_i) + x_{i+D/2} cos(p theta_i)``
+
+(transformers writes it ``x * cos + rotate_half(x) * sin`` with each angle repeated twice).
 Rotations preserve lengths, and ``R(m)^T R(n) = R(n - m)``, so after rotating queries and
 keys the score ``(R(m) q) . (R(n) k) = q . R(n - m) k`` depends on the positions only
 through the offset ``n - m``: relative position information inside a plain dot product.
@@ -24,7 +32,10 @@ import numpy as np
 
 from .._checks import as_real_array, as_upstream, require_ndim
 
-__all__ = ["RopeCache", "rope_forward", "rope_backward", "rope_angles"]
+__all__ = ["RopeCache", "rope_forward", "rope_backward", "rope_angles", "ROPE_LAYOUTS"]
+
+#: "interleaved": pairs (x_{2i}, x_{2i+1}); "half": pairs (x_i, x_{i+D/2})
+ROPE_LAYOUTS = ("interleaved", "half")
 
 
 class RopeCache(NamedTuple):
@@ -33,6 +44,7 @@ class RopeCache(NamedTuple):
     cos: np.ndarray  # (..., N, D/2)
     sin: np.ndarray  # (..., N, D/2)
     x_shape: tuple  # (..., N, D), the shape of x and of the output y
+    layout: str = "interleaved"  # which features are paired (see ROPE_LAYOUTS)
 
 
 def rope_angles(positions, d: int, base: float = 10000.0) -> np.ndarray:
@@ -47,16 +59,19 @@ def rope_angles(positions, d: int, base: float = 10000.0) -> np.ndarray:
     return np.asarray(positions, dtype=np.float64)[..., None] * theta  # (..., N, D/2)
 
 
-def _rotate(x, cos, sin):
-    """Rotate each (even, odd) feature pair of ``x`` by the angle with ``cos`` and ``sin``."""
-    x_even, x_odd = x[..., 0::2], x[..., 1::2]  # (..., N, D/2) each
-    y = np.empty(np.broadcast_shapes(x.shape, cos.shape[:-1] + (x.shape[-1],)), x.dtype)
-    y[..., 0::2] = x_even * cos - x_odd * sin
-    y[..., 1::2] = x_even * sin + x_odd * cos
+def _rotate(x, cos, sin, layout="interleaved"):
+    """Rotate each feature pair of ``x`` by the angle with ``cos`` and ``sin``: pairs
+    ``(x_{2i}, x_{2i+1})`` (interleaved) or ``(x_i, x_{i+D/2})`` (half)."""
+    half = x.shape[-1] // 2
+    first, second = (x[..., 0::2], x[..., 1::2]) if layout == "interleaved" else (x[..., :half], x[..., half:])
+    y = np.empty(np.broadcast_shapes(x.shape, cos.shape[:-1] + (x.shape[-1],)), x.dtype)  # (..., N, D)
+    out_first, out_second = (y[..., 0::2], y[..., 1::2]) if layout == "interleaved" else (y[..., :half], y[..., half:])
+    out_first[...] = first * cos - second * sin  # (..., N, D/2)
+    out_second[...] = first * sin + second * cos  # (..., N, D/2)
     return y  # (..., N, D)
 
 
-def rope_forward(x, positions=None, base=10000.0):
+def rope_forward(x, positions=None, base=10000.0, layout="interleaved"):
     """Rotary position embedding of the vectors ``x`` at ``positions``.
 
     Parameters
@@ -66,6 +81,8 @@ def rope_forward(x, positions=None, base=10000.0):
         ``x.shape[:-1]`` without growing it, e.g. (n,) or (..., n); the position of each
         vector (offsets such as ``T`` while decoding, or any real number)
     base : float > 0, sets the slowest frequency ``theta_{d/2-1} = base^(-(d-2)/d)``
+    layout : ``"interleaved"`` (pairs ``(x_{2i}, x_{2i+1})``, RoFormer) or ``"half"`` (pairs
+        ``(x_i, x_{i+d/2})``, Llama's rotate-half)
 
     Returns
     -------
@@ -80,6 +97,8 @@ def rope_forward(x, positions=None, base=10000.0):
         raise TypeError(f"base must be a positive real number, got {base!r}")
     if not (math.isfinite(base) and base > 0):
         raise ValueError(f"base must be a positive real number, got {base}")
+    if layout not in ROPE_LAYOUTS:
+        raise ValueError(f"layout must be one of {ROPE_LAYOUTS}, got {layout!r}")
     if positions is None:
         positions = np.arange(x.shape[-2])  # (N,)
     else:
@@ -96,7 +115,7 @@ def rope_forward(x, positions=None, base=10000.0):
     angles = rope_angles(positions, x.shape[-1], float(base))  # (..., N, D/2)
     cos, sin = np.cos(angles).astype(x.dtype), np.sin(angles).astype(x.dtype)
     # 2. rotate
-    return _rotate(x, cos, sin), RopeCache(cos, sin, x.shape)
+    return _rotate(x, cos, sin, layout), RopeCache(cos, sin, x.shape, layout)
 
 
 def rope_backward(dy, cache: RopeCache):
@@ -115,5 +134,5 @@ def rope_backward(dy, cache: RopeCache):
     -------
     dx : array (..., n, d)
     """
-    cos, sin, x_shape = cache
-    return _rotate(as_upstream(dy, x_shape, cos.dtype, "dy"), cos, -sin)
+    cos, sin, x_shape, layout = cache
+    return _rotate(as_upstream(dy, x_shape, cos.dtype, "dy"), cos, -sin, layout)

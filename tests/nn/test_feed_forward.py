@@ -122,3 +122,47 @@ def test_gelu_huge_inputs_saturate_without_warnings(dtype):
     # unchanged where the tanh is not yet saturated, including around the clipping point |h| = 10
     h = np.array([-10.5, -10.0, -9.5, -3.0, 0.5, 9.5, 10.0, 10.5])
     assert_close(gelu_forward(h)[0], np.array([_gelu_scalar_tanh(v) for v in h]), what="gelu near 10")
+
+
+def test_exact_gelu_matches_the_erf_formula_and_its_derivative():
+    h = np.concatenate([np.linspace(-12, 12, 2401), [0.0, 1e-300, -1e-300, 40.0, -40.0]])
+    exact = np.array([v * 0.5 * (1.0 + math.erf(v / math.sqrt(2.0))) for v in h])
+    ours, cache = gelu_forward(h, approximate="none")
+    assert cache.approximate == "none"
+    assert_close(ours, exact, rtol=1e-14, atol=1e-14, what="h Phi(h)")  # 1 + erf: absolute accuracy
+    slope = np.array([0.5 * (1.0 + math.erf(v / math.sqrt(2.0))) + v * math.exp(-v * v / 2) / math.sqrt(2 * math.pi)
+                      for v in h])
+    assert_close(gelu_backward(np.ones_like(h), cache), slope, rtol=1e-14, atol=1e-14, what="Phi(h) + h phi(h)")
+
+
+@pytest.mark.parametrize("approximate", ["tanh", "none"])
+def test_gelu_gradcheck_both_forms(approximate):
+    h = 3 * np.random.default_rng(7).standard_normal((4, 5))
+    check_gradients(lambda h: gelu_forward(h, approximate=approximate), gelu_backward, h, names=["h"])
+
+
+def test_gelu_default_is_tanh_and_a_bare_array_cache_still_works():
+    h = np.linspace(-3, 3, 13)
+    a, cache = gelu_forward(h)
+    assert cache.approximate == "tanh" and cache.h is not None
+    np.testing.assert_array_equal(gelu_backward(np.ones_like(h), cache), gelu_backward(np.ones_like(h), h))
+    with pytest.raises(ValueError, match=r"^approximate must be one of \('tanh', 'none'\), got 'erf'$"):
+        gelu_forward(h, approximate="erf")
+
+
+def test_exact_gelu_in_the_feed_forward_network():
+    rng = np.random.default_rng(8)
+    p = {"W_1": rng.standard_normal((4, 6)), "b_1": rng.standard_normal(6),
+         "W_2": rng.standard_normal((6, 4)), "b_2": rng.standard_normal(4)}
+    x = rng.standard_normal((2, 3, 4))
+    y, _ = feed_forward_forward(x, p, activation="gelu_exact")
+    h = x @ p["W_1"] + p["b_1"]
+    ref = np.vectorize(lambda v: v * 0.5 * (1.0 + math.erf(v / math.sqrt(2.0))))(h) @ p["W_2"] + p["b_2"]
+    assert_close(y, ref, what="FFN with exact GELU")
+    check_gradients(lambda x, p: feed_forward_forward(x, p, activation="gelu_exact"), feed_forward_backward, x, p)
+
+
+def test_exact_gelu_keeps_float32():
+    h = np.linspace(-5, 5, 11, dtype=np.float32)
+    a, cache = gelu_forward(h, approximate="none")
+    assert a.dtype == np.float32 and gelu_backward(np.ones(11), cache).dtype == np.float32

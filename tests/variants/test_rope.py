@@ -122,3 +122,50 @@ def test_float32_stays_float32_with_float64_positions():
     x = np.ones((3, 4), np.float32)
     y, cache = rope_forward(x, np.array([0.5, 1e5, 3.0]))
     assert y.dtype == cache.cos.dtype == cache.sin.dtype == np.float32
+
+
+def _llama_rope(x, positions, base=10000.0):
+    """transformers' formula, written out: x * cos + rotate_half(x) * sin, each angle twice."""
+    d = x.shape[-1]
+    inv_freq = 1.0 / base ** (np.arange(0, d, 2) / d)  # (D/2,)
+    freqs = np.asarray(positions, dtype=np.float64)[..., None] * inv_freq  # (..., N, D/2)
+    emb = np.concatenate([freqs, freqs], axis=-1)  # (..., N, D)
+    rotate_half = np.concatenate([-x[..., d // 2:], x[..., :d // 2]], axis=-1)
+    return x * np.cos(emb) + rotate_half * np.sin(emb)
+
+
+@pytest.mark.parametrize("shape, positions", [((6, 8), None), ((2, 3, 5, 4), np.array([0, 4, 1, 7, 2.5])),
+                                              ((2, 5, 16), np.arange(100, 105))])
+def test_half_layout_is_llamas_rotate_half(shape, positions):
+    x = np.random.default_rng(11).standard_normal(shape)
+    y, cache = rope_forward(x, positions, layout="half")
+    assert cache.layout == "half"
+    pos = np.arange(shape[-2]) if positions is None else positions
+    assert_close(y, _llama_rope(x, pos), rtol=1e-13, atol=1e-13, what="rotate-half RoPE")
+
+
+def test_half_layout_gradcheck_and_offset_property():
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((2, 5, 6))
+    check_gradients(lambda x: rope_forward(x, np.array([0, 3, 1, 7, 2]), layout="half"), rope_backward, x, names=["x"])
+    q, k = rng.standard_normal((2, 1, 8))
+    scores = []
+    for m in (0, 5, 11):
+        qm, _ = rope_forward(q, np.array([m]), layout="half")
+        kn, _ = rope_forward(k, np.array([m + 3]), layout="half")
+        scores.append((qm @ kn.T).item())
+    np.testing.assert_allclose(scores, scores[0], rtol=1e-12)
+
+
+def test_the_two_layouts_are_a_permutation_of_each_other():
+    """Interleaved pairs (2i, 2i+1) are half pairs (i, i + D/2) after reordering the features."""
+    x = np.random.default_rng(13).standard_normal((4, 8))
+    order = np.concatenate([np.arange(0, 8, 2), np.arange(1, 8, 2)])  # even features, then odd
+    y_half, _ = rope_forward(x[:, order], layout="half")
+    y_inter, _ = rope_forward(x, layout="interleaved")
+    assert_close(y_half, y_inter[:, order], what="layouts")
+
+
+def test_bad_layout():
+    with pytest.raises(ValueError, match=r"^layout must be one of \('interleaved', 'half'\), got 'rotate'$"):
+        rope_forward(np.ones((2, 4)), layout="rotate")

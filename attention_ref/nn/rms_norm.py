@@ -1,0 +1,109 @@
+"""RMS normalisation (Llama's ``RMSNorm``), ``y = weight * x / sqrt(mean(x^2) + eps)``, and its backward.
+
+Layer norm without the mean: each row is divided by its root mean square, then scaled by
+a learned ``weight`` (no shift). Symbols: ``...`` batch axes, D the normalised width.
+
+Forward, numbered so the backward can walk it in reverse:
+
+1. ``ms = mean(x^2)`` over the last axis, ``rstd = 1 / sqrt(ms + eps)``
+2. ``x_hat = x * rstd``
+3. ``y = weight * x_hat``
+"""
+from __future__ import annotations
+
+import math
+from numbers import Real
+from typing import NamedTuple
+
+import numpy as np
+
+from .._checks import as_real_array, as_upstream, cast, common_dtype, require_ndim
+
+__all__ = ["RMSNormCache", "rms_norm_forward", "rms_norm_backward"]
+
+
+class RMSNormCache(NamedTuple):
+    """What ``rms_norm_backward`` needs: the normalised x, rstd and the weight."""
+
+    x_hat: np.ndarray  # (..., D)
+    rstd: np.ndarray  # (..., 1)
+    weight: np.ndarray  # (D,)
+
+
+def _check_rms_norm(x, weight, eps):
+    """Validate and cast ``x`` and ``weight``; ``eps`` a positive real number."""
+    x = as_real_array(x, "x")
+    weight = as_real_array(weight, "weight")
+    require_ndim(x, "x", 1, "(..., d)")
+    d = x.shape[-1]
+    if d == 0:
+        raise ValueError(f"x must have a non-empty last axis to normalise over, got shape {x.shape}")
+    if weight.shape != (d,):
+        raise ValueError(f"weight must have shape ({d},) to match x of shape {x.shape}, got shape {weight.shape}")
+    if isinstance(eps, (bool, np.bool_)) or not isinstance(eps, Real):
+        raise TypeError(f"eps must be a positive real number, got {eps!r}")
+    if not (math.isfinite(eps) and eps > 0):
+        raise ValueError(f"eps must be a positive real number, got {eps}")
+    dtype = common_dtype(x, weight)
+    return cast(x, dtype), cast(weight, dtype), float(eps)
+
+
+def rms_norm_forward(x, weight, eps=1e-6):
+    """RMS normalisation of each row of ``x`` over its last axis.
+
+    ``y = weight * x / sqrt(mean(x^2) + eps)`` (Llama's ``LlamaRMSNorm``, ``eps`` its
+    ``rms_norm_eps``; transformers computes it in float32 whatever the model's dtype, here it
+    is computed in ``x``'s dtype).
+
+    Parameters
+    ----------
+    x : array (..., d)
+    weight : array (d,), the gain (initialised to ones)
+    eps : positive float added to the mean square
+
+    Returns
+    -------
+    y : array (..., d)
+    cache : RMSNormCache for :func:`rms_norm_backward`
+    """
+    x, weight, eps = _check_rms_norm(x, weight, eps)
+    # 1. mean square; a row whose squares overflow is computed from x / max|x| instead
+    with np.errstate(over="ignore"):
+        ms = (x * x).mean(axis=-1, keepdims=True)  # (..., 1)
+    rows = ~np.isfinite(ms)  # (..., 1)
+    if rows.any():
+        s = np.where(rows, np.abs(x).max(axis=-1, keepdims=True), 1.0)  # (..., 1): 1 on ordinary rows
+        xs = x / s  # (..., D), entries in [-1, 1] on the rescaled rows
+        with np.errstate(over="ignore", under="ignore"):  # eps / s^2 is 0 on those rows, as it should be
+            rstd = 1.0 / (s * np.sqrt((xs * xs).mean(axis=-1, keepdims=True) + eps / (s * s)))  # (..., 1)
+    else:
+        rstd = 1.0 / np.sqrt(ms + eps)  # (..., 1); eps is a Python float, float32 stays float32
+    # 2. normalise, 3. scale
+    x_hat = x * rstd  # (..., D)
+    return x_hat * weight, RMSNormCache(x_hat, rstd, weight)
+
+
+def rms_norm_backward(dy, cache: RMSNormCache):
+    """Gradients of :func:`rms_norm_forward`.
+
+    3. ``y = weight * x_hat`` gives ``dweight = sum over rows of dy * x_hat`` and
+       ``g = dy * weight``, the gradient reaching ``x_hat``.
+    2.-1. ``x_hat = x * rstd`` with ``rstd = (mean(x^2) + eps)^(-1/2)``, so
+       ``d rstd / dx_j = -rstd^3 x_j / D`` and ``dx = rstd * (g - x_hat * mean(g * x_hat))``.
+
+    Returns
+    -------
+    dx : array (..., d)
+    dweight : array (d,)
+    """
+    return _rms_norm_backward(as_upstream(dy, cache.x_hat.shape, cache.x_hat.dtype, "dy"), cache)
+
+
+def _rms_norm_backward(dy, cache: RMSNormCache):
+    """Unchecked backward, for callers that have checked their own upstream gradient."""
+    x_hat, rstd, weight = cache
+    d = x_hat.shape[-1]
+    dweight = (dy * x_hat).reshape(-1, d).sum(axis=0)  # (D,)
+    g = dy * weight  # (..., D)
+    dx = rstd * (g - x_hat * (g * x_hat).mean(axis=-1, keepdims=True))  # (..., D)
+    return dx, dweight

@@ -1,0 +1,108 @@
+"""The SwiGLU feed-forward network of Llama, ``(silu(x W_gate) * (x W_up)) W_down``, and its backward.
+
+Row-vector convention as everywhere in this package (``nn.Linear`` stores the transposes:
+``W_gate = gate_proj.weight.T``). ``silu(a) = a * sigmoid(a)``; no biases.
+Symbols: ``...`` batch axes, D model width, F hidden width.
+
+Forward, numbered so the backward can walk it in reverse:
+
+1. ``a = x W_gate``, ``u = x W_up``                    (..., F) each
+2. ``m = silu(a) * u``                                 (..., F)
+3. ``y = m W_down``                                    (..., D)
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from .._checks import as_upstream
+from ..core.linear import LinearCache, _check_linear, _linear_backward, _linear_finite
+
+__all__ = ["SwiGLUCache", "swiglu_forward", "swiglu_backward", "silu"]
+
+
+class SwiGLUCache(NamedTuple):
+    """The three products' caches and the gate's pre-activation and sigmoid."""
+
+    gate: LinearCache  # x W_gate
+    up: LinearCache  # x W_up
+    down: LinearCache  # m W_down
+    a: np.ndarray  # (..., F), x W_gate
+    sig: np.ndarray  # (..., F), sigmoid(a)
+    u: np.ndarray  # (..., F), x W_up
+
+
+def _sigmoid(a):
+    """``1 / (1 + exp(-a))`` as ``(1 + tanh(a / 2)) / 2``: no overflow for any ``a``."""
+    return 0.5 * (1.0 + np.tanh(0.5 * a))
+
+
+def silu(a):
+    """``a * sigmoid(a)`` (also called swish)."""
+    return a * _sigmoid(a)
+
+
+def swiglu_forward(x, W_gate, W_up, W_down):
+    """SwiGLU: ``(silu(x W_gate) * (x W_up)) W_down``.
+
+    Parameters
+    ----------
+    x : array (..., d)
+    W_gate, W_up : arrays (d, f)
+    W_down : array (f, d_out)
+
+    Returns
+    -------
+    y : array (..., d_out)
+    cache : SwiGLUCache for :func:`swiglu_backward`
+    """
+    x, W_gate, _ = _check_linear(x, W_gate, None, ("x", "W_gate", "b"))
+    x, W_up, _ = _check_linear(x, W_up, None, ("x", "W_up", "b"))
+    if W_gate.shape != W_up.shape:
+        raise ValueError(f"W_gate and W_up must have the same shape (d, f), got {W_gate.shape} and {W_up.shape}")
+    # 1. the two projections
+    a = _linear_finite(x, W_gate, None, ("x", "W_gate", "b"))  # (..., F)
+    u = _linear_finite(x, W_up, None, ("x", "W_up", "b"))  # (..., F)
+    # 2. gate
+    sig = _sigmoid(a)  # (..., F)
+    m = a * sig * u  # (..., F)
+    m, W_down, _ = _check_linear(m, W_down, None, ("silu(x W_gate) * (x W_up)", "W_down", "b"))
+    # 3. down projection
+    y = _linear_finite(m, W_down, None, ("silu(x W_gate) * (x W_up)", "W_down", "b"))  # (..., Dout)
+    return y, SwiGLUCache(LinearCache(x, W_gate, False), LinearCache(x, W_up, False), LinearCache(m, W_down, False),
+                          a, sig, u)
+
+
+def swiglu_backward(dy, cache: SwiGLUCache):
+    """Gradients of :func:`swiglu_forward`, its steps in reverse.
+
+    3. ``y = m W_down``      gives ``dm = dy W_down^T``, ``dW_down = m^T dy``
+    2. ``m = silu(a) * u``  gives ``du = dm * silu(a)`` and
+       ``da = dm * u * silu'(a)``, ``silu'(a) = sig (1 + a (1 - sig))``
+    1. ``a = x W_gate``, ``u = x W_up`` give ``dx = da W_gate^T + du W_up^T`` and
+       ``dW_gate = x^T da``, ``dW_up = x^T du``
+
+    Returns
+    -------
+    dx : array (..., d)
+    dW_gate, dW_up : arrays (d, f)
+    dW_down : array (f, d_out)
+    """
+    m = cache.down.x
+    dy = as_upstream(dy, m.shape[:-1] + (cache.down.W.shape[1],), m.dtype, "dy")
+    return _swiglu_backward(dy, cache)
+
+
+def _swiglu_backward(dy, cache: SwiGLUCache):
+    """Unchecked backward, for the blocks."""
+    gate, up, down, a, sig, u = cache
+    # 3. y = m W_down
+    dm, dW_down, _ = _linear_backward(dy, down)  # (..., F)
+    # 2. m = silu(a) * u
+    du = dm * (a * sig)  # (..., F)
+    da = dm * u * (sig * (1.0 + a * (1.0 - sig)))  # (..., F)
+    # 1. a = x W_gate, u = x W_up
+    dx_gate, dW_gate, _ = _linear_backward(da, gate)  # (..., D)
+    dx_up, dW_up, _ = _linear_backward(du, up)  # (..., D)
+    return dx_gate + dx_up, dW_gate, dW_up, dW_down
