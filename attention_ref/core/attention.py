@@ -57,7 +57,7 @@ class AttentionCache(NamedTuple):
     weights: np.ndarray  # (..., Nq, Nk), softmax output; 0 where masked. Batch axes: those of q,
     #                      k and the mask (axes only v carries are broadcast in weights @ v)
     out: np.ndarray  # (..., Nq, Dv), kept for D_i = rowsum(dout_i * out_i)
-    scale: float  # 1 / sqrt(d_k)
+    scale: float  # 1 / sqrt(d_k) unless another scale was given
 
 
 def check_attention_inputs(q, k, v, mask, names=("q", "k", "v")):
@@ -92,7 +92,18 @@ def check_attention_inputs(q, k, v, mask, names=("q", "k", "v")):
     return cast(q, dtype), cast(k, dtype), cast(v, dtype), cast_mask(mask, dtype), scores_shape
 
 
-def scaled_dot_product_attention_forward(q, k, v, mask=None):
+def check_scale(scale):
+    """``None`` (the default ``1/sqrt(d_k)``) or a positive finite real number, as a float."""
+    if scale is None:
+        return None
+    if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (int, float, np.integer, np.floating)):
+        raise TypeError(f"scale must be a positive real number or None, got {scale!r}")
+    if not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale must be a positive real number or None, got {scale}")
+    return float(scale)
+
+
+def scaled_dot_product_attention_forward(q, k, v, mask=None, *, scale=None):
     """Scaled dot-product attention ``softmax(q k^T / sqrt(d_k) + mask) v``.
 
     Parameters
@@ -102,6 +113,8 @@ def scaled_dot_product_attention_forward(q, k, v, mask=None):
     v : array (..., n_k, d_v), values
     mask : None, bool array (True = may attend) or float array (added to the scaled
         scores), broadcastable to (..., n_q, n_k); see :mod:`attention_ref.core.masks`
+    scale : the factor on ``q k^T``; None (default) is ``1 / sqrt(d_k)`` (GPT-2's
+        ``scale_attn_weights=False`` is ``scale=1.0``)
 
     Returns
     -------
@@ -114,14 +127,15 @@ def scaled_dot_product_attention_forward(q, k, v, mask=None):
     ------
     FloatingPointError : when the scores (plus a float mask) overflow the dtype
     """
+    scale = check_scale(scale)
     q, k, v, mask, _ = check_attention_inputs(q, k, v, mask)
-    out, cache = _attention_forward(q, k, v, mask)
+    out, cache = _attention_forward(q, k, v, mask, scale=scale)
     return out.copy(), cache  # the caller's own copy: editing it cannot change the backward
 
 
-def _attention_forward(q, k, v, mask, names=("q", "k")):
+def _attention_forward(q, k, v, mask, names=("q", "k"), scale=None):
     """Unchecked forward on validated, same-dtype inputs; ``names`` label q and k in errors."""
-    scale = 1.0 / math.sqrt(q.shape[-1])  # a Python float keeps float32 work in float32
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale  # a Python float keeps float32 float32
     # 1. scores = q k^T / sqrt(d_k), computed as (q / sqrt(d_k)) k^T: the scale touches
     #    n_q * d_k numbers instead of n_q * n_k. Overflow is reported by name, below.
     with np.errstate(over="ignore", invalid="ignore"):

@@ -41,7 +41,7 @@ from .._checks import (
     common_dtype,
     require_ndim,
 )
-from .attention import AttentionCache, _attention_backward, _attention_forward
+from .attention import AttentionCache, _attention_backward, _attention_forward, check_scale
 from .heads import _merge, _split
 from .linear import LinearCache, _linear_backward, _linear_finite
 
@@ -73,6 +73,7 @@ class MultiHeadCache(NamedTuple):
     num_heads: int
     num_kv_heads: int
     param_keys: tuple  # the keys of params, so grads mirrors them
+    rotary: tuple | None = None  # (rotary, its cache) when positions rotate q and k (see below)
 
     @property
     def weights(self) -> np.ndarray:
@@ -188,7 +189,7 @@ def _group_mask(mask):
 
 
 def multi_head_attention_forward(query, key, value, params, num_heads, mask=None, *,
-                                 num_kv_heads=None, head_mask=None):
+                                 num_kv_heads=None, head_mask=None, scale=None):
     """Multi-head attention ``Concat(head_1, ..., head_h) W^O`` (weight-split parallel form).
 
     Parameters
@@ -206,6 +207,7 @@ def multi_head_attention_forward(query, key, value, params, num_heads, mask=None
     num_kv_heads : int dividing ``num_heads`` (default ``num_heads``); 1 is multi-query
         attention, values in between grouped-query attention
     head_mask : array (h,) or None, a multiplier on each head's output before ``W^O``
+    scale : the factor on each head's ``q k^T``; None (default) is ``1 / sqrt(d_k)``
 
     Returns
     -------
@@ -217,23 +219,35 @@ def multi_head_attention_forward(query, key, value, params, num_heads, mask=None
     ------
     FloatingPointError : when a projection or the scores overflow the dtype
     """
+    scale = check_scale(scale)
     checked = check_multi_head_inputs(query, key, value, params, num_heads, mask, num_kv_heads, head_mask)
-    return _multi_head_attention_forward(*checked, tuple(params))
+    return _multi_head_attention_forward(*checked, tuple(params), scale=scale)
 
 
-def _multi_head_attention_forward(query, key, value, p, mask, head_mask, h, hkv, param_keys):
-    """The six steps on the validated arguments :func:`check_multi_head_inputs` returns."""
+def _multi_head_attention_forward(query, key, value, p, mask, head_mask, h, hkv, param_keys, *,
+                                  scale=None, rotary=None):
+    """The six steps on the validated arguments :func:`check_multi_head_inputs` returns.
+
+    ``rotary``, for layers with position embeddings inside attention (Llama's RoPE), has
+    ``forward(q, k) -> (q, k, cache)`` on the split heads q (..., H, Nq, Dk) and k
+    (..., Hkv, Nk, Dk), and ``backward(dq, dk, cache) -> (dq, dk)``; the core knows nothing
+    else about it (it is built by the layer above, :mod:`attention_ref.nn.llama_block`)."""
     # 1. projections
     Q, q_cache = _project(query, p, "W_q", "b_q", "query")  # (..., Nq, H*Dk)
     K, k_cache = _project(key, p, "W_k", "b_k", "key")  # (..., Nk, Hkv*Dk)
     V, v_cache = _project(value, p, "W_v", "b_v", "value")  # (..., Nk, Hkv*Dv)
     # 2. split heads; query heads grouped by the key/value head they share
     q = _split(Q, h)  # (..., H, Nq, Dk)
+    k = _split(K, hkv)  # (..., Hkv, Nk, Dk)
+    rotated = None
+    if rotary is not None:  # 2b. positions rotate the queries and keys of every head
+        q, k, rotary_cache = rotary.forward(q, k)
+        rotated = (rotary, rotary_cache)
     q = _group_heads(q, hkv)  # (..., Hkv, G, Nq, Dk)
-    k = _split(K, hkv)[..., None, :, :]  # (..., Hkv, 1, Nk, Dk)
+    k = k[..., None, :, :]  # (..., Hkv, 1, Nk, Dk)
     v = _split(V, hkv)[..., None, :, :]  # (..., Hkv, 1, Nk, Dv)
     # 3. attention, broadcasting each key/value head over its G query heads
-    o, attn_cache = _attention_forward(q, k, v, _group_mask(mask), _SCORE_NAMES)  # (..., Hkv, G, Nq, Dv)
+    o, attn_cache = _attention_forward(q, k, v, _group_mask(mask), _SCORE_NAMES, scale)  # (..., Hkv, G, Nq, Dv)
     heads = _ungroup_heads(o)  # (..., H, Nq, Dv)
     # 4. head mask
     masked = heads if head_mask is None else heads * head_mask[:, None, None]
@@ -242,7 +256,7 @@ def _multi_head_attention_forward(query, key, value, p, mask, head_mask, h, hkv,
     # 6. output projection
     out, o_cache = _project(concat, p, "W_o", "b_o", "concat")  # (..., Nq, Dout)
     cache = MultiHeadCache(q_cache, k_cache, v_cache, attn_cache, heads, head_mask,
-                           o_cache, h, hkv, param_keys)
+                           o_cache, h, hkv, param_keys, rotated)
     return out, cache
 
 
@@ -286,9 +300,13 @@ def _multi_head_attention_backward(dout, c: MultiHeadCache):
     dq, dk, dv = _attention_backward(do, c.attention)
     # the broadcast of k, v over G has been summed away by the attention backward:
     # each key/value head collects the gradients of all the query heads sharing it
+    dq, dk = _ungroup_heads(dq), dk[..., 0, :, :]  # (..., H, Nq, Dk), (..., Hkv, Nk, Dk)
+    if c.rotary is not None:  # 2b. rotate back
+        rotary, rotary_cache = c.rotary
+        dq, dk = rotary.backward(dq, dk, rotary_cache)
     # 2. split heads: the backward of a split is a merge
-    dQ = _merge(_ungroup_heads(dq))  # (..., Nq, H*Dk)
-    dK = _merge(dk[..., 0, :, :])  # (..., Nk, Hkv*Dk)
+    dQ = _merge(dq)  # (..., Nq, H*Dk)
+    dK = _merge(dk)  # (..., Nk, Hkv*Dk)
     dV = _merge(dv[..., 0, :, :])  # (..., Nk, Hkv*Dv)
     # 1. projections
     dquery, grads["W_q"], grads["b_q"] = _linear_backward(dQ, c.q_proj)

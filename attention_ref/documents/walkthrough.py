@@ -294,15 +294,17 @@ def main(argv=None, save_figures=None) -> int:
         prog="python -m attention_ref",
         description="Walk through the documents' two-head example, the claims table and the"
                     " gradient checks.")
-    parser.add_argument("--section", choices=SECTIONS + ("all",), default="all",
-                        help="print one section only (default: all, with the claims one line each)")
+    parser.add_argument("--section", choices=SECTIONS + ("all",), default=None,
+                        help="print one section only, or all four (default: the example, the claims one"
+                             " line each and the gradient checks)")
     parser.add_argument("--plots", metavar="DIR", help="also write the figures (PNG) into DIR")
     args = parser.parse_args(argv)
     ok = True
-    chosen = DEFAULT if args.section == "all" else (args.section,)
+    chosen = {None: DEFAULT, "all": SECTIONS}.get(args.section, (args.section,))
     for i, section in enumerate(chosen):
-        title = {"example": "1. THE TWO-HEAD EXAMPLE", "summary": "2. THE CLAIMS, ONE LINE EACH",
-                 "claims": "2. THE CLAIMS TABLE", "gradcheck": "3. GRADIENT CHECKS"}[section]
+        title = {"example": "THE TWO-HEAD EXAMPLE", "summary": "THE CLAIMS, ONE LINE EACH",
+                 "claims": "THE CLAIMS TABLE", "gradcheck": "GRADIENT CHECKS"}[section]
+        title = f"{i + 1}. {title}"
         if i:
             print()
         print("=" * WIDTH)
@@ -317,7 +319,7 @@ def main(argv=None, save_figures=None) -> int:
         else:
             text, ok = gradcheck_section()
             print(text)
-    if args.section == "all":
+    if args.section is None:
         print()
         print(NEXT_STEPS)
     if args.plots:

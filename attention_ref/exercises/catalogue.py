@@ -59,10 +59,15 @@ class Exercise:
     backward: Callable  # the reference: backward(dout, cache)
     call: Callable = None  # how to call an attempt: call(fn, dout, cache); default fn(dout, cache)
     mistakes: tuple = ()
+    wrap_forward: Callable = None  # a student's forward -> one returning (out, cache), when it differs
 
     def run(self, fn, dout, cache):
         """Call an attempt (or the reference) with this exercise's signature."""
         return fn(dout, cache) if self.call is None else self.call(fn, dout, cache)
+
+    def adapt_forward(self, forward):
+        """A student's forward with the library forward's signature, as ``(out, cache)``."""
+        return forward if self.wrap_forward is None else self.wrap_forward(forward)
 
 
 def _sizes(rng, n=3, low=2, high=6):
@@ -87,7 +92,7 @@ def _softmax_cases(rng):
     blocked = ~_keep_mask(rng, b, n)
     masked[blocked] = -np.inf
     return [Case((rng.standard_normal(n) * 2,)), Case((rng.standard_normal((b, m)) * 2,)), Case((x4,)),
-            Case((masked,), masked=blocked)]
+            Case((masked,), masked=blocked), Case((rng.standard_normal((m, b)) * 2,), {"axis": 0})]
 
 
 def _linear_cases(rng):
@@ -104,11 +109,10 @@ def _attention_cases(rng):
     b, n_q, n_k = _sizes(rng)
     d_k, d_v = _sizes(rng, 2)
     q3, k3, v3 = (rng.standard_normal((b, n, d)) for n, d in ((n_q, d_k), (n_k, d_k), (n_k, d_v)))
-    n = n_q
-    qc, kc, vc = (rng.standard_normal((b, 2, n, d)) for d in (d_k, d_k, d_v))
-    return [Case((q3[0], k3[0], v3[0]), factors=_scale_factors(d_k)),
-            Case((q3, k3, v3, _keep_mask(rng, n_q, n_k)), factors=_scale_factors(d_k)),
-            Case((qc, kc, vc, causal_mask(n)), factors=_scale_factors(d_k))]
+    qc, kc, vc = (rng.standard_normal((b, 2, n_q, d)) for d in (d_k, d_k, d_v))
+    return [Case((qc, kc, vc, causal_mask(n_q)), factors=_scale_factors(d_k)),  # square first: a wrong
+            Case((q3[0], k3[0], v3[0]), factors=_scale_factors(d_k)),             # product shows in values
+            Case((q3, k3, v3, _keep_mask(rng, n_q, n_k)), factors=_scale_factors(d_k))]
 
 
 def _head_cases(rng):
@@ -142,9 +146,9 @@ def _multi_head_cases(rng):
         d_head = int(rng.integers(2, 4))
         d = h * d_head
         params = {}
-        for name, (rows, cols) in {"q": (d, d), "k": (d, d), "v": (d, d), "o": (d, d)}.items():
-            params["W_" + name] = rng.standard_normal((rows, cols)) / math.sqrt(rows)
-            params["b_" + name] = 0.1 * rng.standard_normal(cols) if bias else None
+        for name in "qkvo":  # (d, d) each
+            params["W_" + name] = rng.standard_normal((d, d)) / math.sqrt(d)
+            params["b_" + name] = 0.1 * rng.standard_normal(d) if bias else None
         query = rng.standard_normal((b, n_q, d))
         key = query if self_attention else rng.standard_normal((b, n_k, d))
         mask = causal_mask(n_q) if self_attention else _keep_mask(rng, n_q, n_k)
@@ -167,15 +171,16 @@ def _encoder_cases(rng):
     return cases
 
 
-def _exercise(name, forward_name, signature, returns, formula, hints, cases, forward, backward, call=None):
+def _exercise(name, forward_name, signature, returns, formula, hints, cases, forward, backward, call=None,
+              wrap_forward=None):
     return Exercise(name, forward_name, signature, returns, formula, tuple(hints), cases, forward, backward,
-                    call, MISTAKES.get(name, ()))
+                    call, MISTAKES.get(name, ()), wrap_forward)
 
 
 EXERCISES = {e.name: e for e in [
     _exercise(
         "softmax_backward", "softmax_forward", "softmax_backward(dy, cache) -> dx", ("dx",),
-        "y_i = exp(x_i - m) / sum_j exp(x_j - m) along the last axis (m the row maximum).\n"
+        "y_i = exp(x_i - m) / sum_j exp(x_j - m) along an axis (the last by default; m the maximum).\n"
         "Derive dx = dL/dx from dy = dL/dy. The cache holds y (cache.y) and the axis (cache.axis).",
         ["Every y_j depends on every x_i: write the Jacobian dy_j/dx_i, not only its diagonal.",
          "dy_j/dx_i = y_j (delta_ij - y_i).",
@@ -212,7 +217,7 @@ EXERCISES = {e.name: e for e in [
         ["The split is a reshape (..., N, H, Dh) and a moveaxis of H before N.",
          "Its backward undoes both in reverse order: move H back after N, then reshape to (..., N, H*Dh)."],
         _head_cases, lambda x, h: (split_heads(x, h), h), split_heads_backward,
-        call=lambda fn, dout, cache: fn(dout)),
+        call=lambda fn, dout, cache: fn(dout), wrap_forward=lambda f: lambda x, h: (f(x, h), h)),
     _exercise(
         "merge_heads_backward", "merge_heads", "merge_heads_backward(dmerged, num_heads) -> dheads", ("dheads",),
         "merged = merge_heads(heads): (..., H, N, Dh) -> (..., N, H*Dh), the documents' Concat.\n"
@@ -220,7 +225,8 @@ EXERCISES = {e.name: e for e in [
         ["The merge is a moveaxis of H after N and a reshape; undo them in reverse order.",
          "Split the last axis into (H, Dh) first, then move H before N."],
         lambda rng: [Case((split_heads(*c.inputs), c.inputs[1])) for c in _head_cases(rng)],
-        lambda heads, h: (merge_heads(heads), h), merge_heads_backward),
+        lambda heads, h: (merge_heads(heads), h), merge_heads_backward,
+        wrap_forward=lambda f: lambda heads, h: (f(heads), h)),
     _exercise(
         "layer_norm_backward", "layer_norm_forward", "layer_norm_backward(dy, cache) -> (dx, dgamma, dbeta)",
         ("dx", "dgamma", "dbeta"),

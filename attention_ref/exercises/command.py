@@ -47,11 +47,17 @@ def {name}({args}):
 
 def _load(path):
     """The exercise name, the attempt and the optional forward defined in ``path``."""
+    if not Path(path).is_file():
+        raise SystemExit(f"{path}: no such file (write one with: python -m attention_ref exercise start NAME {path})")
     spec = importlib.util.spec_from_file_location("attempt", path)
     if spec is None:
         raise SystemExit(f"cannot import {path}: not a Python file")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # noqa: BLE001  (a student's file may fail to import in any way)
+        line = f" (line {exc.lineno})" if isinstance(exc, SyntaxError) else ""
+        raise SystemExit(f"{path} does not run{line}: {type(exc).__name__}: {exc}") from None
     name = getattr(module, "EXERCISE", None)
     if name not in EXERCISES:
         raise SystemExit(f"{path} must set EXERCISE to one of: {', '.join(EXERCISES)}")
@@ -91,6 +97,7 @@ def main(argv=None) -> int:
         if path.exists() and not args.force:
             print(f"{path} exists; pass --force to overwrite it", file=sys.stderr)
             return 2
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(skeleton(args.name, path.as_posix()))
         print(f"wrote {path}: fill in {args.name}, then run")
         print(f"    python -m attention_ref exercise check {path.as_posix()}")

@@ -16,6 +16,7 @@ __all__ = ["as_gradient_array", "close", "observe", "RTOL", "ATOL"]
 #: An output is right when ``max |got - truth| <= RTOL * max |truth| + ATOL`` (float64 inputs:
 #: a correct attempt differs from the library by rounding, about 1e-15 of the largest entry).
 RTOL, ATOL = 1e-8, 1e-12
+_FLOAT32_RTOL = 1e-5  # what an attempt computed in float32 can reach
 _SIMPLE = {"2": 2.0, "1/2": 0.5}
 
 
@@ -30,24 +31,26 @@ def as_gradient_array(g):
     return arr if arr.dtype.kind in ("f", "i", "u") else None
 
 
-def _tolerance(truth) -> float:
-    return RTOL * (float(np.abs(truth).max()) if truth.size else 0.0) + ATOL
+def _tolerance(truth, rtol=RTOL) -> float:
+    return rtol * (float(np.abs(truth).max()) if truth.size else 0.0) + ATOL
 
 
-def close(got, truth) -> bool:
+def close(got, truth, rtol=RTOL) -> bool:
     """Same shape, finite, and equal to ``truth`` within the tolerance."""
     got = as_gradient_array(got)
     if got is None or got.shape != truth.shape or not np.isfinite(got).all():
         return False
-    return truth.size == 0 or float(np.abs(got - truth).max()) <= _tolerance(truth)
+    return truth.size == 0 or float(np.abs(got - truth).max()) <= _tolerance(truth, rtol)
 
 
-def _shape_sentence(name, got, truth):
+def _shape_sentence(name, got, truth, parameter):
     g, t = got.shape, truth.shape
     if len(g) >= 2 and g == t[:-2] + t[-2:][::-1]:
         return (f"{name} has shape {g}, the transpose of the expected {t}: swap the factors of the product"
-                " (for a weight, x^T dy and not dy^T x)")
-    if len(g) > len(t) and g[len(g) - len(t):] == t:
+                + (" (for a weight, x^T dy and not dy^T x)" if parameter else ""))
+    if tuple(d for d in g if d != 1) == tuple(d for d in t if d != 1):
+        return f"{name} has shape {g}, expected {t}: axes of size 1 too many or too few (keepdims, a [None])"
+    if parameter and len(g) > len(t) and g[len(g) - len(t):] == t:
         return (f"{name} has shape {g}, expected {t}: sum over the leading axes {g[:len(g) - len(t)]}"
                 " (every batch item contributes to the same parameter)")
     if got.size == truth.size:
@@ -73,7 +76,7 @@ def _confined(err, axis):
     return [int(i) for i in bad] if 0 < len(bad) < err.shape[axis] else None
 
 
-def observe(name, got, truth, factors=None, masked=None, axis_names=None) -> str:
+def observe(name, got, truth, factors=None, masked=None, axis_names=None, parameter=False) -> str:
     """One plain sentence describing how ``got`` differs from ``truth``."""
     arr = as_gradient_array(got)
     if truth is None:
@@ -83,20 +86,22 @@ def observe(name, got, truth, factors=None, masked=None, axis_names=None) -> str
     if arr is None:
         return f"{name} is not an array of numbers (got {type(got).__name__})"
     if arr.shape != truth.shape:
-        return _shape_sentence(name, arr, truth)
-    if arr.dtype != truth.dtype:
-        return (f"{name} has dtype {arr.dtype}, expected {truth.dtype}: compute in the inputs' dtype"
-                + (" (float32 loses the digits the check needs)" if arr.dtype == np.float32 else ""))
+        return _shape_sentence(name, arr, truth, parameter)
     if not np.isfinite(arr).all():
         where = tuple(int(i) for i in np.argwhere(~np.isfinite(arr))[0])
-        return (f"{name} has NaN or infinity (first at index {where}): a 0/0 or an overflow; a blocked"
-                " score must give exactly 0, never exp(-inf - (-inf))")
+        return (f"{name} has NaN or infinity (first at index {where}): a 0/0 or an overflow"
+                + ("; a blocked score must give exactly 0, never exp(-inf - (-inf))" if masked is not None else ""))
+    if arr.dtype != truth.dtype:
+        if close(arr, truth, _FLOAT32_RTOL):
+            return (f"{name} is right to {arr.dtype} precision but has dtype {arr.dtype}: compute in the"
+                    f" inputs' dtype ({truth.dtype}); the check needs its digits")
+        arr = arr.astype(truth.dtype)  # wrong beyond the precision: look at how
     c = _ratio(arr, truth)
     if c is not None:
         if abs(c + 1) <= 1e-6:
             return f"{name} has the wrong sign everywhere ({name} = -1 x the true gradient)"
         if abs(c) <= 1e-6:
-            return f"{name} is zero everywhere: this input's gradient is missing"
+            return f"{name} is zero everywhere: this gradient is missing"
         labels = [label for label, value in {**(factors or {}), **_SIMPLE}.items()
                   if abs(c - value) <= 1e-6 * max(1.0, abs(value))]
         if labels:  # several names may fit one number (h = d_k = 2): all are listed
@@ -114,9 +119,11 @@ def observe(name, got, truth, factors=None, masked=None, axis_names=None) -> str
     for axis in range(arr.ndim - 1):
         bad = _confined(err, axis)
         if bad is not None:
-            what = labels.get(axis - arr.ndim, f"axis {axis}")
-            return (f"{name} is wrong only at {what} {bad} of {arr.shape[axis]}: the rest is right, so look"
-                    " for a loop, slice or broadcast that treats those indices differently")
+            what = labels.get(axis - arr.ndim, f"index along axis {axis}")
+            good = [i for i in range(arr.shape[axis]) if i not in bad]
+            where = f"wrong only at {what} {bad}" if len(bad) <= len(good) else f"right only at {what} {good}"
+            return (f"{name} is {where} of {arr.shape[axis]}: look for a loop, slice or broadcast that treats"
+                    " those indices differently")
     worst = tuple(int(i) for i in np.unravel_index(int(np.argmax(np.abs(arr - truth))), arr.shape))
     rel = float(np.abs(arr - truth).max()) / max(float(np.abs(truth).max()), ATOL)
     return (f"{name} differs from the true gradient (largest error at index {worst}, {rel:.2g} of its"

@@ -19,11 +19,11 @@ import numpy as np
 from ..core.heads import _merge
 from ..core.linear import LinearCache
 from ..core.multi_head import _multi_head_attention_backward
+from ..core.softmax import _softmax
+from ..variants.blockwise import _key_blocks, _scores
 from ..nn.feed_forward import _feed_forward_backward
 from ..nn.layer_norm import _layer_norm_backward
 from ..nn.residual import join_grads
-from ..core.softmax import _softmax
-from ..variants.blockwise import _key_blocks, _scores
 
 __all__ = ["ANY", "Mistake", "MISTAKES"]
 
@@ -363,8 +363,9 @@ MISTAKES = {
                 "your dx takes only the query path of the self-attention: x is the query, the key and"
                 " the value, so dx = dquery + dkey + dvalue (plus the residual path)", _encoder_query_path_only),
         Mistake("residual path dropped",
-                "your dx drops the residual connection: y = x + s(...) (or LN(x + s(x))) passes the"
-                " upstream gradient straight to x as well, dx = d_skip + d_sublayer", _encoder_skip_dropped),
+                "your dx drops the residual connection: the skip path adds its own term to dx, the"
+                " upstream gradient itself (pre-norm, y = x + s(LN(x))) or the layer norm's input"
+                " gradient (post-norm, y = LN(x + s(x))), besides the sub-layer's", _encoder_skip_dropped),
     ),
     "multi_head_attention_backward": (
         Mistake("transposed W_o gradient",

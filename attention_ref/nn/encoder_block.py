@@ -72,7 +72,7 @@ def _self_attention_backward(ds, attn_cache):
 
 
 def encoder_block_forward(x, params, num_heads, mask=None, norm_first=False, *,
-                          activation="relu", eps=1e-5, head_mask=None):
+                          activation="relu", eps=1e-5, head_mask=None, scale=None):
     """One Transformer encoder block (self-attention, Add & Norm, FFN, Add & Norm).
 
     Parameters
@@ -85,10 +85,11 @@ def encoder_block_forward(x, params, num_heads, mask=None, norm_first=False, *,
         to (..., n, n), e.g. a padding mask
     norm_first : False for post-norm (``LN(x + Sublayer(x))``), True for pre-norm
         (``x + Sublayer(LN(x))``)
-    activation : ``"relu"`` or ``"gelu"`` (tanh approximation) in the feed-forward network
+    activation : ``"relu"``, ``"gelu"`` (tanh approximation) or ``"gelu_exact"`` in the feed-forward network
     eps : the layer norms' epsilon
     head_mask : optional (num_heads,) multipliers on the heads' outputs (1 keeps a head,
         0 prunes it)
+    scale : the factor on the attention scores; None (default) is ``1 / sqrt(d_k)``
 
     Returns
     -------
@@ -105,7 +106,7 @@ def encoder_block_forward(x, params, num_heads, mask=None, norm_first=False, *,
 
     def self_attention(z):
         return multi_head_attention_forward(z, z, z, p["self_attn"], num_heads, mask,
-                                            head_mask=head_mask)
+                                            head_mask=head_mask, scale=scale)
 
     def ffn(z):
         return feed_forward_forward(z, p["ffn"], activation)

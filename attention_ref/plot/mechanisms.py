@@ -10,6 +10,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
+from ..core.masks import causal_mask
 from ..variants.blockwise import visited_tiles
 from ..variants.local import local_window_mask
 from ..variants.rope import rope_forward
@@ -18,13 +19,9 @@ __all__ = ["tile_maps", "softmax_jacobians", "rope_scores_by_offset", "printed_v
 
 
 def _allowed(n_q, n_k, causal, window):
-    """The scores the causal / window rules allow, (Nq, Nk); query i sits at i + n_k - n_q."""
-    allowed = np.ones((n_q, n_k), bool)
-    if causal:
-        allowed &= np.arange(n_k)[None, :] <= np.arange(n_q)[:, None] + (n_k - n_q)
-    if window is not None:
-        allowed &= local_window_mask(n_q, window, n_k)
-    return allowed
+    """The scores the causal / window rules allow, (Nq, Nk), from the library's own masks."""
+    allowed = causal_mask(n_q, n_k) if causal else np.ones((n_q, n_k), bool)
+    return allowed if window is None else allowed & local_window_mask(n_q, window, n_k)
 
 
 def tile_maps(n_q, n_k, block_size, rules=({"causal": True}, {"window": 8})) -> Figure:
@@ -56,50 +53,53 @@ def tile_maps(n_q, n_k, block_size, rules=({"causal": True}, {"window": 8})) -> 
 
 
 def softmax_jacobians(y) -> Figure:
-    """The softmax Jacobian ``dy_j/dx_i = y_j (delta_ij - y_i)`` of the probabilities ``y``
-    beside its diagonal only (the classic wrong backward), on one colour scale."""
+    """The softmax Jacobian ``J_ij = dy_i/dx_j = y_i (delta_ij - y_j)`` of the probabilities
+    ``y`` (row i: output, column j: input) beside its diagonal only (the classic wrong
+    backward), on one colour scale."""
     y = np.asarray(y, dtype=float)
-    full = np.diag(y) - np.outer(y, y)  # (N, N)
+    full = np.diag(y) - np.outer(y, y)  # (N, N), J_ij = y_i (delta_ij - y_j)
     diagonal = np.diag(y * (1 - y))  # (N, N)
     lim = float(np.abs(full).max())
     fig = Figure(figsize=(8.4, 3.7), layout="constrained")
     axes = fig.subplots(1, 2)
-    for ax, (label, jac) in zip(axes, (("full: y_j (delta_ij - y_i)", full),
+    for ax, (label, jac) in zip(axes, (("full: y_i (delta_ij - y_j)", full),
                                        ("diagonal only: y_i (1 - y_i)", diagonal))):
         im = ax.imshow(jac, cmap="RdBu_r", vmin=-lim, vmax=lim)
         ax.set_title(label, fontsize=10)
-        ax.set_xlabel("j (input)")
-        ax.set_ylabel("i (output)")
+        ax.set_xlabel("j (input x_j)")
+        ax.set_ylabel("i (output y_i)")
     fig.colorbar(im, ax=list(axes), shrink=0.8, label="dy_i / dx_j")
     fig.suptitle("the softmax Jacobian: every output depends on every input")
     return fig
 
 
-def rope_scores_by_offset(d=64, max_offset=128, base=10000.0, pairs=256, seed=0) -> Figure:
-    """RoPE makes a score depend on the positions only through their offset: for one random
-    (q, k) pair, and on average over ``pairs`` pairs with ``k = q``, the score of q at
-    position m and k at position m + offset, against the offset."""
+def rope_scores_by_offset(d=64, max_offset=128, base=10000.0, pairs=256, seed=0, starts=(0, 50)) -> Figure:
+    """RoPE makes a score depend on the positions only through their offset. Left: one random
+    (q, k), q at position m and k at m + offset, for each m in ``starts`` (the curves coincide).
+    Right: the score of a vector with itself ``offset`` positions apart, averaged over
+    ``pairs`` random vectors (it decays). Both are ``q.k / sqrt(d)``."""
     rng = np.random.default_rng(seed)
     offsets = np.arange(max_offset + 1)
     q, k = rng.standard_normal((2, 1, d))
-    qs, _ = rope_forward(np.repeat(q, len(offsets), axis=0), np.zeros(len(offsets)), base)  # (T, d), position 0
-    ks, _ = rope_forward(np.repeat(k, len(offsets), axis=0), offsets, base)  # (T, d)
-    one = np.sum(qs * ks, axis=-1) / np.sqrt(d)
+    fig = Figure(figsize=(10, 3.6), layout="constrained")
+    left, right = fig.subplots(1, 2)
+    for i, m in enumerate(starts):
+        qm, _ = rope_forward(np.repeat(q, len(offsets), axis=0), np.full(len(offsets), float(m)), base)  # (T, d)
+        kn, _ = rope_forward(np.repeat(k, len(offsets), axis=0), m + offsets, base)  # (T, d)
+        left.plot(offsets, np.sum(qm * kn, axis=-1) / np.sqrt(d), ls="-" if i == 0 else "--", label=f"q at {m}")
     x = rng.standard_normal((pairs, 1, d))
-    same = []
-    for t in offsets:  # q = k: the score of a token with itself, t positions apart
-        a, _ = rope_forward(x, np.zeros((pairs, 1)), base)
-        b, _ = rope_forward(x, np.full((pairs, 1), float(t)), base)
-        same.append(float(np.mean(np.sum(a * b, axis=-1))) / d)
-    fig = Figure(figsize=(7, 3.6), layout="constrained")
-    ax = fig.subplots()
-    ax.plot(offsets, one, label="one random pair q, k: q.k / sqrt(d)")
-    ax.plot(offsets, same, label=f"k = q, mean of {pairs} pairs: q.k / d")
-    ax.axhline(0, color="gray", lw=0.5)
-    ax.set_xlabel("offset between the positions of k and q")
-    ax.set_ylabel("score")
-    ax.set_title(f"RoPE (d = {d}, base {base:g}): scores depend on the offset only", fontsize=10)
-    ax.legend(fontsize=8)
+    at_zero, _ = rope_forward(x, np.zeros((pairs, 1)), base)  # (P, 1, d)
+    same = [float(np.mean(np.sum(at_zero * rope_forward(x, np.full((pairs, 1), float(t)), base)[0], axis=-1)))
+            / np.sqrt(d) for t in offsets]
+    right.plot(offsets, same, color="C2")
+    for ax, title in ((left, "one (q, k): the same curve from every start"),
+                      (right, f"a vector with itself, mean of {pairs}")):
+        ax.axhline(0, color="gray", lw=0.5)
+        ax.set_xlabel("offset between the positions of k and q")
+        ax.set_ylabel("q.k / sqrt(d)")
+        ax.set_title(title, fontsize=10)
+    left.legend(fontsize=8)
+    fig.suptitle(f"RoPE (d = {d}, base {base:g}): scores depend on the offset only")
     return fig
 
 

@@ -138,7 +138,10 @@ def test_summary_has_one_line_per_claim_with_the_correction(capsys):
     for c in claims:
         assert sum(f" {c.id} " in line for line in out.splitlines()) == 1, c.id
     wrong = next(c for c in claims if c.id == "004-4.1-score")
-    assert f"printed {wrong.printed}, correct {wrong.computed}" in out
+    assert f"correct {wrong.computed}, printed {wrong.printed}" in out
+    for c in claims:  # a wrong claim's correct value is never cut
+        if c.verdict == "wrong":
+            assert f"{c.id:<22} correct {c.computed}," in out, c.id
     assert out.rstrip().endswith(f"{len(claims)} claims: 33 holds, 11 wrong, 15 ambiguous.")
 
 

@@ -13,7 +13,7 @@ from attention_ref.variants.blockwise import _key_blocks, _scores
 
 def softmax_backward(dy, cache):
     y = cache.y
-    return y * (dy - np.sum(dy * y, axis=-1, keepdims=True))
+    return y * (dy - np.sum(dy * y, axis=cache.axis, keepdims=True))
 
 
 def linear_backward(dy, cache):
@@ -203,7 +203,8 @@ WRONG = {  # exercise -> {mistake name in the catalogue: a student's wrong attem
     "softmax_backward": {
         "diagonal-only Jacobian": lambda dy, cache: dy * cache.y * (1 - cache.y),
         "missing sum term": lambda dy, cache: dy * cache.y,
-        "sum term with the wrong sign": lambda dy, cache: cache.y * (dy + np.sum(dy * cache.y, -1, keepdims=True)),
+        "sum term with the wrong sign":
+            lambda dy, cache: cache.y * (dy + np.sum(dy * cache.y, cache.axis, keepdims=True)),
     },
     "linear_backward": {
         "transposed weight gradient": _linear_dW_transposed,
@@ -288,7 +289,7 @@ def _correct_then(name, change):
     ("merge_heads_backward", _correct_then("merge_heads_backward", lambda g, d, h: np.swapaxes(g, -1, -2)),
      "the transpose of the expected"),
     ("linear_backward", _correct_then("linear_backward", lambda g, dy, c: (g[0].astype(np.float32), g[1], g[2])),
-     "dx has dtype float32, expected float64"),
+     "dx is right to float32 precision but has dtype float32"),
     ("linear_backward", _correct_then("linear_backward", lambda g, dy, c: g[:2]), "returned 2 values; it returns 3"),
     ("layer_norm_backward", _correct_then("layer_norm_backward", lambda g, dy, c: (g[0], g[1] * np.nan, g[2])),
      "dgamma has NaN or infinity"),
@@ -304,13 +305,13 @@ def test_a_students_own_forward_is_used_and_checked():
     from attention_ref import softmax_forward
     from attention_ref.core.softmax import SoftmaxCache
 
-    def my_forward(x):
-        e = np.exp(x - x.max(-1, keepdims=True))
-        y = e / e.sum(-1, keepdims=True)
-        return y, SoftmaxCache(y, -1)
+    def my_forward(x, axis=-1):
+        e = np.exp(x - x.max(axis, keepdims=True))
+        y = e / e.sum(axis, keepdims=True)
+        return y, SoftmaxCache(y, axis)
 
     assert check("softmax_backward", softmax_backward, forward=my_forward).ok
-    wrong = check("softmax_backward", softmax_backward, forward=lambda x: (np.exp(x), softmax_forward(x)[1]))
+    wrong = check("softmax_backward", softmax_backward, forward=lambda x, axis=-1: (np.exp(x), softmax_forward(x, axis)[1]))
     assert not wrong.ok and "your forward's output differs from softmax_forward's" in wrong.diagnosis
 
 
@@ -322,3 +323,68 @@ def test_unknown_exercise_and_hints():
         hint("softmax_backward", 4)
     for e in EXERCISES.values():
         assert len(e.hints) >= 2 and all(hint(e.name, i + 1) for i in range(len(e.hints)))
+
+
+
+# -- attempts in other styles: a correct one always passes, a wrong one is still named ----------
+
+def test_correct_attempts_in_other_styles_pass():
+    from attention_ref import split_heads as library_split, merge_heads as library_merge
+
+    def reordered(dout, cache):  # grads with its keys in another order
+        dquery, dkey, dvalue, grads = multi_head_attention_backward(dout, cache)
+        return dquery, dkey, dvalue, dict(sorted(grads.items()))
+
+    def as_list(dy, cache):
+        return list(linear_backward(dy, cache))
+
+    def one_tuple(dy, cache):
+        return (softmax_backward(dy, cache),)
+
+    assert check("multi_head_attention_backward", reordered).ok
+    assert check("linear_backward", as_list).ok
+    assert check("softmax_backward", one_tuple).ok
+    assert check("split_heads_backward", split_heads_backward, forward=library_split).ok
+    assert check("merge_heads_backward", merge_heads_backward, forward=library_merge).ok
+
+
+def test_an_attempt_writing_into_its_arguments_fails_and_is_told_so():
+    def in_place(dy, cache):
+        y = cache.y
+        dx = y * (dy - np.sum(dy * y, axis=cache.axis, keepdims=True))
+        y *= 0  # a careless reuse of the cached array
+        return dx
+
+    result = check("softmax_backward", in_place)
+    assert not result.ok
+    assert result.diagnosis.startswith("the gradients are right; your backward wrote into its arguments")
+
+
+def test_a_wrong_in_place_attempt_is_still_named():
+    def diagonal_in_place(dy, cache):
+        y = cache.y
+        y *= (1 - y)  # y (1 - y), written over the cache
+        return dy * y
+
+    result = check("softmax_backward", diagonal_in_place)
+    assert result.diagnosis.startswith(MISTAKES["softmax_backward"][0].sentence)
+
+
+def test_a_crash_shows_the_students_line():
+    def crashing(dout, cache):
+        dv = cache.weights @ dout  # P dout instead of P^T dout
+        return dout, dout, dv
+
+    result = check("scaled_dot_product_attention_backward", crashing)
+    assert not result.ok and "dv = cache.weights @ dout" in result.diagnosis
+
+
+def test_wrong_container_and_extra_axes_are_named():
+    none = check("linear_backward", lambda dy, cache: None)
+    assert none.diagnosis.startswith("your backward returned a NoneType; it returns a tuple (dx, dW, db)")
+    keepdims = check("layer_norm_backward", lambda dy, c: (layer_norm_backward(dy, c)[0],
+                                                           layer_norm_backward(dy, c)[1][None], layer_norm_backward(dy, c)[2]))
+    assert "axes of size 1 too many or too few" in keepdims.diagnosis
+    keys = check("multi_head_attention_backward",
+                 lambda d, c: multi_head_attention_backward(d, c)[:3] + ({"W_q": None},))
+    assert keys.diagnosis.startswith("grads must have the keys of params: missing ['b_q'")

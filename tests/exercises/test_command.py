@@ -9,7 +9,7 @@ SOLUTION = '''
 
 def softmax_backward(dy, cache):
     y = cache.y
-    return y * (dy - (y * dy).sum(axis=-1, keepdims=True))
+    return y * (dy - (y * dy).sum(axis=cache.axis, keepdims=True))
 '''
 
 
@@ -33,7 +33,7 @@ def test_from_start_to_a_passing_check_with_the_hints_only(tmp_path, capsys, mon
         capsys.readouterr().out.replace("\n    ", " ")
     path.write_text(text.split("def softmax_backward")[0] + SOLUTION.lstrip())  # what hint 3 says
     assert main(["check", str(path)]) == 0
-    assert capsys.readouterr().out.startswith("softmax_backward: PASS on 4 cases")
+    assert capsys.readouterr().out.startswith("softmax_backward: PASS on 5 cases")
     assert main(["start", "softmax_backward"]) == 2  # never overwrites without --force
     assert "--force" in capsys.readouterr().err
 
@@ -58,3 +58,15 @@ def test_the_main_command_dispatches_to_the_exercises(tmp_path):
     run = subprocess.run([sys.executable, "-m", "attention_ref", "exercise", "hint", "linear_backward"],
                          capture_output=True, text=True, cwd=tmp_path)
     assert run.returncode == 0 and run.stdout.startswith("hint 1 of 3:")
+
+
+def test_files_that_do_not_exist_or_do_not_run_are_named(tmp_path):
+    import pytest
+
+    with pytest.raises(SystemExit, match="no such file"):
+        main(["check", str(tmp_path / "missing.py")])
+    broken = tmp_path / "broken.py"
+    broken.write_text('EXERCISE = "softmax_backward"\ndef softmax_backward(dy, cache)\n')
+    with pytest.raises(SystemExit, match=r"does not run \(line 2\): SyntaxError"):
+        main(["check", str(broken)])
+    assert main(["start", "linear_backward", str(tmp_path / "new" / "folder" / "l.py")]) == 0

@@ -7,27 +7,31 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from attention_ref import plot
 from attention_ref.plot import training
 
-_rng = np.random.default_rng(0)
-_x = _rng.random((6, 5, 3))
+
+
+def _rng():
+    """A fresh generator per case: a figure's data never depends on which cases ran before."""
+    return np.random.default_rng(0)
+
 
 CASES = {
     **{f"{builder.__name__} ({name})": builder for name, builder in plot.FIGURES.items()},
     "attention_heatmaps, 8 heads of 8 tokens": lambda: plot.attention_heatmaps(
-        _rng.dirichlet(np.ones(8), size=(8, 8)), [f"token{i}" for i in range(8)]),
+        _rng().dirichlet(np.ones(8), size=(8, 8)), [f"token{i}" for i in range(8)]),
     "attention_heatmaps, 6 heads with long titles": lambda: plot.attention_heatmaps(
-        _rng.dirichlet(np.ones(5), size=(6, 5)), [f"t{i}" for i in range(5)],
+        _rng().dirichlet(np.ones(5), size=(6, 5)), [f"t{i}" for i in range(5)],
         panel_titles=[f"head {i + 1} (kv head {i // 3 + 1})" for i in range(6)], title="a long figure title " * 3),
     "attention_heatmaps, unlabelled 30 x 40": lambda: plot.attention_heatmaps(
-        _rng.dirichlet(np.ones(40), size=(2, 30)), panel_titles=["softmax", "linear (elu + 1)"]),
+        _rng().dirichlet(np.ones(40), size=(2, 30)), panel_titles=["softmax", "linear (elu + 1)"]),
     "tile_maps": lambda: plot.tile_maps(40, 56, 8, rules=({"causal": True}, {"window": 5}, {"causal": True, "window": 9})),
-    "softmax_jacobians": lambda: plot.softmax_jacobians(_rng.dirichlet(np.ones(7))),
+    "softmax_jacobians": lambda: plot.softmax_jacobians(_rng().dirichlet(np.ones(7))),
     "rope_scores_by_offset": lambda: plot.rope_scores_by_offset(d=16, max_offset=40, pairs=8),
     "printed_vs_computed": lambda: plot.printed_vs_computed([f"Q{i}[{j}]" for i in range(3) for j in range(4)],
-                                                            _rng.random(12), _rng.random(12)),
+                                                            _rng().random(12), _rng().random(12)),
     "training.plot_loss_curves": lambda: training.plot_loss_curves({"one head": [1, 0.5, 0.4], "two heads": [1, 0.1, 0.01]}),
     "training.plot_attention_maps": lambda: training.plot_attention_maps(
-        {"1 head: head 0": _rng.random((6, 5)), "2 heads: head 0": _rng.random((6, 5)),
-         "2 heads: head 1": _rng.random((6, 5))}, _x),
+        {"1 head: head 0": _rng().random((6, 5)), "2 heads: head 0": _rng().random((6, 5)),
+         "2 heads: head 1": _rng().random((6, 5))}, _rng().random((6, 5, 3))),
 }
 
 

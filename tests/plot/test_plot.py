@@ -95,9 +95,11 @@ def test_softmax_jacobians_show_the_formula():
 
 
 def test_rope_scores_depend_on_the_offset_only():
-    fig = plot.rope_scores_by_offset(d=8, max_offset=10, pairs=4)
-    one, same = (line.get_ydata() for line in fig.axes[0].lines[:2])
-    assert len(one) == len(same) == 11 and same[0] == pytest.approx(np.max(same))  # offset 0 is |q|^2 / d
+    fig = plot.rope_scores_by_offset(d=8, max_offset=10, pairs=4, starts=(0, 7))
+    from_zero, from_seven = (line.get_ydata() for line in fig.axes[0].get_lines()[:2])
+    np.testing.assert_allclose(from_seven, from_zero, rtol=1e-10, atol=1e-12)  # the same curve from any start
+    same = fig.axes[1].get_lines()[0].get_ydata()
+    assert len(same) == 11 and same[0] == pytest.approx(np.max(same))  # a vector is closest to itself at offset 0
 
 
 def test_bad_labels_and_titles_are_named():

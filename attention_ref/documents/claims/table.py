@@ -94,8 +94,8 @@ def render_summary(width: int = 80) -> str:
         group = f()
         out.append(title)
         for r in group:
-            if r.verdict == "wrong":
-                text = f"printed {r.printed}, correct {r.computed}"
+            if r.verdict == "wrong":  # the correct value first: only the printed one may be cut
+                text = f"correct {r.computed}, printed {r.printed}"
             elif r.verdict == "holds" and r.printed not in ("", "(no number)"):
                 text = r.printed
             else:

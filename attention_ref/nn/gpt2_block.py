@@ -1,0 +1,68 @@
+"""GPT-2's decoder-only block: pre-norm, causal self-attention, a GELU (tanh) MLP, two residuals.
+
+``h = x + Attn(LN_1(x))``, ``y = h + MLP(LN_2(h))``, with causal self-attention (biases on
+the four projections) and ``MLP(z) = gelu_tanh(z W_1 + b_1) W_2 + b_2``. It is the pre-norm
+encoder block of :mod:`.encoder_block` with a causal mask and GELU, so it is computed by it:
+same parameter names (``ln1``, ``self_attn``, ``ln2``, ``ffn``), same cache.
+:func:`attention_ref.interop.from_gpt2_block` maps transformers' ``GPT2Block`` weights onto
+these names.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._checks import as_mask, as_real_array, require_ndim
+from ..core.masks import causal_mask
+from .encoder_block import EncoderBlockCache, encoder_block_backward, encoder_block_forward, init_encoder_block_params
+
+__all__ = ["gpt2_block_forward", "gpt2_block_backward", "init_gpt2_block_params", "combine_with_causal"]
+
+
+def combine_with_causal(mask, n: int):
+    """The causal rule (query i sees keys j <= i) and an optional extra mask (padding) together:
+    a boolean mask is and-ed with it, a float (additive) one gets ``-inf`` above the diagonal."""
+    causal = causal_mask(n)  # (N, N)
+    mask = as_mask(mask)
+    if mask is None:
+        return causal
+    if mask.dtype == bool:
+        return causal & mask  # (..., N, N)
+    return np.where(causal, mask, -np.inf).astype(mask.dtype, copy=False)  # (..., N, N)
+
+
+def gpt2_block_forward(x, params, num_heads, *, eps=1e-5, mask=None, scale=None):
+    """One GPT-2 block on ``x`` (..., n, d_model); positions start at 0.
+
+    Parameters
+    ----------
+    x : array (..., n, d_model)
+    params : flat dict ``ln1.gamma, ln1.beta, self_attn.W_q, .b_q, ..., .W_o, .b_o, ln2.gamma,
+        ln2.beta, ffn.W_1, .b_1, .W_2, .b_2`` (see :func:`init_gpt2_block_params`)
+    num_heads : int
+    eps : the layer norms' epsilon (GPT-2's ``layer_norm_epsilon``, 1e-5)
+    mask : optional extra mask (bool, True = may attend, e.g. padding; or float, added),
+        broadcastable to (..., n, n), combined with the causal one
+    scale : the attention scores' factor; None is ``1/sqrt(d_head)``; GPT-2's
+        ``scale_attn_weights=False`` is ``scale=1.0`` and ``scale_attn_by_inverse_layer_idx``
+        multiplies it by ``1 / (layer_idx + 1)``
+
+    Returns
+    -------
+    y : array (..., n, d_model)
+    cache : EncoderBlockCache (``cache.weights``: the attention probabilities)
+    """
+    x = as_real_array(x, "x")
+    require_ndim(x, "x", 2, "(..., n, d_model)")
+    return encoder_block_forward(x, params, num_heads, combine_with_causal(mask, x.shape[-2]), norm_first=True,
+                                 activation="gelu", eps=eps, scale=scale)
+
+
+def gpt2_block_backward(dout, cache: EncoderBlockCache):
+    """Gradients of :func:`gpt2_block_forward`: ``(dx, grads)``, ``grads`` keyed like params."""
+    return encoder_block_backward(dout, cache)
+
+
+def init_gpt2_block_params(d_model, num_heads, d_ff=None, *, seed=None, dtype=np.float64):
+    """GPT-2's shapes (``d_ff = 4 d_model``), initialised as the encoder block's."""
+    return init_encoder_block_params(d_model, num_heads, 4 * d_model if d_ff is None else d_ff,
+                                     seed=seed, dtype=dtype)

@@ -1,0 +1,182 @@
+"""Llama's decoder block: RMSNorm, causal self-attention with rotate-half RoPE and grouped-query
+heads, RMSNorm, SwiGLU, two residuals, no biases.
+
+Symbols: ``...`` batch axes, N positions, D model width, H query heads, Hkv key/value heads,
+Dh head width, F the MLP's hidden width.
+
+Forward, numbered so the backward can walk it in reverse:
+
+1. ``z = RMSNorm_1(x)``                                    (..., N, D)
+2. ``a = Attn(z)``: ``q = z W_q``, ``k = z W_k``, ``v = z W_v``, split into heads, RoPE
+   (``layout="half"``) on q and k at positions 0..N-1, causal attention with each
+   key/value head shared by H / Hkv query heads, merge, ``W_o``        (..., N, D)
+3. ``h = x + a``
+4. ``u = RMSNorm_2(h)``
+5. ``m = SwiGLU(u) = (silu(u W_gate) * (u W_up)) W_down``
+6. ``y = h + m``
+
+Parameter names (flat, ``group.name``): ``input_norm.weight``, ``self_attn.W_q``, ``.W_k``,
+``.W_v``, ``.W_o``, ``post_attention_norm.weight``, ``mlp.W_gate``, ``.W_up``, ``.W_down``
+(transformers' ``input_layernorm``, ``self_attn.q_proj`` ..., ``post_attention_layernorm``,
+``mlp.gate_proj`` ...; :func:`attention_ref.interop.from_llama_block` maps them, transposed).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from .._checks import as_real_array, as_upstream, check_positive_int, require_ndim
+from ..core.attention import check_scale
+from ..core.multi_head import (
+    MultiHeadCache,
+    _multi_head_attention_backward,
+    _multi_head_attention_forward,
+    check_multi_head_inputs,
+)
+from ..variants.rope import rope_backward, rope_forward
+from .gpt2_block import combine_with_causal
+from .rms_norm import RMSNormCache, _rms_norm_backward, rms_norm_forward
+from .swiglu import SwiGLUCache, _swiglu_backward, swiglu_forward
+
+__all__ = ["LLAMA_PARAM_NAMES", "LlamaBlockCache", "RotaryHalf", "llama_block_forward", "llama_block_backward",
+           "init_llama_block_params"]
+
+LLAMA_PARAM_NAMES = ("input_norm.weight", "self_attn.W_q", "self_attn.W_k", "self_attn.W_v", "self_attn.W_o",
+                     "post_attention_norm.weight", "mlp.W_gate", "mlp.W_up", "mlp.W_down")
+
+
+class RotaryHalf(NamedTuple):
+    """Rotate-half RoPE on the split heads, as :func:`attention_ref.core.multi_head` expects:
+    queries at ``q_positions``, keys at ``k_positions`` (both ``0..N-1`` in a block forward)."""
+
+    q_positions: np.ndarray  # (Nq,)
+    k_positions: np.ndarray  # (Nk,)
+    base: float
+
+    def forward(self, q, k):
+        q, q_cache = rope_forward(q, self.q_positions, self.base, layout="half")  # (..., H, Nq, Dh)
+        k, k_cache = rope_forward(k, self.k_positions, self.base, layout="half")  # (..., Hkv, Nk, Dh)
+        return q, k, (q_cache, k_cache)
+
+    def backward(self, dq, dk, cache):
+        q_cache, k_cache = cache
+        return rope_backward(dq, q_cache), rope_backward(dk, k_cache)
+
+
+class LlamaBlockCache(NamedTuple):
+    """Nested caches of the six steps."""
+
+    norm1: RMSNormCache  # step 1
+    attn: MultiHeadCache  # step 2
+    norm2: RMSNormCache  # step 4
+    mlp: SwiGLUCache  # step 5
+    y_shape: tuple
+    y_dtype: np.dtype
+
+    @property
+    def weights(self) -> np.ndarray:
+        """Self-attention probabilities of every head, (..., H, N, N)."""
+        return self.attn.weights
+
+
+def _check_llama_params(params, d_model):
+    """``params`` has exactly the Llama block's keys; the norms' weights are (d_model,)."""
+    if not isinstance(params, dict):
+        raise TypeError(f"params must be a dict with keys {LLAMA_PARAM_NAMES}, got {type(params).__name__}")
+    missing = [n for n in LLAMA_PARAM_NAMES if params.get(n) is None]
+    unknown = sorted(set(params) - set(LLAMA_PARAM_NAMES))
+    if missing or unknown:
+        raise ValueError(f"params must have the keys {LLAMA_PARAM_NAMES}; missing {missing}, unknown {unknown}")
+    for n in ("input_norm.weight", "post_attention_norm.weight"):
+        if np.shape(params[n]) != (d_model,):
+            raise ValueError(f"params['{n}'] must have shape ({d_model},) to match x of width d_model = {d_model},"
+                             f" got shape {np.shape(params[n])}")
+
+
+def llama_block_forward(x, params, num_heads, *, num_kv_heads=None, rope_base=10000.0, eps=1e-6,
+                        mask=None, scale=None):
+    """One Llama decoder block on ``x`` (..., n, d_model); positions start at 0.
+
+    Parameters
+    ----------
+    x : array (..., n, d_model)
+    params : flat dict with the keys of :data:`LLAMA_PARAM_NAMES` (no biases)
+    num_heads : int, query heads; num_kv_heads : key/value heads dividing it (default: the same)
+    rope_base : RoPE's base (transformers' ``rope_theta``)
+    eps : the RMSNorms' epsilon (``rms_norm_eps``)
+    mask : optional extra mask (bool, True = may attend, e.g. padding; or float, added),
+        broadcastable to (..., n, n), combined with the causal one
+    scale : the attention scores' factor; None is ``1/sqrt(d_head)``
+
+    Returns
+    -------
+    y : array (..., n, d_model)
+    cache : LlamaBlockCache for :func:`llama_block_backward`
+    """
+    x = as_real_array(x, "x")
+    require_ndim(x, "x", 2, "(..., n, d_model)")
+    num_heads = check_positive_int(num_heads, "num_heads")
+    scale = check_scale(scale)
+    _check_llama_params(params, x.shape[-1])
+    n = x.shape[-2]
+    attn_params = {name: params[f"self_attn.{name}"] for name in ("W_q", "W_k", "W_v", "W_o")}
+    # 1. z = RMSNorm_1(x)
+    z, norm1 = rms_norm_forward(x, params["input_norm.weight"], eps)  # (..., N, D)
+    # 2. a = Attn(z): causal, RoPE on q and k, grouped heads
+    query, key, value, p, m, _, h, hkv = check_multi_head_inputs(
+        z, z, z, attn_params, num_heads, combine_with_causal(mask, n), num_kv_heads)
+    positions = np.arange(n)
+    a, attn = _multi_head_attention_forward(query, key, value, p, m, None, h, hkv, tuple(attn_params),
+                                            scale=scale, rotary=RotaryHalf(positions, positions, float(rope_base)))
+    # 3. h = x + a
+    hidden = x + a  # (..., N, D)
+    # 4. u = RMSNorm_2(h)
+    u, norm2 = rms_norm_forward(hidden, params["post_attention_norm.weight"], eps)  # (..., N, D)
+    # 5. m = SwiGLU(u)
+    mlp_out, mlp = swiglu_forward(u, params["mlp.W_gate"], params["mlp.W_up"], params["mlp.W_down"])  # (..., N, D)
+    # 6. y = h + m
+    y = hidden + mlp_out  # (..., N, D)
+    return y, LlamaBlockCache(norm1, attn, norm2, mlp, y.shape, y.dtype)
+
+
+def llama_block_backward(dout, cache: LlamaBlockCache):
+    """Gradients of :func:`llama_block_forward`, its six steps in reverse.
+
+    Returns
+    -------
+    dx : array (..., n, d_model)
+    grads : dict with the keys of :data:`LLAMA_PARAM_NAMES`
+    """
+    dy = as_upstream(dout, cache.y_shape, cache.y_dtype, "dout")
+    g = {}
+    # 6. y = h + m: the residual passes dy to both
+    # 5. m = SwiGLU(u)
+    du, g["mlp.W_gate"], g["mlp.W_up"], g["mlp.W_down"] = _swiglu_backward(dy, cache.mlp)  # (..., N, D)
+    # 4. u = RMSNorm_2(h)
+    dh_norm, g["post_attention_norm.weight"] = _rms_norm_backward(du, cache.norm2)
+    dh = dy + dh_norm  # (..., N, D)
+    # 3. h = x + a: the residual passes dh to both
+    # 2. a = Attn(z): z fed the query, the key and the value, so dz sums the three
+    dquery, dkey, dvalue, attn_grads = _multi_head_attention_backward(dh, cache.attn)
+    dz = dquery + dkey + dvalue  # (..., N, D)
+    g.update({f"self_attn.{name}": attn_grads[name] for name in ("W_q", "W_k", "W_v", "W_o")})
+    # 1. z = RMSNorm_1(x)
+    dx_norm, g["input_norm.weight"] = _rms_norm_backward(dz, cache.norm1)
+    dx = dh + dx_norm  # (..., N, D)
+    return dx, {name: g[name] for name in LLAMA_PARAM_NAMES}
+
+
+def init_llama_block_params(d_model, num_heads, d_ff, *, num_kv_heads=None, seed=None, dtype=np.float64):
+    """Random weights of Llama's shapes (normal, std 0.02 as transformers' ``initializer_range``;
+    norms at 1)."""
+    hkv = num_heads if num_kv_heads is None else num_kv_heads
+    d_head = d_model // num_heads
+    rng = np.random.default_rng(seed)
+    shapes = {"self_attn.W_q": (d_model, num_heads * d_head), "self_attn.W_k": (d_model, hkv * d_head),
+              "self_attn.W_v": (d_model, hkv * d_head), "self_attn.W_o": (num_heads * d_head, d_model),
+              "mlp.W_gate": (d_model, d_ff), "mlp.W_up": (d_model, d_ff), "mlp.W_down": (d_ff, d_model)}
+    params = {name: (0.02 * rng.standard_normal(shape)).astype(dtype) for name, shape in shapes.items()}
+    params["input_norm.weight"] = np.ones(d_model, dtype)
+    params["post_attention_norm.weight"] = np.ones(d_model, dtype)
+    return {name: params[name] for name in LLAMA_PARAM_NAMES}
