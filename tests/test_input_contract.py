@@ -125,6 +125,17 @@ def _decoder_block(rng):
     return y, lambda d: ar.decoder_block_backward(d, cache), "dout"
 
 
+def _gpt2_block(rng):
+    y, cache = ar.gpt2_block_forward(rng.standard_normal((3, 4)), ar.init_gpt2_block_params(4, 2, seed=0), 2)
+    return y, lambda d: ar.gpt2_block_backward(d, cache), "dout"
+
+
+def _llama_block(rng):
+    params = ar.init_llama_block_params(4, 2, 8, num_kv_heads=1, seed=0)
+    y, cache = ar.llama_block_forward(rng.standard_normal((3, 4)), params, 2, num_kv_heads=1)
+    return y, lambda d: ar.llama_block_backward(d, cache), "dout"
+
+
 def _toy_model(rng):
     x, _ = toy_task.make_batch(rng, 2, 3)
     pred, cache = toy_task.toy_model_forward(x, toy_task.init_toy_model(4, 2, 8), 2)
@@ -156,6 +167,7 @@ BACKWARDS = {
     "relu_backward": _relu, "gelu_backward": _gelu,
     "feed_forward_backward": _feed_forward, "add_norm_backward": _add_norm, "residual_backward": _residual,
     "encoder_block_backward": _encoder_block, "decoder_block_backward": _decoder_block,
+    "gpt2_block_backward": _gpt2_block, "llama_block_backward": _llama_block,
     "toy_model_backward": _toy_model, "MultiHeadAttention.backward": _layer,
     "TransformerEncoderBlock.backward": _encoder_class, "TransformerDecoderBlock.backward": _decoder_class,
 }

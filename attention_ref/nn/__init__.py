@@ -4,7 +4,9 @@ gradient-checked like the core. May import from ``core`` and ``variants``.
 ``multi_head_attention`` (the :class:`MultiHeadAttention` class, with KV-cache decoding),
 ``layer_norm`` and ``rms_norm``, ``feed_forward`` (ReLU, GELU in its tanh and exact forms,
 with the vectorised ``erf``) and ``swiglu`` (Llama's), ``residual`` (Add & Norm, post- and
-pre-norm), ``encoder_block``, ``decoder_block``, ``optim`` (SGD and Adam).
+pre-norm), ``encoder_block``, ``decoder_block``, the decoder-only blocks of real models
+``gpt2_block`` and ``llama_block`` (RoPE, grouped-query heads, RMSNorm, SwiGLU), ``optim``
+(SGD and Adam).
 """
 from .multi_head_attention import MultiHeadAttention
 from .layer_norm import LayerNormCache, layer_norm_backward, layer_norm_forward
@@ -35,6 +37,8 @@ from .decoder_block import (
     decoder_block_forward,
     init_decoder_block_params,
 )
+from .gpt2_block import gpt2_block_backward, gpt2_block_forward, init_gpt2_block_params
+from .llama_block import LLAMA_PARAM_NAMES, LlamaBlockCache, init_llama_block_params, llama_block_backward, llama_block_forward
 from .optim import SGD, Adam
 
 __all__ = [
@@ -49,5 +53,7 @@ __all__ = [
     "init_encoder_block_params",
     "DecoderBlockCache", "TransformerDecoderBlock", "decoder_block_backward", "decoder_block_forward",
     "init_decoder_block_params",
+    "gpt2_block_backward", "gpt2_block_forward", "init_gpt2_block_params",
+    "LLAMA_PARAM_NAMES", "LlamaBlockCache", "init_llama_block_params", "llama_block_backward", "llama_block_forward",
     "SGD", "Adam",
 ]

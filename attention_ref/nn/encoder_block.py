@@ -24,6 +24,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .._checks import as_real_array, as_upstream, check_float_dtype, check_positive_int, require_ndim
+from ..core.attention import check_scale
 from ..core.multi_head import PARAM_NAMES, _multi_head_attention_backward, multi_head_attention_forward
 from .feed_forward import ACTIVATIONS, FFN_PARAM_NAMES, _feed_forward_backward, feed_forward_forward
 from .residual import (
@@ -98,6 +99,7 @@ def encoder_block_forward(x, params, num_heads, mask=None, norm_first=False, *,
     """
     num_heads = check_positive_int(num_heads, "num_heads")
     norm_first = check_flag(norm_first, "norm_first")
+    scale = check_scale(scale)
     p = split_params(params, ENCODER_GROUPS)
     x = as_real_array(x, "x")
     require_ndim(x, "x", 2, "(..., n, d_model)")

@@ -370,3 +370,19 @@ def test_softmax_backward_contiguous_layouts_take_the_blocked_path(monkeypatch):
     expected = P * (dP - D)
     np.testing.assert_array_equal(_softmax_rows_backward(dP, P, D), expected)
     assert calls == [(6, 4)]
+
+
+def test_scale_option():
+    q, k, v = _inputs(((2, 3, 4), (2, 5, 4), (2, 5, 3)), seed=25)
+    out, cache = sdpa_forward(q, k, v, scale=0.3)
+    scores = q @ k.swapaxes(-1, -2) * 0.3
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    assert cache.scale == 0.3
+    assert_close(out, weights @ v, what="scale 0.3")
+    np.testing.assert_array_equal(sdpa_forward(q, k, v, scale=None)[0], sdpa_forward(q, k, v)[0])
+    check_gradients(lambda q, k, v: sdpa_forward(q, k, v, scale=0.3), sdpa_backward, q, k, v, names=["q", "k", "v"])
+    with pytest.raises(ValueError, match="^scale must be a positive real number or None, got 0.0$"):
+        sdpa_forward(q, k, v, scale=0.0)
+    with pytest.raises(TypeError, match="^scale must be a positive real number or None, got True$"):
+        sdpa_forward(q, k, v, scale=True)

@@ -402,3 +402,22 @@ def test_head_mask_errors_name_it():
         mha_forward(x, x, x, p, 2, head_mask=np.array(["a", "b"]))
     with pytest.raises(ValueError, match=r"^head_mask must have shape \(num_heads,\) = \(2,\), got \(3,\)$"):
         mha_forward(x, x, x, p, 2, head_mask=np.ones(3))
+
+
+def test_scale_option_reaches_every_head():
+    x, p = _good()
+    out, cache = mha_forward(x, x, x, p, 2, scale=1.0)  # GPT-2's scale_attn_weights=False
+    assert cache.attention.scale == 1.0
+    heads = []
+    for i in range(2):
+        sl = slice(3 * i, 3 * (i + 1))
+        Q, K, V = (x @ p[f"W_{n}"][:, sl] + p[f"b_{n}"][sl] for n in "qkv")
+        s = Q @ K.swapaxes(-1, -2)
+        w = np.exp(s - s.max(-1, keepdims=True))
+        heads.append((w / w.sum(-1, keepdims=True)) @ V)
+    assert_close(out, np.concatenate(heads, -1) @ p["W_o"] + p["b_o"])
+    def self_attention_backward(dout, cache):
+        dquery, dkey, dvalue, grads = mha_backward(dout, cache)
+        return dquery + dkey + dvalue, grads
+
+    check_gradients(lambda x, p: mha_forward(x, x, x, p, 2, scale=0.5), self_attention_backward, x, p)
