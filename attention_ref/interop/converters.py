@@ -1,0 +1,119 @@
+"""Convert real models' weights into the parameter dicts of this package, pure NumPy.
+
+``state`` is a mapping from names to arrays: ``{k: v.numpy() for k, v in
+model.state_dict().items()}``, an ``.npz`` file, or a ``.safetensors`` file when the
+``safetensors`` package is installed (see :func:`load_state`). ``prefix`` is the module's
+path inside the model's state dict. The tables of :mod:`.mappings` say where each tensor
+goes and how; a missing or mis-shaped tensor is a ``KeyError`` / ``ValueError`` naming it.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from .mappings import MAPPINGS
+
+__all__ = ["load_state", "from_torch_multihead_attention", "from_gpt2_attention", "from_llama_attention",
+           "from_gpt2_block", "from_llama_block"]
+
+
+def load_state(source) -> Mapping:
+    """Names -> arrays from a mapping (returned as is), an ``.npz`` or a ``.safetensors`` file."""
+    if isinstance(source, Mapping):
+        return source
+    path = Path(source)
+    if path.suffix == ".npz":
+        with np.load(path) as f:
+            return {k: f[k] for k in f.files}
+    if path.suffix == ".safetensors":
+        try:
+            from safetensors.numpy import load_file
+        except ImportError:
+            raise ImportError(f"reading {path} needs the safetensors package (pip install safetensors);"
+                              " or save the state dict as .npz") from None
+        return load_file(str(path))
+    raise ValueError(f"state must be a mapping, an .npz or a .safetensors file, got {source!r}")
+
+
+def _tensor(state, key):
+    if key not in state:
+        near = sorted(k for k in state if k.split(".")[-1] == key.split(".")[-1])[:5]
+        raise KeyError(f"the state has no tensor {key!r}" + (f"; keys ending alike: {near}" if near else ""))
+    return np.asarray(state[key])
+
+
+def _apply(model, state, prefix):
+    """Apply one table of :data:`MAPPINGS` to ``state`` (keys ``prefix + theirs``)."""
+    state = load_state(state)
+    out = {}
+    for rule in MAPPINGS[model]:
+        key = prefix + rule.theirs
+        if rule.optional and key not in state:
+            out.update({name: None for name in rule.ours})
+            continue
+        t = _tensor(state, key)
+        if rule.how in ("split columns", "split rows, transpose", "split"):
+            axis = 1 if rule.how == "split columns" else 0
+            if t.ndim <= axis or t.shape[axis] % 3:
+                raise ValueError(f"{key} of shape {t.shape} does not split into 3 equal parts along axis {axis}"
+                                 " (Q, K and V fused)")
+            parts = np.split(t, 3, axis=axis)  # Q, K, V
+            if rule.how == "split rows, transpose":
+                parts = [p.T for p in parts]  # (out, in) -> (in, out)
+        elif rule.how == "transpose":
+            if t.ndim != 2:
+                raise ValueError(f"{key} must be a matrix (out, in), got shape {t.shape}")
+            parts = [t.T]  # nn.Linear's (out, in) -> our (in, out)
+        else:
+            parts = [t]
+        out.update({name: np.array(p) for name, p in zip(rule.ours, parts)})  # copies: ours to keep
+    return out
+
+
+def from_torch_multihead_attention(state, prefix=""):
+    """``torch.nn.MultiheadAttention`` (with ``in_proj_weight``: equal query, key and value
+    widths) -> the params of :func:`attention_ref.multi_head_attention_forward`."""
+    return _apply("torch.nn.MultiheadAttention", state, prefix)
+
+
+def from_gpt2_attention(state, prefix=""):
+    """transformers' ``GPT2Attention`` (``c_attn``, ``c_proj``; prefix e.g. ``"h.0.attn."``)
+    -> the params of :func:`attention_ref.multi_head_attention_forward`."""
+    return _apply("transformers GPT2Attention (attn.)", state, prefix)
+
+
+def from_llama_attention(state, num_heads, prefix=""):
+    """transformers' ``LlamaAttention`` (prefix e.g. ``"layers.0.self_attn."``) -> the params of
+    :func:`attention_ref.multi_head_attention_forward` (no biases; pass ``num_kv_heads``, the
+    ratio of ``W_q``'s to ``W_k``'s columns times ``num_heads``, to the forward)."""
+    p = _apply("transformers LlamaAttention (self_attn.)", state, prefix)
+    _check_heads(p["W_q"], p["W_k"], num_heads, prefix + "q_proj.weight", prefix + "k_proj.weight")
+    return p
+
+
+def from_gpt2_block(state, prefix=""):
+    """transformers' ``GPT2Block`` (prefix e.g. ``"h.0."``) -> the params of
+    :func:`attention_ref.gpt2_block_forward`."""
+    return _apply("transformers GPT2Block (h.<i>.)", state, prefix)
+
+
+def from_llama_block(state, num_heads, prefix=""):
+    """transformers' ``LlamaDecoderLayer`` (prefix e.g. ``"layers.0."``) -> the params of
+    :func:`attention_ref.llama_block_forward`."""
+    p = _apply("transformers LlamaDecoderLayer (layers.<i>.)", state, prefix)
+    _check_heads(p["self_attn.W_q"], p["self_attn.W_k"], num_heads, prefix + "self_attn.q_proj.weight",
+                 prefix + "self_attn.k_proj.weight")
+    return p
+
+
+def _check_heads(W_q, W_k, num_heads, q_key, k_key):
+    """``num_heads`` divides W_q's columns, and the head width divides W_k's (grouped heads)."""
+    if isinstance(num_heads, bool) or not isinstance(num_heads, (int, np.integer)) or num_heads < 1:
+        raise ValueError(f"num_heads must be a positive integer, got {num_heads!r}")
+    if W_q.shape[1] % num_heads:
+        raise ValueError(f"{q_key} has {W_q.shape[1]} output rows, not divisible by num_heads={num_heads}")
+    d_head = W_q.shape[1] // num_heads
+    if W_k.shape[1] % d_head:
+        raise ValueError(f"{k_key} has {W_k.shape[1]} output rows, not a multiple of the head width {d_head}")

@@ -1,0 +1,108 @@
+"""Where each tensor of a real model goes in our parameter dicts: one table per model, as data.
+
+The converters of :mod:`.converters` apply these tables, and ``docs/model_mappings.md`` is
+rendered from them (:func:`render_markdown`), so the two cannot disagree. Every weight is
+stored by PyTorch's ``nn.Linear`` as ``(out, in)``: we use the row-vector convention
+``y = x W`` with ``W`` of shape ``(in, out)``, so those are transposed. GPT-2's ``Conv1D``
+already stores ``(in, out)``. A fused projection is split into equal parts: along the
+columns for ``Conv1D`` (``c_attn``: Q, K, V side by side), along the rows for
+``nn.MultiheadAttention``'s ``in_proj_weight`` (Q, K, V stacked), before the transpose.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+__all__ = ["Rule", "MAPPINGS", "render_markdown", "HOW"]
+
+
+class Rule(NamedTuple):
+    """One tensor of theirs: its key (after the prefix), our name(s), and how it is turned into ours."""
+
+    theirs: str
+    ours: tuple  # one name, or three for a fused Q, K, V
+    how: str  # a key of HOW
+    optional: bool = False  # absent in some configurations (biases)
+
+
+#: How a tensor becomes ours, in words (the converters implement each).
+HOW = {
+    "as is": "copied",
+    "transpose": "transposed: (out, in) -> (in, out)",
+    "split columns": "split into 3 equal column blocks (Q, K, V), each (in, out)",
+    "split rows, transpose": "split into 3 equal row blocks (Q, K, V), each transposed",
+    "split": "split into 3 equal parts (Q, K, V)",
+}
+
+_QKV = ("W_q", "W_k", "W_v")
+_QKV_BIAS = ("b_q", "b_k", "b_v")
+
+MAPPINGS = {
+    "torch.nn.MultiheadAttention": [
+        Rule("in_proj_weight", _QKV, "split rows, transpose"),
+        Rule("in_proj_bias", _QKV_BIAS, "split", optional=True),
+        Rule("out_proj.weight", ("W_o",), "transpose"),
+        Rule("out_proj.bias", ("b_o",), "as is", optional=True),
+    ],
+    "transformers GPT2Attention (attn.)": [
+        Rule("c_attn.weight", _QKV, "split columns"),
+        Rule("c_attn.bias", _QKV_BIAS, "split"),
+        Rule("c_proj.weight", ("W_o",), "as is"),
+        Rule("c_proj.bias", ("b_o",), "as is"),
+    ],
+    "transformers GPT2Block (h.<i>.)": [
+        Rule("ln_1.weight", ("ln1.gamma",), "as is"),
+        Rule("ln_1.bias", ("ln1.beta",), "as is"),
+        Rule("attn.c_attn.weight", tuple(f"self_attn.{n}" for n in _QKV), "split columns"),
+        Rule("attn.c_attn.bias", tuple(f"self_attn.{n}" for n in _QKV_BIAS), "split"),
+        Rule("attn.c_proj.weight", ("self_attn.W_o",), "as is"),
+        Rule("attn.c_proj.bias", ("self_attn.b_o",), "as is"),
+        Rule("ln_2.weight", ("ln2.gamma",), "as is"),
+        Rule("ln_2.bias", ("ln2.beta",), "as is"),
+        Rule("mlp.c_fc.weight", ("ffn.W_1",), "as is"),
+        Rule("mlp.c_fc.bias", ("ffn.b_1",), "as is"),
+        Rule("mlp.c_proj.weight", ("ffn.W_2",), "as is"),
+        Rule("mlp.c_proj.bias", ("ffn.b_2",), "as is"),
+    ],
+    "transformers LlamaAttention (self_attn.)": [
+        Rule("q_proj.weight", ("W_q",), "transpose"),
+        Rule("k_proj.weight", ("W_k",), "transpose"),
+        Rule("v_proj.weight", ("W_v",), "transpose"),
+        Rule("o_proj.weight", ("W_o",), "transpose"),
+    ],
+    "transformers LlamaDecoderLayer (layers.<i>.)": [
+        Rule("input_layernorm.weight", ("input_norm.weight",), "as is"),
+        Rule("self_attn.q_proj.weight", ("self_attn.W_q",), "transpose"),
+        Rule("self_attn.k_proj.weight", ("self_attn.W_k",), "transpose"),
+        Rule("self_attn.v_proj.weight", ("self_attn.W_v",), "transpose"),
+        Rule("self_attn.o_proj.weight", ("self_attn.W_o",), "transpose"),
+        Rule("post_attention_layernorm.weight", ("post_attention_norm.weight",), "as is"),
+        Rule("mlp.gate_proj.weight", ("mlp.W_gate",), "transpose"),
+        Rule("mlp.up_proj.weight", ("mlp.W_up",), "transpose"),
+        Rule("mlp.down_proj.weight", ("mlp.W_down",), "transpose"),
+    ],
+}
+
+
+def render_markdown() -> str:
+    """``docs/model_mappings.md``: one table per model, from :data:`MAPPINGS`."""
+    out = ["# Real models' tensors, and where they go in attention_ref",
+           "",
+           "Generated from `attention_ref/interop/mappings.py` (`python tests/interop/test_mappings.py --write`);",
+           "the converters of `attention_ref.interop` apply the same tables. PyTorch's `nn.Linear` stores",
+           "`(out, in)`; we compute `y = x W` with `W` of shape `(in, out)`, so those weights are transposed.",
+           "GPT-2's `Conv1D` stores `(in, out)` already. `<prefix>` is the module's path in the model's",
+           "state dict, e.g. `h.0.` in `GPT2Model`, `layers.0.` in `LlamaModel` (pass it as `prefix=`).",
+           "",
+           "Behaviour that differs: a query whose every key is masked gets a zero output here (as",
+           "PyTorch's `scaled_dot_product_attention`), while transformers' eager attention gives it",
+           "the mean of all values (its softmax over a row of equal large negative scores).",
+           "transformers computes Llama's RMSNorm, RoPE angles and eager softmax in float32 even in a",
+           "float64 model; here everything runs in the inputs' dtype.",
+           ""]
+    for model, rules in MAPPINGS.items():
+        out += [f"## {model}", "", "| theirs | ours | how |", "|---|---|---|"]
+        for r in rules:
+            ours = ", ".join(f"`{n}`" for n in r.ours)
+            out.append(f"| `<prefix>{r.theirs}`{' (optional)' if r.optional else ''} | {ours} | {HOW[r.how]} |")
+        out.append("")
+    return "\n".join(out)
