@@ -26,6 +26,11 @@ def test_ci_runs_both_ends_of_the_matrix():
     run = (ROOT / ".ci" / "run").read_text()
     assert "run_leg oldest 3.10 .ci/oldest-constraints.txt" in run
     assert "run_leg newest 3.13" in run
+    assert 'run_leg interop 3.11 "" interop' in run  # the cross-checks against torch and transformers run
+    cfg_interop = configparser.ConfigParser()
+    cfg_interop.read(ROOT / "setup.cfg")
+    pins = sorted(cfg_interop["options.extras_require"]["interop"].split())
+    assert pins == ["torch==2.13.0", "transformers==4.57.1"], pins  # exact pins: never an unpinned torch
     cfg = configparser.ConfigParser()
     cfg.read(ROOT / "setup.cfg")
     assert cfg["options"]["python_requires"].strip() == ">=3.10"
