@@ -11,11 +11,25 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._checks import as_mask, as_real_array, require_ndim
+from .._checks import as_mask, as_real_array, check_positive_int, require_ndim
+from ..core.attention import _attention_forward, check_scale
+from ..core.heads import _merge, _split
+from ..core.linear import _linear_finite
 from ..core.masks import causal_mask
-from .encoder_block import EncoderBlockCache, encoder_block_backward, encoder_block_forward, init_encoder_block_params
+from ..variants.kv_cache import KVCache
+from .encoder_block import (
+    ENCODER_GROUPS,
+    EncoderBlockCache,
+    encoder_block_backward,
+    encoder_block_forward,
+    init_encoder_block_params,
+)
+from .feed_forward import feed_forward_forward
+from .layer_norm import layer_norm_forward
+from .residual import split_params
 
-__all__ = ["gpt2_block_forward", "gpt2_block_backward", "init_gpt2_block_params", "combine_with_causal"]
+__all__ = ["gpt2_block_forward", "gpt2_block_backward", "gpt2_block_decode_step", "init_gpt2_block_params",
+           "combine_with_causal"]
 
 
 def combine_with_causal(mask, n: int):
@@ -60,6 +74,39 @@ def gpt2_block_forward(x, params, num_heads, *, eps=1e-5, mask=None, scale=None)
 def gpt2_block_backward(dout, cache: EncoderBlockCache):
     """Gradients of :func:`gpt2_block_forward`: ``(dx, grads)``, ``grads`` keyed like params."""
     return encoder_block_backward(dout, cache)
+
+
+def gpt2_block_decode_step(x_t, params, num_heads, cache: KVCache, *, eps=1e-5, scale=None):
+    """Decode with a key/value cache: the block's output for the new tokens ``x_t`` (..., t, d_model).
+
+    ``t >= 1`` new tokens (a prompt to prefill, or one token) attend to the ``cache.length``
+    cached ones and causally among themselves; their keys and values are appended to
+    ``cache``. Feeding a sequence in any split gives the rows of :func:`gpt2_block_forward`
+    over the whole of it. Inference only: no backward.
+    """
+    if not isinstance(cache, KVCache):
+        raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
+    x_t = as_real_array(x_t, "x_t")
+    require_ndim(x_t, "x_t", 2, "(..., t, d_model)")
+    if x_t.shape[-2] == 0:
+        raise ValueError(f"x_t must hold at least one token, got shape {x_t.shape}")
+    h = check_positive_int(num_heads, "num_heads")
+    scale = check_scale(scale)
+    p = split_params(params, ENCODER_GROUPS)
+    a = p["self_attn"]
+    t = x_t.shape[-2]
+    # x + Attn(LN_1(x)): project, split, cache, attend to the cached and the earlier new tokens
+    z, _ = layer_norm_forward(x_t, p["ln1"]["gamma"], p["ln1"]["beta"], eps)  # (..., t, D)
+    q = _split(_linear_finite(z, a["W_q"], a.get("b_q"), ("z", "W_q", "b_q")), h)  # (..., H, t, Dh)
+    k = _split(_linear_finite(z, a["W_k"], a.get("b_k"), ("z", "W_k", "b_k")), h)  # (..., H, t, Dh)
+    v = _split(_linear_finite(z, a["W_v"], a.get("b_v"), ("z", "W_v", "b_v")), h)  # (..., H, t, Dh)
+    cache.append(k, v)
+    o, _ = _attention_forward(q, cache.keys, cache.values, causal_mask(t, cache.length), scale=scale)  # (..., H, t, Dh)
+    hidden = x_t + _linear_finite(_merge(o), a["W_o"], a.get("b_o"), ("heads", "W_o", "b_o"))  # (..., t, D)
+    # h + MLP(LN_2(h))
+    u, _ = layer_norm_forward(hidden, p["ln2"]["gamma"], p["ln2"]["beta"], eps)
+    m, _ = feed_forward_forward(u, p["ffn"], "gelu")
+    return hidden + m  # (..., t, D)
 
 
 def init_gpt2_block_params(d_model, num_heads, d_ff=None, *, seed=None, dtype=np.float64):

@@ -10,6 +10,7 @@ from .._checks import as_real_array, check_float_dtype, check_positive_int
 from ..core.attention import _attention_forward
 from ..core.heads import _merge, _split
 from ..core.linear import _linear_finite, glorot_uniform
+from ..core.masks import causal_mask
 from ..core.multi_head import (
     _group_heads,
     _ungroup_heads,
@@ -149,28 +150,31 @@ class MultiHeadAttention:
     def decode_step(self, x_t, cache: KVCache):
         """One step of causal (autoregressive) decoding with a key/value cache.
 
-        Projects the new token ``x_t`` (..., 1, d_model) to its query, key and value,
-        appends the key and value to ``cache`` and attends from the query to every cached
-        position (all of them are in the past, so no mask is needed). Feeding a sequence
-        one token at a time gives the same outputs as one causal forward over it, while
-        each step costs O(T d) instead of recomputing O(T^2 d).
+        Projects the new tokens ``x_t`` (..., t, d_model), ``t >= 1`` (a prompt to prefill,
+        or one token), to their queries, keys and values, appends the keys and values to
+        ``cache`` and attends from each new query to every cached position and, causally,
+        to the new ones before it. Feeding a sequence in any split gives the same outputs
+        as one causal forward over it, while a one-token step costs O(T d) instead of
+        recomputing O(T^2 d).
 
-        Returns the output (..., 1, d_model). Inference only: no backward.
+        Returns the output (..., t, d_model). Inference only: no backward.
         """
         if not isinstance(cache, KVCache):
             raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
         x_t = as_real_array(x_t, "x_t")
-        if x_t.ndim < 2 or x_t.shape[-2] != 1:
-            raise ValueError(f"x_t must have shape (..., 1, d_model) (one token), got shape {x_t.shape}")
+        if x_t.ndim < 2 or x_t.shape[-2] == 0:
+            raise ValueError(f"x_t must have shape (..., t, d_model) with t >= 1 new tokens, got shape {x_t.shape}")
         x_t, _, _, p, _, _, h, hkv = check_multi_head_inputs(
             x_t, x_t, x_t, self.params, self.num_heads, num_kv_heads=self.num_kv_heads)
-        q = _split(_linear_finite(x_t, p["W_q"], p.get("b_q"), ("x_t", "W_q", "b_q")), h)  # (..., H, 1, Dk)
-        k = _split(_linear_finite(x_t, p["W_k"], p.get("b_k"), ("x_t", "W_k", "b_k")), hkv)  # (..., Hkv, 1, Dk)
-        v = _split(_linear_finite(x_t, p["W_v"], p.get("b_v"), ("x_t", "W_v", "b_v")), hkv)  # (..., Hkv, 1, Dv)
+        q = _split(_linear_finite(x_t, p["W_q"], p.get("b_q"), ("x_t", "W_q", "b_q")), h)  # (..., H, t, Dk)
+        k = _split(_linear_finite(x_t, p["W_k"], p.get("b_k"), ("x_t", "W_k", "b_k")), hkv)  # (..., Hkv, t, Dk)
+        v = _split(_linear_finite(x_t, p["W_v"], p.get("b_v"), ("x_t", "W_v", "b_v")), hkv)  # (..., Hkv, t, Dv)
         cache.append(k, v)
-        q = _group_heads(q, hkv)  # (..., Hkv, G, 1, Dk)
+        q = _group_heads(q, hkv)  # (..., Hkv, G, t, Dk)
         keys = cache.keys[..., None, :, :]  # (..., Hkv, 1, T, Dk)
         values = cache.values[..., None, :, :]  # (..., Hkv, 1, T, Dv)
-        o, _ = _attention_forward(q, keys, values, None)  # (..., Hkv, G, 1, Dv)
-        heads = _ungroup_heads(o)  # (..., H, 1, Dv)
-        return _linear_finite(_merge(heads), p["W_o"], p.get("b_o"), ("heads", "W_o", "b_o"))  # (..., 1, d_model)
+        t = x_t.shape[-2]  # the new tokens are the last t of the T cached: causal among themselves
+        mask = None if t == 1 else causal_mask(t, cache.length)  # (t, T)
+        o, _ = _attention_forward(q, keys, values, mask)  # (..., Hkv, G, t, Dv)
+        heads = _ungroup_heads(o)  # (..., H, t, Dv)
+        return _linear_finite(_merge(heads), p["W_o"], p.get("b_o"), ("heads", "W_o", "b_o"))  # (..., t, d_model)

@@ -169,3 +169,65 @@ def test_llama_model_layer(monkeypatch, kv_heads):
     _close(grads["post_attention_norm.weight"], named["layers.0.post_attention_layernorm.weight"].grad,
            "d post_attention_layernorm")
     _close(dnorm, named["norm.weight"].grad, "d norm")
+
+
+# -- KV-cache decoding, step by step, against the model's own past_key_values --------------------
+
+def _decode_theirs(model, x, splits):
+    """The model's outputs for x fed in pieces, with its own cache."""
+    outs, past, start = [], None, 0
+    with torch.no_grad():
+        for t in splits:
+            res = model(inputs_embeds=x[:, start:start + t], past_key_values=past, use_cache=True)
+            outs.append(res.last_hidden_state)
+            past, start = res.past_key_values, start + t
+    return torch.cat(outs, dim=1)
+
+
+def test_llama_decoding_matches_past_key_values(monkeypatch):
+    from transformers.models.llama import modeling_llama
+
+    from attention_ref.variants.kv_cache import KVCache
+
+    _llama_in_float64(monkeypatch, modeling_llama)
+    config = transformers.LlamaConfig(hidden_size=16, intermediate_size=24, num_attention_heads=4,
+                                      num_key_value_heads=2, num_hidden_layers=1, rms_norm_eps=1e-6, rope_theta=500.0,
+                                      max_position_embeddings=64, vocab_size=32, attn_implementation="sdpa")
+    model = transformers.LlamaModel(config).double().eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.mul_(10.0) if "norm" not in name else p.add_(0.1 * torch.randn_like(p))
+    x = torch.randn(2, 7, 16, dtype=torch.float64)
+    splits = (3, 1, 1, 2)  # a prompt, two single tokens, then two at once
+    theirs = _decode_theirs(model, x, splits)
+    state = _state(model)
+    params = from_llama_block(state, 4, prefix="layers.0.")
+    cache, outs, start = KVCache(), [], 0
+    for t in splits:
+        y = ar.llama_block_decode_step(x[:, start:start + t].numpy(), params, 4, cache, num_kv_heads=2,
+                                       rope_base=500.0, eps=1e-6)
+        outs.append(ar.rms_norm_forward(y, state["norm.weight"], eps=1e-6)[0])
+        start += t
+    _close(np.concatenate(outs, axis=1), theirs, "decoded outputs")
+    assert cache.keys.shape == (2, 2, 7, 4)  # cached once per key/value head
+
+
+def test_gpt2_decoding_matches_past_key_values():
+    from attention_ref.variants.kv_cache import KVCache
+
+    config = transformers.GPT2Config(n_embd=16, n_head=4, n_layer=1, n_positions=32, resid_pdrop=0.0,
+                                     embd_pdrop=0.0, attn_pdrop=0.0, attn_implementation="eager")
+    model = transformers.GPT2Model(config).double().eval()
+    x = torch.randn(2, 6, 16, dtype=torch.float64)
+    splits = (2, 1, 3)
+    theirs = _decode_theirs(model, x, splits)
+    state = _state(model)
+    params = from_gpt2_block(state, prefix="h.0.")
+    eps = config.layer_norm_epsilon
+    cache, outs, start = KVCache(), [], 0
+    for t in splits:
+        h0 = x[:, start:start + t].numpy() + state["wpe.weight"][start:start + t]  # positions continue
+        y = ar.gpt2_block_decode_step(h0, params, 4, cache, eps=eps)
+        outs.append(ar.layer_norm_forward(y, state["ln_f.weight"], state["ln_f.bias"], eps=eps)[0])
+        start += t
+    _close(np.concatenate(outs, axis=1), theirs, "decoded outputs")

@@ -204,3 +204,47 @@ def test_scale_is_checked():
         llama_block_forward(np.ones((3, 8)), p, 2, scale=-1.0)
     with pytest.raises(TypeError, match="^scale must be a positive real number or None"):
         gpt2_block_forward(np.ones((3, 8)), init_gpt2_block_params(8, 2, seed=1), 2, scale="big")
+
+
+@pytest.mark.parametrize("splits", [(6,), (1,) * 6, (4, 1, 1), (2, 3, 1)])
+def test_llama_decode_with_prefill_in_any_split_is_the_forward(splits):
+    from attention_ref import llama_block_decode_step
+    from attention_ref.variants.kv_cache import KVCache
+
+    rng = np.random.default_rng(12)
+    p = _jitter(init_llama_block_params(8, 4, 16, num_kv_heads=2, seed=13), rng, 0.3)
+    x = rng.standard_normal((2, 6, 8))
+    full, _ = llama_block_forward(x, p, 4, num_kv_heads=2, rope_base=50.0)
+    cache, outs, start = KVCache(), [], 0
+    for t in splits:
+        outs.append(llama_block_decode_step(x[:, start:start + t], p, 4, cache, num_kv_heads=2, rope_base=50.0))
+        start += t
+    assert_close(np.concatenate(outs, axis=1), full, what="decoded rows")
+    assert cache.length == 6 and cache.keys.shape == (2, 2, 6, 2)  # rotated keys, once per key/value head
+
+
+def test_llama_decode_bad_input():
+    from attention_ref import llama_block_decode_step
+    from attention_ref.variants.kv_cache import KVCache
+
+    p = init_llama_block_params(8, 2, 16, seed=14)
+    with pytest.raises(TypeError, match="^cache must be a KVCache, got dict$"):
+        llama_block_decode_step(np.ones((1, 8)), p, 2, {})
+    with pytest.raises(ValueError, match=r"^x_t must hold at least one token, got shape \(0, 8\)$"):
+        llama_block_decode_step(np.ones((0, 8)), p, 2, KVCache())
+
+
+@pytest.mark.parametrize("splits", [(5,), (1,) * 5, (3, 2)])
+def test_gpt2_decode_with_prefill_in_any_split_is_the_forward(splits):
+    from attention_ref import gpt2_block_decode_step
+    from attention_ref.variants.kv_cache import KVCache
+
+    rng = np.random.default_rng(15)
+    p = _jitter(init_gpt2_block_params(8, 2, seed=16), rng)
+    x = rng.standard_normal((2, 5, 8))
+    full, _ = gpt2_block_forward(x, p, 2)
+    cache, outs, start = KVCache(), [], 0
+    for t in splits:
+        outs.append(gpt2_block_decode_step(x[:, start:start + t], p, 2, cache))
+        start += t
+    assert_close(np.concatenate(outs, axis=1), full, what="decoded rows")

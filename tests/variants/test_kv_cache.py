@@ -85,8 +85,8 @@ def test_bad_inputs():
     layer = MultiHeadAttention(8, 4, seed=0)
     cache = KVCache()
     assert cache.length == 0 and cache.keys is None and cache.nbytes == 0
-    with pytest.raises(ValueError, match=r"x_t.*\(2, 8\)"):
-        layer.decode_step(np.ones((2, 8)), cache)
+    with pytest.raises(ValueError, match=r"x_t.*t >= 1 new tokens, got shape \(0, 8\)"):
+        layer.decode_step(np.ones((0, 8)), cache)
     with pytest.raises(TypeError, match="cache"):
         layer.decode_step(np.ones((1, 8)), {})
     with pytest.raises(ValueError, match="query|d_model|W_q"):
@@ -107,3 +107,19 @@ def test_cache_repr_shows_length_shapes_and_dtype():
     for t in range(3):
         layer.decode_step(np.ones((2, 1, 4), np.float32), cache)
     assert repr(cache) == "KVCache(length=3, keys=(2, 1, 3, 2), values=(2, 1, 3, 2), dtype='float32')"
+
+
+@pytest.mark.parametrize("splits", [(7,), (3, 1, 1, 1, 1), (1, 4, 2), (2, 2, 2, 1)])
+def test_prefill_then_decode_in_any_split_is_the_causal_forward(splits):
+    from attention_ref import MultiHeadAttention, causal_mask
+
+    rng = np.random.default_rng(20)
+    layer = MultiHeadAttention(8, 4, num_kv_heads=2, seed=3)
+    x = rng.standard_normal((2, 7, 8))
+    full = layer(x, mask=causal_mask(7))
+    cache, outs, start = KVCache(), [], 0
+    for t in splits:
+        outs.append(layer.decode_step(x[:, start:start + t], cache))
+        start += t
+    np.testing.assert_allclose(np.concatenate(outs, axis=1), full, rtol=1e-12, atol=1e-12)
+    assert cache.length == 7 and cache.keys.shape == (2, 2, 7, 2)  # one entry per key/value head
