@@ -16,7 +16,7 @@ import numpy as np
 from .mappings import MAPPINGS
 
 __all__ = ["load_state", "from_torch_multihead_attention", "from_gpt2_attention", "from_llama_attention",
-           "from_gpt2_block", "from_llama_block"]
+           "from_gpt2_block", "from_llama_block", "from_bert_layer"]
 
 
 def load_state(source) -> Mapping:
@@ -106,6 +106,14 @@ def from_llama_block(state, num_heads, prefix=""):
     _check_heads(p["self_attn.W_q"], p["self_attn.W_k"], num_heads, prefix + "self_attn.q_proj.weight",
                  prefix + "self_attn.k_proj.weight")
     return p
+
+
+def from_bert_layer(state, prefix=""):
+    """transformers' ``BertLayer`` (prefix e.g. ``"encoder.layer.0."``) -> the params of
+    :func:`attention_ref.encoder_block_forward` with ``norm_first=False``,
+    ``activation="gelu_exact"`` and ``eps=config.layer_norm_eps`` (BERT is the post-norm
+    encoder block of "Attention Is All You Need" with the exact GELU)."""
+    return _apply("transformers BertLayer (encoder.layer.<i>.)", state, prefix)
 
 
 def _check_heads(W_q, W_k, num_heads, q_key, k_key):

@@ -231,3 +231,41 @@ def test_gpt2_decoding_matches_past_key_values():
         outs.append(ar.layer_norm_forward(y, state["ln_f.weight"], state["ln_f.bias"], eps=eps)[0])
         start += t
     _close(np.concatenate(outs, axis=1), theirs, "decoded outputs")
+
+
+# -- BERT --------------------------------------------------------------------------------------------
+
+def test_bert_model_layer():
+    """BertLayer is the post-norm encoder block with the exact GELU: our encoder block."""
+    from attention_ref.interop import from_bert_layer
+
+    config = transformers.BertConfig(hidden_size=16, num_attention_heads=4, intermediate_size=32, num_hidden_layers=1,
+                                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, vocab_size=32,
+                                     max_position_embeddings=32, attn_implementation="eager")
+    model = transformers.BertModel(config, add_pooling_layer=False).double().eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "LayerNorm" in name or name.endswith("bias"):
+                p.add_(0.1 * torch.randn_like(p))
+    B, N = 2, 5
+    x = torch.randn(B, N, 16, dtype=torch.float64, requires_grad=True)
+    out = model(inputs_embeds=x).last_hidden_state
+    dout = torch.randn_like(out)
+    (out * dout).sum().backward()
+
+    state = _state(model)
+    eps = config.layer_norm_eps
+    emb = x.detach().numpy() + state["embeddings.position_embeddings.weight"][:N] \
+        + state["embeddings.token_type_embeddings.weight"][0]
+    e, e_cache = ar.layer_norm_forward(emb, state["embeddings.LayerNorm.weight"], state["embeddings.LayerNorm.bias"], eps)
+    params = from_bert_layer(state, prefix="encoder.layer.0.")
+    ours, cache = ar.encoder_block_forward(e, params, 4, activation="gelu_exact", eps=eps)
+    _close(ours, out, "output")
+    de, grads = ar.encoder_block_backward(dout.numpy(), cache)
+    dx, _, _ = ar.layer_norm_backward(de, e_cache)
+    _close(dx, x.grad, "d inputs_embeds")
+    named = dict(model.named_parameters())
+    for ours_name, theirs in [("self_attn.W_q", "attention.self.query.weight"), ("ffn.W_1", "intermediate.dense.weight"),
+                              ("ffn.W_2", "output.dense.weight"), ("self_attn.W_o", "attention.output.dense.weight")]:
+        _close(grads[ours_name], named[f"encoder.layer.0.{theirs}"].grad.T, ours_name)
+    _close(grads["ln2.gamma"], named["encoder.layer.0.output.LayerNorm.weight"].grad, "d ln2")
