@@ -269,3 +269,21 @@ def test_bert_model_layer():
                               ("ffn.W_2", "output.dense.weight"), ("self_attn.W_o", "attention.output.dense.weight")]:
         _close(grads[ours_name], named[f"encoder.layer.0.{theirs}"].grad.T, ours_name)
     _close(grads["ln2.gamma"], named["encoder.layer.0.output.LayerNorm.weight"].grad, "d ln2")
+
+
+# -- the fixtures of notebook 14 still come from transformers ----------------------------------------
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_notebook_fixtures_are_what_transformers_computes(name):
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("real_model_fixtures", root / "examples" / "real_model_fixtures.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fresh, _ = module.build(name)
+    with np.load(root / "notebooks" / "data" / f"{name}_layer.npz") as committed:
+        assert sorted(committed.files) == sorted(fresh)
+        for key in committed.files:
+            np.testing.assert_allclose(committed[key], fresh[key], rtol=1e-12, atol=1e-14, err_msg=key)
