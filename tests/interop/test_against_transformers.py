@@ -76,9 +76,12 @@ def test_torch_multihead_attention(masked):
 
 # -- GPT-2 -------------------------------------------------------------------------------------------
 
-def test_gpt2_model_layer():
+@pytest.mark.parametrize("scale_attn_weights", [True, False])
+def test_gpt2_model_layer(scale_attn_weights):
+    """GPT-2's scale_attn_weights=False (scores q.k unscaled) is our scale=1.0."""
     config = transformers.GPT2Config(n_embd=16, n_head=4, n_layer=1, n_positions=32, resid_pdrop=0.0,
-                                     embd_pdrop=0.0, attn_pdrop=0.0, attn_implementation="eager")
+                                     embd_pdrop=0.0, attn_pdrop=0.0, attn_implementation="eager",
+                                     scale_attn_weights=scale_attn_weights)
     model = transformers.GPT2Model(config).double().eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -93,7 +96,8 @@ def test_gpt2_model_layer():
     state = _state(model)
     params = from_gpt2_block(state, prefix="h.0.")
     h0 = x.detach().numpy() + state["wpe.weight"][:N]  # GPT2Model adds the position embeddings
-    y, cache = ar.gpt2_block_forward(h0, params, 4, eps=config.layer_norm_epsilon)
+    y, cache = ar.gpt2_block_forward(h0, params, 4, eps=config.layer_norm_epsilon,
+                                     scale=None if scale_attn_weights else 1.0)
     ours, ln_cache = ar.layer_norm_forward(y, state["ln_f.weight"], state["ln_f.bias"], eps=config.layer_norm_epsilon)
     _close(ours, out, "output")
     dy, dgamma_f, dbeta_f = ar.layer_norm_backward(dout.numpy(), ln_cache)
