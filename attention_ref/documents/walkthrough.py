@@ -30,7 +30,11 @@ from ..gradcheck import gradcheck
 from ..nn.decoder_block import decoder_block_backward, decoder_block_forward, init_decoder_block_params
 from ..nn.encoder_block import encoder_block_backward, encoder_block_forward, init_encoder_block_params
 from ..nn.feed_forward import feed_forward_backward, feed_forward_forward
+from ..nn.gpt2_block import gpt2_block_backward, gpt2_block_forward, init_gpt2_block_params
 from ..nn.layer_norm import layer_norm_backward, layer_norm_forward
+from ..nn.llama_block import init_llama_block_params, llama_block_backward, llama_block_forward
+from ..nn.rms_norm import rms_norm_backward, rms_norm_forward
+from ..nn.swiglu import swiglu_backward, swiglu_forward
 from ..variants.blockwise import flash_attention_backward, flash_attention_forward
 from ..variants.linear_attention import linear_attention_backward, linear_attention_forward
 from ..variants.rope import rope_backward, rope_forward
@@ -236,8 +240,13 @@ def gradcheck_cases(seed: int = 0) -> list[tuple]:
          lambda q, k, v: linear_attention_forward(q, k, v, causal=True),
          linear_attention_backward, (rand(2, 4, 3), rand(2, 4, 3), rand(2, 4, 2)), ["q", "k", "v"]),
         ("rotary position embedding", rope_forward, rope_backward, (rand(2, 5, 4),), ["x"]),
+        ("RoPE, rotate-half (Llama)", lambda x: rope_forward(x, layout="half"), rope_backward,
+         (rand(2, 5, 4),), ["x"]),
         ("layer norm", layer_norm_forward, layer_norm_backward,
          (rand(2, 3, 5), 1 + 0.1 * rand(5), 0.1 * rand(5)), ["x", "gamma", "beta"]),
+        ("RMSNorm", rms_norm_forward, rms_norm_backward, (rand(2, 3, 5), 1 + 0.1 * rand(5)), ["x", "weight"]),
+        ("SwiGLU", swiglu_forward, swiglu_backward, (rand(2, 3, 4), rand(4, 6) / 2, rand(4, 6) / 2, rand(6, 4) / 2),
+         ["x", "W_gate", "W_up", "W_down"]),
         ("feed-forward, GELU",
          lambda x, p: feed_forward_forward(x, p, activation="gelu"), feed_forward_backward,
          (rand(2, 3, 4), {"W_1": rand(4, 6) / 2, "b_1": 0.1 * rand(6), "W_2": rand(6, 4) / 2,
@@ -249,6 +258,11 @@ def gradcheck_cases(seed: int = 0) -> list[tuple]:
          lambda x, m, p: decoder_block_forward(x, m, p, 2, norm_first=True), decoder_block_backward,
          (rand(2, 3, 4), rand(2, 5, 4), jitter(init_decoder_block_params(4, 2, 8, seed=seed))),
          ["x", "memory", "params"]),
+        ("GPT-2 block", lambda x, p: gpt2_block_forward(x, p, 2), gpt2_block_backward,
+         (rand(2, 3, 4), jitter(init_gpt2_block_params(4, 2, seed=seed))), ["x", "params"]),
+        ("Llama block (2 of 4 kv)", lambda x, p: llama_block_forward(x, p, 4, num_kv_heads=2), llama_block_backward,
+         (rand(2, 3, 8), {k: 3 * v for k, v in jitter(init_llama_block_params(8, 4, 12, num_kv_heads=2,
+                                                                             seed=seed)).items()}), ["x", "params"]),
     ]
 
 
@@ -293,7 +307,9 @@ def main(argv=None, save_figures=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m attention_ref",
         description="Walk through the documents' two-head example, the claims table and the"
-                    " gradient checks.")
+                    " gradient checks.",
+        epilog="Exercises: python -m attention_ref exercise list | start NAME [PATH] | hint NAME [N] |"
+               " check PATH (see python -m attention_ref exercise --help).")
     parser.add_argument("--section", choices=SECTIONS + ("all",), default=None,
                         help="print one section only, or all four (default: the example, the claims one"
                              " line each and the gradient checks)")
@@ -319,12 +335,12 @@ def main(argv=None, save_figures=None) -> int:
         else:
             text, ok = gradcheck_section()
             print(text)
-    if args.section is None:
-        print()
-        print(NEXT_STEPS)
     if args.plots:
         if save_figures is None:
             parser.error("--plots needs the figures: run python -m attention_ref --plots DIR")
         for path in save_figures(args.plots):
             print(f"wrote {path}")
+    if args.section is None:
+        print()
+        print(NEXT_STEPS)
     return 0 if ok else 1

@@ -124,7 +124,7 @@ def _head_cases(rng):
 
 def _layer_norm_cases(rng):
     b, n, d = _sizes(rng)
-    d += 1
+    d = max(b, n) + d  # a width unlike the other axes: summing over the wrong one shows
     return [Case((rng.standard_normal(d) * 3 + 1, rng.standard_normal(d), rng.standard_normal(d))),
             Case((rng.standard_normal((n, d)) * 3 + 1, rng.standard_normal(d), rng.standard_normal(d))),
             Case((rng.standard_normal((b, n, d)) * 3 + 1, rng.standard_normal(d), rng.standard_normal(d)))]
@@ -208,7 +208,7 @@ EXERCISES = {e.name: e for e in [
          "The softmax gives dS = P * (dP - D), D_i = sum_j P_ij dP_ij (masked entries have P = 0,"
          " so dS = 0 there).",
          "S = q k^T * scale gives dq = dS k * scale and dk = dS^T q * scale; with batch axes"
-         " use swapaxes(-1, -2) for the transposes."],
+         " transpose with swapaxes(-1, -2): .T reverses every axis, batch axes included."],
         _attention_cases, scaled_dot_product_attention_forward, scaled_dot_product_attention_backward),
     _exercise(
         "split_heads_backward", "split_heads", "split_heads_backward(dheads) -> dx", ("dx",),

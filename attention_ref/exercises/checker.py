@@ -124,7 +124,7 @@ def hint(name: str, number: int = 1) -> str:
     e = _exercise(name)
     if not 1 <= number <= len(e.hints):
         raise ValueError(f"{name} has hints 1 to {len(e.hints)}, got {number}")
-    return f"hint {number} of {len(e.hints)}: {e.hints[number - 1]}"
+    return textwrap.fill(f"hint {number} of {len(e.hints)}: {e.hints[number - 1]}", WIDTH, subsequent_indent="    ")
 
 
 def check(name: str, attempt, forward=None, *, seed: int = 0) -> CheckResult:
@@ -169,7 +169,8 @@ def check(name: str, attempt, forward=None, *, seed: int = 0) -> CheckResult:
         try:
             result = e.run(attempt, their_dout, theirs)
         except Exception as exc:  # noqa: BLE001
-            lines.append(f"case {i}: {case.describe()}: raised {type(exc).__name__}")
+            lines.append(textwrap.fill(f"case {i}: {case.describe()}: raised {type(exc).__name__}", WIDTH,
+                                       subsequent_indent="    "))
             if isinstance(exc, NotImplementedError):
                 diagnosis = f"{name} is not written yet: derive it, with the hints if you like"
             elif runs:  # the earlier cases may already show the mistake
@@ -186,7 +187,7 @@ def check(name: str, attempt, forward=None, *, seed: int = 0) -> CheckResult:
             diagnosis = got
             break
         runs.append((case, dout, cache, got, truth))
-        lines.append(f"case {i}: {case.describe()}")
+        lines.append(textwrap.fill(f"case {i}: {case.describe()}", WIDTH, subsequent_indent="    "))
         scale = max((float(np.abs(np.asarray(t)).max()) for _, t in truth if t is not None and np.size(t)),
                     default=0.0)
         for (n, g), (_, t) in zip(got, truth):
@@ -242,6 +243,11 @@ def _name_the_mistake(e, runs, failed) -> str:
     case, name, got, truth = failed[0]
     masked = case.masked if name == e.returns[0] else None
     arr = as_gradient_array(got)
-    return observe(name, got, truth, case.factors, masked, _axis_names(arr.ndim if arr is not None else 0),
+    seen = observe(name, got, truth, case.factors, masked, _axis_names(arr.ndim if arr is not None else 0),
                    parameter=name.startswith("grads[") or name not in ("dx", "dq", "dk", "dv", "dquery", "dkey",
                                                                        "dvalue", "dheads"))
+    wrong = sorted({i for i, (c, *_) in enumerate(runs, 1) if any(c is f[0] for f in failed)})
+    if len(wrong) < len(runs):  # some cases are right: say which are not, the inputs tell why
+        only = "; ".join(f"case {i} ({runs[i - 1][0].describe()})" for i in wrong)
+        seen = f"only {only} {'is' if len(wrong) == 1 else 'are'} wrong, the other cases are right: {seen}"
+    return seen

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import inspect
 import sys
 import textwrap
 from pathlib import Path
@@ -20,7 +19,7 @@ def skeleton(name: str, path: str) -> str:
     """The file ``exercise start`` writes: the formula, the forward given, the backward to write."""
     e = EXERCISES[name]
     forward = getattr(sys.modules["attention_ref"], e.forward_name)
-    source = Path(inspect.getsourcefile(forward)).relative_to(Path(__file__).resolve().parents[2]).as_posix()
+    module = forward.__module__  # e.g. attention_ref.core.softmax
     formula = "\n".join(textwrap.fill(p, WIDTH - 4) for p in e.formula.split("\n"))
     args = e.signature.split("(", 1)[1].split(")", 1)[0]
     returns = e.signature.split("->", 1)[1].strip()
@@ -28,13 +27,17 @@ def skeleton(name: str, path: str) -> str:
 
 {formula}
 
-The forward is given: {e.forward_name} (read it in {source}).
-Check your backward:      python -m attention_ref exercise check {path}
-Hints, one at a time:     python -m attention_ref exercise hint {name} 1
+The forward is given: {e.forward_name}
+(read it with: python -m pydoc {module}).
+Check your backward with
+python -m attention_ref exercise check {path}
+and ask for hints, one at a time, with
+python -m attention_ref exercise hint {name} 1
 """
 import numpy as np
 
-from attention_ref import {e.forward_name}  # noqa: F401  (the forward whose backward you write)
+# the forward whose backward you write:
+from attention_ref import {e.forward_name}  # noqa: F401
 
 EXERCISE = "{name}"
 
@@ -48,7 +51,11 @@ def {name}({args}):
 def _load(path):
     """The exercise name, the attempt and the optional forward defined in ``path``."""
     if not Path(path).is_file():
-        raise SystemExit(f"{path}: no such file (write one with: python -m attention_ref exercise start NAME {path})")
+        if Path(f"{path}.py").is_file():
+            raise SystemExit(f"{path}: no such file; did you mean {path}.py?")
+        start = f"python -m attention_ref exercise start {path}" if path in EXERCISES else \
+            "python -m attention_ref exercise start <exercise> [PATH]"
+        raise SystemExit(f"{path}: no such file (write one with: {start})")
     spec = importlib.util.spec_from_file_location("attempt", path)
     if spec is None:
         raise SystemExit(f"cannot import {path}: not a Python file")
@@ -74,12 +81,13 @@ def main(argv=None) -> int:
                                      description="Derive a backward by hand; the checker names the mistake.")
     sub = parser.add_subparsers(dest="action", required=True)
     sub.add_parser("list", help="the exercises")
+    names = "one of: " + ", ".join(EXERCISES)
     start = sub.add_parser("start", help="write a skeleton file to fill in")
-    start.add_argument("name", choices=list(EXERCISES))
+    start.add_argument("name", choices=list(EXERCISES), metavar="NAME", help=names)
     start.add_argument("path", nargs="?", help="where to write it (default: NAME.py here)")
     start.add_argument("--force", action="store_true", help="overwrite an existing file")
     hints = sub.add_parser("hint", help="show one hint (each says more than the last)")
-    hints.add_argument("name", choices=list(EXERCISES))
+    hints.add_argument("name", choices=list(EXERCISES), metavar="NAME", help=names)
     hints.add_argument("number", nargs="?", type=int, default=1)
     run = sub.add_parser("check", help="check the backward in a file written by start")
     run.add_argument("path")
@@ -104,7 +112,7 @@ def main(argv=None) -> int:
         return 0
     if args.action == "hint":
         try:
-            print(textwrap.fill(hint(args.name, args.number), WIDTH, subsequent_indent="    "))
+            print(hint(args.name, args.number))
         except ValueError as exc:
             print(exc, file=sys.stderr)
             return 2

@@ -126,5 +126,5 @@ def observe(name, got, truth, factors=None, masked=None, axis_names=None, parame
                     " those indices differently")
     worst = tuple(int(i) for i in np.unravel_index(int(np.argmax(np.abs(arr - truth))), arr.shape))
     rel = float(np.abs(arr - truth).max()) / max(float(np.abs(truth).max()), ATOL)
-    return (f"{name} differs from the true gradient (largest error at index {worst}, {rel:.2g} of its"
+    return (f"{name} differs from the true gradient (largest error at index {worst}, {rel:.2g} times its"
             " largest entry) in a way none of the classic mistakes explains: compare your formula with the hints")

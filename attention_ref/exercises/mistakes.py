@@ -140,12 +140,12 @@ def _split_backward_heads_reversed(dheads):
 
 # -- layer norm: x_hat = (x - mu) rstd, y = gamma x_hat + beta --------------------------------
 
-def _layer_norm_parts(dy, cache, *, mean_terms=True, x_hat_term=True):
+def _layer_norm_parts(dy, cache, *, mean_terms=True, x_hat_term=True, gain=True):
     x_hat, rstd, gamma = cache
     d = x_hat.shape[-1]
     dgamma = (dy * x_hat).reshape(-1, d).sum(axis=0)  # (D,)
     dbeta = dy.reshape(-1, d).sum(axis=0)  # (D,)
-    g = dy * gamma  # (..., D)
+    g = dy * gamma if gain else dy  # (..., D)
     if not mean_terms:
         return rstd * g, dgamma, dbeta
     dx = g - g.mean(axis=-1, keepdims=True)
@@ -160,6 +160,10 @@ def _layer_norm_without_mean_terms(dy, cache):
 
 def _layer_norm_without_variance_term(dy, cache):
     return _layer_norm_parts(dy, cache, x_hat_term=False)
+
+
+def _layer_norm_without_gain(dy, cache):
+    return _layer_norm_parts(dy, cache, gain=False)
 
 
 def _layer_norm_dgamma_not_summed(dy, cache):
@@ -339,6 +343,9 @@ MISTAKES = {
         Mistake("variance treated as a constant",
                 "you kept the mean's term but not the variance's: dx = rstd (g - mean(g)); add"
                 " - x_hat mean(g x_hat), with g = gamma * dy", _layer_norm_without_variance_term),
+        Mistake("gain forgotten in dx",
+                "your dx misses the gain: the gradient reaching x_hat is g = gamma * dy, not dy; then"
+                " dx = rstd (g - mean(g) - x_hat mean(g x_hat))", _layer_norm_without_gain),
         Mistake("dgamma not summed over rows",
                 "your dgamma is one row's dy * x_hat; gamma scales every row, so dgamma = sum over"
                 " rows of dy * x_hat", _layer_norm_dgamma_not_summed),

@@ -100,6 +100,18 @@ def _check_llama_params(params, d_model):
                              f" got shape {np.shape(params[n])}")
 
 
+def _kv_heads(params, num_heads, num_kv_heads):
+    """``num_kv_heads``, or read from the shapes: ``W_k`` has ``num_kv_heads * d_head`` columns
+    and ``W_q`` has ``num_heads * d_head`` (left as None when they do not divide: the
+    multi-head check then names the shapes)."""
+    if num_kv_heads is not None:
+        return num_kv_heads
+    width_q, width_k = np.shape(params["self_attn.W_q"])[-1], np.shape(params["self_attn.W_k"])[-1]
+    if width_q % num_heads or not width_q or width_k % (width_q // num_heads):
+        return None
+    return width_k // (width_q // num_heads)
+
+
 def llama_block_forward(x, params, num_heads, *, num_kv_heads=None, rope_base=10000.0, eps=1e-6,
                         mask=None, scale=None):
     """One Llama decoder block on ``x`` (..., n, d_model); positions start at 0.
@@ -108,7 +120,8 @@ def llama_block_forward(x, params, num_heads, *, num_kv_heads=None, rope_base=10
     ----------
     x : array (..., n, d_model)
     params : flat dict with the keys of :data:`LLAMA_PARAM_NAMES` (no biases)
-    num_heads : int, query heads; num_kv_heads : key/value heads dividing it (default: the same)
+    num_heads : int, query heads; num_kv_heads : key/value heads dividing it (default: read from
+        the shapes, ``W_k`` having ``num_kv_heads * d_head`` columns)
     rope_base : RoPE's base (transformers' ``rope_theta``)
     eps : the RMSNorms' epsilon (``rms_norm_eps``)
     mask : optional extra mask (bool, True = may attend, e.g. padding; or float, added),
@@ -125,6 +138,7 @@ def llama_block_forward(x, params, num_heads, *, num_kv_heads=None, rope_base=10
     num_heads = check_positive_int(num_heads, "num_heads")
     scale = check_scale(scale)
     _check_llama_params(params, x.shape[-1])
+    num_kv_heads = _kv_heads(params, num_heads, num_kv_heads)
     n = x.shape[-2]
     attn_params = {name: params[f"self_attn.{name}"] for name in ("W_q", "W_k", "W_v", "W_o")}
     # 1. z = RMSNorm_1(x)
@@ -194,6 +208,7 @@ def llama_block_decode_step(x_t, params, num_heads, cache: KVCache, *, num_kv_he
     num_heads = check_positive_int(num_heads, "num_heads")
     scale = check_scale(scale)
     _check_llama_params(params, x_t.shape[-1])
+    num_kv_heads = _kv_heads(params, num_heads, num_kv_heads)
     attn_params = {name: params[f"self_attn.{name}"] for name in ("W_q", "W_k", "W_v", "W_o")}
     t, start = x_t.shape[-2], cache.length
     positions = np.arange(start, start + t)  # (t,)

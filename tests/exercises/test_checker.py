@@ -175,13 +175,15 @@ def _attention_wrong(*, scale_power=1, mask=True, softmax="full", dk_transposed=
 def _layer_norm_wrong(kind):
     def backward(dy, cache):
         x_hat, rstd, gamma = cache
-        g = dy * gamma
+        g = dy if kind == "no gain" else dy * gamma
         dgamma = (dy * x_hat).reshape(-1, x_hat.shape[-1]).sum(0)
         dbeta = dy.reshape(-1, x_hat.shape[-1]).sum(0)
         if kind == "constants":
             dx = rstd * g
         elif kind == "no variance":
             dx = rstd * (g - g.mean(-1, keepdims=True))
+        elif kind == "no gain":
+            dx = rstd * (g - g.mean(-1, keepdims=True) - x_hat * (g * x_hat).mean(-1, keepdims=True))
         else:
             dx = layer_norm_backward(dy, cache)[0]
             dgamma = (dy * x_hat).reshape(-1, x_hat.shape[-1])[0]
@@ -229,6 +231,7 @@ WRONG = {  # exercise -> {mistake name in the catalogue: a student's wrong attem
     "layer_norm_backward": {
         "mean and variance treated as constants": _layer_norm_wrong("constants"),
         "variance treated as a constant": _layer_norm_wrong("no variance"),
+        "gain forgotten in dx": _layer_norm_wrong("no gain"),
         "dgamma not summed over rows": _layer_norm_wrong("dgamma"),
     },
     "flash_attention_backward": {
@@ -388,3 +391,22 @@ def test_wrong_container_and_extra_axes_are_named():
     keys = check("multi_head_attention_backward",
                  lambda d, c: multi_head_attention_backward(d, c)[:3] + ({"W_q": None},))
     assert keys.diagnosis.startswith("grads must have the keys of params: missing ['b_q'")
+
+
+
+def test_a_mistake_confined_to_some_cases_says_which():
+    def last_axis_only(dy, cache):  # ignores cache.axis: right on every case but the axis=0 one
+        y = cache.y
+        return y * (dy - np.sum(dy * y, axis=-1, keepdims=True))
+
+    result = check("softmax_backward", last_axis_only)
+    assert result.diagnosis.startswith("only case 5 (inputs"), result.diagnosis
+    assert "axis=0) is wrong, the other cases are right" in result.diagnosis
+
+
+def test_report_and_hints_fit_80_columns():
+    for name, e in EXERCISES.items():
+        for attempt in (e.backward, lambda *a: None):
+            report = str(check(name, attempt))
+            assert max(len(line) for line in report.splitlines()) <= 80, name
+        assert all(len(line) <= 80 for i in range(len(e.hints)) for line in hint(name, i + 1).splitlines())

@@ -70,3 +70,17 @@ def test_files_that_do_not_exist_or_do_not_run_are_named(tmp_path):
     with pytest.raises(SystemExit, match=r"does not run \(line 2\): SyntaxError"):
         main(["check", str(broken)])
     assert main(["start", "linear_backward", str(tmp_path / "new" / "folder" / "l.py")]) == 0
+
+
+
+def test_skeletons_fit_80_columns_and_a_name_given_as_path_is_answered(tmp_path, monkeypatch):
+    import pytest
+
+    monkeypatch.chdir(tmp_path)
+    for name in EXERCISES:
+        assert main(["start", name]) == 0
+        assert max(len(line) for line in (tmp_path / f"{name}.py").read_text().splitlines()) <= 80, name
+    with pytest.raises(SystemExit, match=r"^softmax_backward: no such file; did you mean softmax_backward.py\?$"):
+        main(["check", "softmax_backward"])
+    with pytest.raises(SystemExit, match=r"exercise start linear \[PATH\]|exercise start <exercise>"):
+        main(["check", "linear"])

@@ -248,3 +248,11 @@ def test_gpt2_decode_with_prefill_in_any_split_is_the_forward(splits):
         outs.append(gpt2_block_decode_step(x[:, start:start + t], p, 2, cache))
         start += t
     assert_close(np.concatenate(outs, axis=1), full, what="decoded rows")
+
+
+
+def test_llama_key_value_heads_are_read_from_the_shapes():
+    rng = np.random.default_rng(17)
+    p = _jitter(init_llama_block_params(8, 4, 16, num_kv_heads=2, seed=18), rng, 0.3)
+    x = rng.standard_normal((3, 8))
+    np.testing.assert_array_equal(llama_block_forward(x, p, 4)[0], llama_block_forward(x, p, 4, num_kv_heads=2)[0])
