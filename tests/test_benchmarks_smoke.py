@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import attention_ref as ar
 from tests._helpers import assert_close
@@ -143,3 +144,23 @@ def test_summary_and_targets_say_what_the_numbers_say():
     slow = bench.targets_block(_two_case_run(ours=1.5, torch=1.0, torch_fused=0.5, pool_off=2.0, naive=2.0))
     assert "| 1.50 (need_weights=False: 3.00) | not met |" in slow and "not met, stretch not met" in slow
     assert "1.50 s float32, 1.50 s float64 | not met |" in slow
+
+
+
+def test_profile_lists_every_step_and_refuses_to_write_quick_sizes(capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("profile_mha", ROOT / "benchmarks" / "profile_mha.py")
+    profile = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(profile)
+    assert profile.main(["--quick", "--dtype", "float32"]) == 0
+    out = capsys.readouterr().out
+    for step in ("1. projections", "3a. scores", "3b. softmax", "3c. P v", "6. output projection",
+                 "b6. dW_o", "b3c. dv", "b3b. dS", "b3a. dq", "b2. merge", "b1. dW"):
+        assert f"| {step}" in out, step
+    assert "the library's forward+backward" in out
+    with pytest.raises(SystemExit):
+        profile.main(["--quick", "--write"])
+    doc = (ROOT / "docs" / "performance.md").read_text()
+    block = doc.split("<!-- BEGIN profile_mha -->", 1)[1].split("<!-- END profile_mha -->", 1)[0]
+    assert "Measured on" in block and "| b3b. dS" in block  # the committed table, regenerated with --write

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CHEAP_RUNS = {  # a few seconds each
     "bench_mha --quick": ["benchmarks/bench_mha.py", "--quick", "--no-torch", "--repeats", "1"],
     "variants --quick": ["benchmarks/variants.py", "--quick", "--min-time", "0", "--max-repeats", "1"],
+    "profile_mha --quick": ["benchmarks/profile_mha.py", "--quick"],
     "claims (print)": ["examples/claims.py"],
     "claims --check": ["examples/claims.py", "--check"],
     "make_training_docs (check)": ["examples/make_training_docs.py"],
