@@ -31,8 +31,8 @@ from .variants import *  # noqa: F401,F403
 # decoder blocks, SGD and Adam
 from .nn import *  # noqa: F401,F403
 
-# speed: threads for the elementwise (..., Nq, Nk) work (results are bit-identical either way)
-from ._parallel import get_num_threads, set_num_threads
+# deprecated: the thread pool was removed (it did not pay); these change nothing
+from ._row_blocks import get_num_threads, set_num_threads
 
 # the flat module paths of 0.1 (attention_ref.masks, ...) still import, with a DeprecationWarning
 from . import _moved, core, nn, variants

@@ -124,11 +124,9 @@ def numpy_worker(configs, dtypes, repeats, D, h, peak_n, tricks=True):
 
     sys.path.insert(0, str(ROOT))
     import attention_ref as ar
-    from attention_ref import _parallel
 
     blas_threads, blas = _blas_info()
-    result = {"peak": {}, "rows": [], "threads": _parallel.get_num_threads(),
-              "numpy": np.__version__, "blas_threads": blas_threads, "blas": blas}
+    result = {"peak": {}, "rows": [], "numpy": np.__version__, "blas_threads": blas_threads, "blas": blas}
     for dtype in dtypes:  # BLAS peak: a large square matrix product, 2*n^3 FLOPs
         a = np.random.default_rng(0).standard_normal((peak_n, peak_n)).astype(dtype)
         b = a.T.copy()  # not a.T itself: NumPy would call syrk for a @ a.T
@@ -149,8 +147,6 @@ def numpy_worker(configs, dtypes, repeats, D, h, peak_n, tricks=True):
             row = {"dtype": dtype, "B": B, "N": N, "D": D, "h": h, "flops": mha_flops(B, N, D, h),
                    "peak": result["peak"][dtype]}  # measured in this process, just before
             row["ours"] = median_time(parallel, repeats)
-            with _parallel.num_threads(1):
-                row["ours_pool_off"] = median_time(parallel, repeats)
             row["separate_heads"] = median_time(separate, repeats)
             row["naive"] = median_time(lambda: naive_fwd_bwd(np, x, dout, p, h), max(1, repeats // 2))
             result["rows"].append(row)
@@ -164,7 +160,6 @@ def numpy_worker(configs, dtypes, repeats, D, h, peak_n, tricks=True):
 def tricks_worker(np, N, D, h, dtype, repeats):
     """Each trick of the core measured alone, "before" against "after", on (1, h, N, N)
     scores; returns ``[(trick, before seconds, after seconds), ...]``."""
-    from attention_ref import _parallel
     from attention_ref.core.attention import _softmax_rows_backward
     from attention_ref.core.softmax import _softmax, _softmax_plain
 
@@ -215,15 +210,10 @@ def tricks_worker(np, N, D, h, dtype, repeats):
         dP_ *= P_
 
     D_row = (dout * out).sum(axis=-1, keepdims=True)
-    with _parallel.num_threads(1):
-        pair("softmax over cache-sized row blocks, 1 thread (vs one pass per step)",
-             lambda: softmax_fresh(_softmax_plain), lambda: softmax_fresh(_softmax))
-        pair("dS = P * (dP - D) over row blocks, 1 thread", lambda: ds_fresh(ds_plain),
-             lambda: ds_fresh(_softmax_rows_backward))
-    pair(f"softmax over row blocks, {_parallel.get_num_threads()} threads (vs one plain pass)",
+    pair("softmax over cache-sized row blocks (vs one pass per step)",
          lambda: softmax_fresh(_softmax_plain), lambda: softmax_fresh(_softmax))
-    pair(f"dS = P * (dP - D) over row blocks, {_parallel.get_num_threads()} threads",
-         lambda: ds_fresh(ds_plain), lambda: ds_fresh(_softmax_rows_backward))
+    pair("dS = P * (dP - D) over row blocks", lambda: ds_fresh(ds_plain),
+         lambda: ds_fresh(_softmax_rows_backward))
     pair("contiguous q for q k^T (a copy) instead of the split-heads view",
          lambda: q_strided @ k.swapaxes(-1, -2), lambda: np.ascontiguousarray(q_strided) @ k.swapaxes(-1, -2))
     pair("one fused x W_qkv (D, 3D) instead of x W_q, x W_k, x W_v",
@@ -303,10 +293,10 @@ def make_table(numpy_result, torch_result) -> str:
     """The markdown table of one run."""
     torch_rows = _torch_rows(torch_result)
     lines = [
-        "| dtype | B | N | ours ms | GFLOP/s | % of matmul peak | pool off ms | separate heads ms"
+        "| dtype | B | N | ours ms | GFLOP/s | % of matmul peak | separate heads ms"
         " | naive NumPy ms | torch MHA ms | ours / torch | torch (need_weights=False) ms"
         " | ours / that |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in numpy_result["rows"]:
         t = r["ours"]["median"]
@@ -318,15 +308,14 @@ def make_table(numpy_result, torch_result) -> str:
                           _ms(tr["torch_no_weights"]), f"{t / tr['torch_no_weights']['median']:.2f}"]
         lines.append(" | ".join([
             f"| {r['dtype']}", str(r["B"]), str(r["N"]), _ms(r["ours"]), f"{gflops:.1f}",
-            f"{100 * of_peak:.0f}%", _ms(r["ours_pool_off"]), _ms(r["separate_heads"]),
+            f"{100 * of_peak:.0f}%", _ms(r["separate_heads"]),
             _ms(r["naive"]), *torch_cols]) + " |")
     peaks = ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in numpy_result["peak"].items())
     lines.append("")
     lines.append(f"Matmul peak measured in the same run, in the same process just before each"
                  f" case (last: {peaks}); D = {r['D']}, h = {r['h']},"
                  f" biases on; forward+backward FLOPs = 24*B*N*D^2 + 12*B*N^2*D; median of the"
-                 f" timed runs after one warm-up; NumPy {numpy_result['numpy']},"
-                 f" {numpy_result['threads']} elementwise threads"
+                 f" timed runs after one warm-up; NumPy {numpy_result['numpy']}"
                  + (f"; PyTorch {torch_result['torch']} ({torch_result['threads']} threads)"
                     if torch_result else "; PyTorch not installed") + ".")
     tricks = numpy_result.get("tricks")
@@ -349,8 +338,7 @@ def make_plot(numpy_result, torch_result, path):
     import matplotlib.pyplot as plt
 
     torch_rows = _torch_rows(torch_result)
-    series = [("ours", "attention_ref"), ("ours_pool_off", "attention_ref, pool off"),
-              ("separate_heads", "separate heads"), ("naive", "naive NumPy")]
+    series = [("ours", "attention_ref"), ("separate_heads", "separate heads"), ("naive", "naive NumPy")]
     if torch_rows:
         series += [("torch", "torch MHA"), ("torch_no_weights", "torch MHA, need_weights=False")]
     rows = numpy_result["rows"]
@@ -453,7 +441,7 @@ def _ratio(r, tr, key):
 
 
 def summary_block(run) -> str:
-    """The run in a few sentences: against PyTorch both ways, against naive code, the pool."""
+    """The run in a few sentences: against PyTorch both ways, against naive code."""
     cases = _cases(run)
     lines = []
     if all(tr for _, tr in cases):
@@ -467,8 +455,6 @@ def summary_block(run) -> str:
     lines.append(f"At B = {big['B']}, N = {big['N']:,} {big['dtype']} the careful code is"
                  f" {big['naive']['median'] / big['ours']['median']:.1f}x faster than the same maths written"
                  f" naively ({big['ours']['median']:.2f} s against {big['naive']['median']:.2f} s).")
-    pool = sum(r["ours_pool_off"]["median"] < r["ours"]["median"] for r, _ in cases)
-    lines.append(f"With the thread pool off, forward+backward was faster in {pool} of {len(cases)} cases.")
     return " ".join(lines) + "\n"
 
 

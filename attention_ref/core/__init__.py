@@ -4,7 +4,7 @@ Read in this order: ``linear`` (``Q = X W^Q``), ``softmax``, ``masks``, ``attent
 (scaled dot-product), ``heads`` (split and merge), ``multi_head`` (the weight-split
 parallel form, with grouped-query attention and head masks), ``separate_heads`` (the
 documents' other strategy, head by head). Imports: NumPy, the package's checks and its
-thread pool only.
+row blocks only.
 """
 from .linear import LinearCache, glorot_uniform, linear_backward, linear_forward
 from .softmax import SoftmaxCache, softmax_backward, softmax_forward

@@ -38,7 +38,7 @@ from .._checks import (
     scores_may_overflow,
     unbroadcast,
 )
-from .._parallel import for_each_row_block
+from .._row_blocks import for_each_row_block
 from .softmax import _ScoresOverflow, _softmax
 
 __all__ = [
@@ -210,8 +210,8 @@ def _softmax_rows_backward(dweights, weights, D):
         dweights -= D  # plain form for broadcast or strided layouts
         dweights *= weights
         return dweights
-    # fast path: the same two in-place operations over cache-sized row blocks on every
-    # core (see _parallel.py); rows are independent, so the numbers are identical
+    # fast path: the same two in-place operations over cache-sized row blocks
+    # (see _row_blocks.py); rows are independent, so the numbers are identical
     n_k = dweights.shape[-1]
     dP = dweights.reshape(-1, n_k)  # (rows, Nk), views of the contiguous arrays
     P = weights.reshape(-1, n_k)  # (rows, Nk)

@@ -12,7 +12,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .._checks import as_real_array, as_upstream
-from .._parallel import for_each_row_block
+from .._row_blocks import for_each_row_block
 
 __all__ = ["SoftmaxCache", "softmax_forward", "softmax_backward"]
 
@@ -63,8 +63,8 @@ class _ScoresOverflow(FloatingPointError):
 def _softmax(x: np.ndarray, axis: int, out: np.ndarray | None = None) -> np.ndarray:
     """Unchecked stable softmax; ``out=x`` overwrites ``x`` (for arrays nobody else holds)."""
     if out is x and x.ndim >= 2 and axis % x.ndim == x.ndim - 1 and x.size and x.flags.c_contiguous:
-        # the fast path: the same formula, in place, over cache-sized blocks of rows and
-        # on every core (see _parallel.py); every row gets bit-for-bit the same numbers
+        # the fast path: the same formula, in place, over cache-sized blocks of rows
+        # (see _row_blocks.py); every row gets bit-for-bit the same numbers
         rows = x.reshape(-1, x.shape[-1])  # (rows, Nk), a view: x is C-contiguous
 
         def softmax_rows(start, stop):

@@ -1,7 +1,7 @@
 """softmax_forward / softmax_backward."""
 import numpy as np
 import pytest
-from attention_ref import _parallel
+from attention_ref import _row_blocks
 from attention_ref.core.softmax import _softmax, _softmax_plain
 
 from attention_ref import gradcheck, softmax_backward, softmax_forward
@@ -99,18 +99,16 @@ def test_extreme_range_row_gives_one_hot_without_warning():
 # the fast path: the in-place softmax over cache-sized row blocks, on every thread count
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-def test_blocked_softmax_is_bit_identical_to_plain(threads):
+def test_blocked_softmax_is_bit_identical_to_plain():
     rng = np.random.default_rng(0)
-    x = 5 * rng.standard_normal((2, 3, 300, 700))  # 1.26M numbers: above PARALLEL_MIN_ELEMENTS
-    assert x.size > _parallel.PARALLEL_MIN_ELEMENTS
+    x = 5 * rng.standard_normal((2, 3, 300, 700))  # 1.26M numbers: several row blocks
+    assert x.size > 4 * _row_blocks.BLOCK_ELEMENTS
     x[0, 1, 7] = -np.inf  # a query with no allowed key: all zeros
     x[1, 2, 9, ::2] = -np.inf
     expected = _softmax_plain(x.copy(), -1)
-    with _parallel.num_threads(threads):
-        got = _softmax(x.copy(), -1, out=None)  # not in place: plain path
-        fast = x.copy()
-        out = _softmax(fast, -1, out=fast)  # in place, contiguous: blocked path
+    got = _softmax(x.copy(), -1, out=None)  # not in place: plain path
+    fast = x.copy()
+    out = _softmax(fast, -1, out=fast)  # in place, contiguous: blocked path
     assert out is fast
     np.testing.assert_array_equal(got, expected)
     np.testing.assert_array_equal(fast, expected)
@@ -132,7 +130,7 @@ def test_in_place_softmax_takes_the_blocked_path_only_where_it_applies(monkeypat
 
     def recording(fn, n_rows, n_cols):
         calls.append((n_rows, n_cols))
-        _parallel.for_each_row_block(fn, n_rows, n_cols)
+        _row_blocks.for_each_row_block(fn, n_rows, n_cols)
 
     monkeypatch.setattr(module, "for_each_row_block", recording)
     x = np.asarray(np.random.default_rng(6).standard_normal(shape), order=order)
