@@ -69,6 +69,43 @@ def median_time(fn, repeats: int) -> dict:
     return {"median": statistics.median(times), "min": min(times), "max": max(times)}
 
 
+def _status_kib(field: str):
+    """A field of /proc/self/status in KiB (Linux), or None."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def peak_memory(fn, traced: bool = True) -> dict:
+    """Peak memory of one call of ``fn``, in bytes: ``traced``, the peak of the allocations
+    tracemalloc sees (NumPy's arrays; None for torch, whose allocator it does not see), and
+    ``rss``, the growth of the process's resident set over what it held before the call
+    (the kernel's high-water mark, reset first through /proc/self/clear_refs; None where
+    that is not available)."""
+    import tracemalloc
+
+    before = None
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current RSS
+        before = _status_kib("VmRSS")
+    except OSError:
+        pass
+    if traced:
+        tracemalloc.start()
+    try:
+        fn()
+        peak = tracemalloc.get_traced_memory()[1] if traced else None
+    finally:
+        if traced:
+            tracemalloc.stop()
+    after = _status_kib("VmHWM") if before is not None else None
+    return {"traced": peak, "rss": None if after is None else max(0, after - before) * 1024}
+
+
 # --------------------------------------------------------------------------- NumPy side
 def _inputs(np, B, N, D, dtype, seed=0):
     """x, dout and a params dict with biases, all in ``dtype``."""
@@ -146,6 +183,7 @@ def numpy_worker(configs, dtypes, repeats, D, h, peak_n, tricks=True):
 
             row = {"dtype": dtype, "B": B, "N": N, "D": D, "h": h, "flops": mha_flops(B, N, D, h),
                    "peak": result["peak"][dtype]}  # measured in this process, just before
+            row["memory"] = peak_memory(parallel)  # first: before timing leaves freed memory resident
             row["ours"] = median_time(parallel, repeats)
             row["separate_heads"] = median_time(separate, repeats)
             row["naive"] = median_time(lambda: naive_fwd_bwd(np, x, dout, p, h), max(1, repeats // 2))
@@ -249,13 +287,15 @@ def torch_worker(configs, dtypes, repeats, D, h):
             x = torch.randn(B, N, D, dtype=tdtype, requires_grad=True)
             dout = torch.randn(B, N, D, dtype=tdtype)
             row = {"dtype": dtype, "B": B, "N": N}
-            for key, need_weights in (("torch", True), ("torch_no_weights", False)):
+            for key, need_weights in (("torch_no_weights", False), ("torch", True)):
                 def step(need_weights=need_weights):
                     x.grad = None
                     mha.zero_grad(set_to_none=True)
                     out, _ = mha(x, x, x, need_weights=need_weights)
                     out.backward(dout)
 
+                if not need_weights:  # the first call of this fresh process: nothing freed is resident yet
+                    row[key + "_memory"] = peak_memory(step, traced=False)
                 row[key] = median_time(step, repeats)
             result["rows"].append(row)
     return result
@@ -272,6 +312,11 @@ def _run_worker(kind, args, extra=()):
             return None
         raise RuntimeError(f"{kind} worker failed:\n{proc.stderr}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _mib(nbytes):
+    """Bytes as MiB with no decimals, or "-" when not measured."""
+    return "-" if nbytes is None else f"{nbytes / 2 ** 20:.0f}"
 
 
 def _ms(t):
@@ -295,8 +340,8 @@ def make_table(numpy_result, torch_result) -> str:
     lines = [
         "| dtype | B | N | ours ms | GFLOP/s | % of matmul peak | separate heads ms"
         " | naive NumPy ms | torch MHA ms | ours / torch | torch (need_weights=False) ms"
-        " | ours / that |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        " | ours / that | ours peak MiB (traced / RSS) | torch (need_weights=False) peak RSS MiB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in numpy_result["rows"]:
         t = r["ours"]["median"]
@@ -306,10 +351,13 @@ def make_table(numpy_result, torch_result) -> str:
         if tr:
             torch_cols = [_ms(tr["torch"]), f"{t / tr['torch']['median']:.2f}",
                           _ms(tr["torch_no_weights"]), f"{t / tr['torch_no_weights']['median']:.2f}"]
+        memory = r.get("memory", {})
+        torch_memory = (tr or {}).get("torch_no_weights_memory", {})
         lines.append(" | ".join([
             f"| {r['dtype']}", str(r["B"]), str(r["N"]), _ms(r["ours"]), f"{gflops:.1f}",
             f"{100 * of_peak:.0f}%", _ms(r["separate_heads"]),
-            _ms(r["naive"]), *torch_cols]) + " |")
+            _ms(r["naive"]), *torch_cols,
+            f"{_mib(memory.get('traced'))} / {_mib(memory.get('rss'))}", _mib(torch_memory.get("rss"))]) + " |")
     peaks = ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in numpy_result["peak"].items())
     lines.append("")
     lines.append(f"Matmul peak measured in the same run, in the same process just before each"

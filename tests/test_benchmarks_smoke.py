@@ -164,3 +164,18 @@ def test_profile_lists_every_step_and_refuses_to_write_quick_sizes(capsys):
     doc = (ROOT / "docs" / "performance.md").read_text()
     block = doc.split("<!-- BEGIN profile_mha -->", 1)[1].split("<!-- END profile_mha -->", 1)[0]
     assert "Measured on" in block and "| b3b. dS" in block  # the committed table, regenerated with --write
+
+
+def test_peak_memory_sees_the_arrays_a_call_makes():
+    bench = _load()
+    size = 16 * 2 ** 20
+
+    def make():
+        a = np.ones(size // 8)  # 16 MiB, filled: resident
+        return float(a.sum())
+
+    memory = bench.peak_memory(make)
+    assert memory["traced"] >= size  # tracemalloc sees NumPy's allocations
+    assert memory["rss"] is None or memory["rss"] >= 0  # the kernel's high-water mark, where it can be reset
+    assert bench.peak_memory(make, traced=False)["traced"] is None
+    assert bench._mib(None) == "-" and bench._mib(3 * 2 ** 20) == "3"
