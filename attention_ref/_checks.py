@@ -22,9 +22,11 @@ Results too large for the dtype (attention scores ``q k^T / sqrt(d_k)`` of input
 """
 from __future__ import annotations
 
+import math
 import os
 import sys
 import warnings
+from numbers import Real
 
 import numpy as np
 
@@ -124,6 +126,16 @@ def broadcast_batch(names_shapes, what: str = "batch dimensions") -> tuple:
     except ValueError:
         listing = ", ".join(f"{n} {s}" for n, s in names_shapes)
         raise ValueError(f"{what} do not broadcast: {listing}") from None
+
+
+def check_positive_real(value, name: str, what: str = "a positive real number") -> float:
+    """Return ``value`` as a float, or raise naming it unless it is a finite real number > 0
+    (booleans are not numbers here)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, Real):
+        raise TypeError(f"{name} must be {what}, got {value!r}")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be {what}, got {value}")
+    return float(value)
 
 
 def check_positive_int(value, name: str, minimum: int = 1) -> int:

@@ -32,6 +32,7 @@ from .._checks import (
     cast,
     cast_mask,
     check_mask_shape,
+    check_positive_real,
     common_dtype,
     overflow_error,
     require_ndim,
@@ -94,13 +95,7 @@ def check_attention_inputs(q, k, v, mask, names=("q", "k", "v")):
 
 def check_scale(scale):
     """``None`` (the default ``1/sqrt(d_k)``) or a positive finite real number, as a float."""
-    if scale is None:
-        return None
-    if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (int, float, np.integer, np.floating)):
-        raise TypeError(f"scale must be a positive real number or None, got {scale!r}")
-    if not (math.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale must be a positive real number or None, got {scale}")
-    return float(scale)
+    return None if scale is None else check_positive_real(scale, "scale", "a positive real number or None")
 
 
 def scaled_dot_product_attention_forward(q, k, v, mask=None, *, scale=None):

@@ -16,12 +16,11 @@ Forward, numbered so the backward can walk it in reverse:
 from __future__ import annotations
 
 import math
-from numbers import Real
 from typing import NamedTuple
 
 import numpy as np
 
-from .._checks import as_real_array, as_upstream, cast, common_dtype, require_ndim
+from .._checks import as_real_array, as_upstream, cast, check_positive_real, common_dtype, require_ndim
 
 __all__ = ["LayerNormCache", "layer_norm_forward", "layer_norm_backward"]
 
@@ -51,12 +50,9 @@ def _check_layer_norm(x, gamma, beta, eps):
         if a.shape != (d,):
             raise ValueError(f"{name} must have shape ({d},) to match x of shape {x.shape},"
                              f" got shape {a.shape}")
-    if isinstance(eps, (bool, np.bool_)) or not isinstance(eps, Real):
-        raise TypeError(f"eps must be a positive real number, got {eps!r}")
-    if not (np.isfinite(eps) and eps > 0):
-        raise ValueError(f"eps must be a positive real number, got {eps}")
+    eps = check_positive_real(eps, "eps")
     dtype = common_dtype(x, gamma, beta)
-    return cast(x, dtype), cast(gamma, dtype), cast(beta, dtype), float(eps)
+    return cast(x, dtype), cast(gamma, dtype), cast(beta, dtype), eps
 
 
 def layer_norm_forward(x, gamma, beta, eps=1e-5):

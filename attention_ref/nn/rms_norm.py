@@ -11,13 +11,11 @@ Forward, numbered so the backward can walk it in reverse:
 """
 from __future__ import annotations
 
-import math
-from numbers import Real
 from typing import NamedTuple
 
 import numpy as np
 
-from .._checks import as_real_array, as_upstream, cast, common_dtype, require_ndim
+from .._checks import as_real_array, as_upstream, cast, check_positive_real, common_dtype, require_ndim
 
 __all__ = ["RMSNormCache", "rms_norm_forward", "rms_norm_backward"]
 
@@ -40,12 +38,9 @@ def _check_rms_norm(x, weight, eps):
         raise ValueError(f"x must have a non-empty last axis to normalise over, got shape {x.shape}")
     if weight.shape != (d,):
         raise ValueError(f"weight must have shape ({d},) to match x of shape {x.shape}, got shape {weight.shape}")
-    if isinstance(eps, (bool, np.bool_)) or not isinstance(eps, Real):
-        raise TypeError(f"eps must be a positive real number, got {eps!r}")
-    if not (math.isfinite(eps) and eps > 0):
-        raise ValueError(f"eps must be a positive real number, got {eps}")
+    eps = check_positive_real(eps, "eps")
     dtype = common_dtype(x, weight)
-    return cast(x, dtype), cast(weight, dtype), float(eps)
+    return cast(x, dtype), cast(weight, dtype), eps
 
 
 def rms_norm_forward(x, weight, eps=1e-6):

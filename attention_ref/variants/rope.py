@@ -25,12 +25,11 @@ Forward: 1. angles ``p theta`` (..., N, D/2); 2. rotate each pair.
 """
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import numpy as np
 
-from .._checks import as_real_array, as_upstream, require_ndim
+from .._checks import as_real_array, as_upstream, check_positive_real, require_ndim
 
 __all__ = ["RopeCache", "rope_forward", "rope_backward", "rope_angles", "ROPE_LAYOUTS"]
 
@@ -93,10 +92,7 @@ def rope_forward(x, positions=None, base=10000.0, layout="interleaved"):
     require_ndim(x, "x", 2, "(..., n, d)")
     if x.shape[-1] % 2:
         raise ValueError(f"x must have an even last dimension d (feature pairs), got shape {x.shape}")
-    if isinstance(base, (bool, np.bool_)) or not isinstance(base, (int, float, np.integer, np.floating)):
-        raise TypeError(f"base must be a positive real number, got {base!r}")
-    if not (math.isfinite(base) and base > 0):
-        raise ValueError(f"base must be a positive real number, got {base}")
+    base = check_positive_real(base, "base")
     if layout not in ROPE_LAYOUTS:
         raise ValueError(f"layout must be one of {ROPE_LAYOUTS}, got {layout!r}")
     if positions is None:
@@ -112,7 +108,7 @@ def rope_forward(x, positions=None, base=10000.0, layout="interleaved"):
                              f" leading shape {x.shape[:-1]} (x has shape {x.shape})")
     # 1. angles in float64 for accuracy at large positions (see rope_angles); cos and sin
     #    are cast to x's dtype here, so the rotation of a float32 x is float32 work
-    angles = rope_angles(positions, x.shape[-1], float(base))  # (..., N, D/2)
+    angles = rope_angles(positions, x.shape[-1], base)  # (..., N, D/2)
     cos, sin = np.cos(angles).astype(x.dtype), np.sin(angles).astype(x.dtype)
     # 2. rotate
     return _rotate(x, cos, sin, layout), RopeCache(cos, sin, x.shape, layout)
