@@ -12,9 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._checks import as_mask, as_real_array, check_positive_int, require_ndim
-from ..core.attention import _attention_forward, check_scale
-from ..core.heads import _merge, _split
-from ..core.linear import _linear_finite
+from ..core.attention import check_scale
 from ..core.masks import causal_mask
 from ..variants.kv_cache import KVCache
 from .encoder_block import (
@@ -26,6 +24,7 @@ from .encoder_block import (
 )
 from .feed_forward import feed_forward_forward
 from .layer_norm import layer_norm_forward
+from .multi_head_attention import check_new_tokens, decode_attention
 from .residual import split_params
 
 __all__ = ["gpt2_block_forward", "gpt2_block_backward", "gpt2_block_decode_step", "init_gpt2_block_params",
@@ -84,25 +83,13 @@ def gpt2_block_decode_step(x_t, params, num_heads, cache: KVCache, *, eps=1e-5, 
     ``cache``. Feeding a sequence in any split gives the rows of :func:`gpt2_block_forward`
     over the whole of it. Inference only: no backward.
     """
-    if not isinstance(cache, KVCache):
-        raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
-    x_t = as_real_array(x_t, "x_t")
-    require_ndim(x_t, "x_t", 2, "(..., t, d_model)")
-    if x_t.shape[-2] == 0:
-        raise ValueError(f"x_t must hold at least one token, got shape {x_t.shape}")
+    x_t = check_new_tokens(x_t, cache)
     h = check_positive_int(num_heads, "num_heads")
     scale = check_scale(scale)
     p = split_params(params, ENCODER_GROUPS)
-    a = p["self_attn"]
-    t = x_t.shape[-2]
-    # x + Attn(LN_1(x)): project, split, cache, attend to the cached and the earlier new tokens
+    # x + Attn(LN_1(x)): the new tokens attend to the cached ones and causally among themselves
     z, _ = layer_norm_forward(x_t, p["ln1"]["gamma"], p["ln1"]["beta"], eps)  # (..., t, D)
-    q = _split(_linear_finite(z, a["W_q"], a.get("b_q"), ("z", "W_q", "b_q")), h)  # (..., H, t, Dh)
-    k = _split(_linear_finite(z, a["W_k"], a.get("b_k"), ("z", "W_k", "b_k")), h)  # (..., H, t, Dh)
-    v = _split(_linear_finite(z, a["W_v"], a.get("b_v"), ("z", "W_v", "b_v")), h)  # (..., H, t, Dh)
-    cache.append(k, v)
-    o, _ = _attention_forward(q, cache.keys, cache.values, causal_mask(t, cache.length), scale=scale)  # (..., H, t, Dh)
-    hidden = x_t + _linear_finite(_merge(o), a["W_o"], a.get("b_o"), ("heads", "W_o", "b_o"))  # (..., t, D)
+    hidden = x_t + decode_attention(z, p["self_attn"], h, h, cache, scale=scale, name="z")  # (..., t, D)
     # h + MLP(LN_2(h))
     u, _ = layer_norm_forward(hidden, p["ln2"]["gamma"], p["ln2"]["beta"], eps)
     m, _ = feed_forward_forward(u, p["ffn"], "gelu")

@@ -27,21 +27,17 @@ from typing import NamedTuple
 import numpy as np
 
 from .._checks import as_real_array, as_upstream, check_positive_int, require_ndim
-from ..core.attention import _attention_forward, check_scale
-from ..core.heads import _merge, _split
-from ..core.linear import _linear_finite
-from ..core.masks import causal_mask
+from ..core.attention import check_scale
 from ..core.multi_head import (
     MultiHeadCache,
-    _group_heads,
     _multi_head_attention_backward,
     _multi_head_attention_forward,
-    _ungroup_heads,
     check_multi_head_inputs,
 )
 from ..variants.kv_cache import KVCache
 from ..variants.rope import rope_backward, rope_forward
 from .gpt2_block import combine_with_causal
+from .multi_head_attention import check_new_tokens, decode_attention
 from .rms_norm import RMSNormCache, _rms_norm_backward, rms_norm_forward
 from .swiglu import SwiGLUCache, _swiglu_backward, swiglu_forward
 
@@ -199,33 +195,19 @@ def llama_block_decode_step(x_t, params, num_heads, cache: KVCache, *, num_kv_he
     split gives the rows of :func:`llama_block_forward` over the whole of it. Inference only:
     no backward. Returns ``y_t`` (..., t, d_model).
     """
-    if not isinstance(cache, KVCache):
-        raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
-    x_t = as_real_array(x_t, "x_t")
-    require_ndim(x_t, "x_t", 2, "(..., t, d_model)")
-    if x_t.shape[-2] == 0:
-        raise ValueError(f"x_t must hold at least one token, got shape {x_t.shape}")
+    x_t = check_new_tokens(x_t, cache)
     num_heads = check_positive_int(num_heads, "num_heads")
     scale = check_scale(scale)
     _check_llama_params(params, x_t.shape[-1])
     num_kv_heads = _kv_heads(params, num_heads, num_kv_heads)
     attn_params = {name: params[f"self_attn.{name}"] for name in ("W_q", "W_k", "W_v", "W_o")}
-    t, start = x_t.shape[-2], cache.length
-    positions = np.arange(start, start + t)  # (t,)
+    positions = np.arange(cache.length, cache.length + x_t.shape[-2])  # (t,): the new tokens' positions
     # 1. z = RMSNorm_1(x_t)
     z, _ = rms_norm_forward(x_t, params["input_norm.weight"], eps)  # (..., t, D)
     z, _, _, p, _, _, h, hkv = check_multi_head_inputs(z, z, z, attn_params, num_heads, num_kv_heads=num_kv_heads)
-    # 2. attention: project, split, rotate at the new positions, cache, attend
-    q = _split(_linear_finite(z, p["W_q"], None, ("z", "W_q", "b_q")), h)  # (..., H, t, Dh)
-    k = _split(_linear_finite(z, p["W_k"], None, ("z", "W_k", "b_k")), hkv)  # (..., Hkv, t, Dh)
-    v = _split(_linear_finite(z, p["W_v"], None, ("z", "W_v", "b_v")), hkv)  # (..., Hkv, t, Dh)
-    q, _ = rope_forward(q, positions, float(rope_base), layout="half")
-    k, _ = rope_forward(k, positions, float(rope_base), layout="half")
-    cache.append(k, v)  # rotated keys: each is rotated once, at its own position
-    keys, values = cache.keys[..., None, :, :], cache.values[..., None, :, :]  # (..., Hkv, 1, T + t, Dh)
-    o, _ = _attention_forward(_group_heads(q, hkv), keys, values, causal_mask(t, start + t),
-                              scale=scale)  # (..., Hkv, G, t, Dh)
-    a = _linear_finite(_merge(_ungroup_heads(o)), p["W_o"], None, ("heads", "W_o", "b_o"))  # (..., t, D)
+    # 2. attention: queries and keys rotated at the new positions; the rotated keys are cached
+    a = decode_attention(z, p, h, hkv, cache, scale=scale, name="z",
+                         rotary=RotaryHalf(positions, positions, float(rope_base)))  # (..., t, D)
     # 3.-6. residual, RMSNorm_2, SwiGLU, residual
     hidden = x_t + a  # (..., t, D)
     u, _ = rms_norm_forward(hidden, params["post_attention_norm.weight"], eps)

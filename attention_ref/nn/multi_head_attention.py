@@ -24,7 +24,43 @@ from ..core.separate_heads import (
 )
 from ..variants.kv_cache import KVCache
 
-__all__ = ["MultiHeadAttention"]
+__all__ = ["MultiHeadAttention", "check_new_tokens", "decode_attention"]
+
+
+def check_new_tokens(x_t, cache) -> np.ndarray:
+    """The new tokens of a decoding step as an array: ``x_t`` (..., t, d_model) with ``t >= 1``
+    (a prompt to prefill, or one token), and ``cache`` a :class:`KVCache`."""
+    if not isinstance(cache, KVCache):
+        raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
+    x_t = as_real_array(x_t, "x_t")
+    if x_t.ndim < 2 or x_t.shape[-2] == 0:
+        raise ValueError(f"x_t must have shape (..., t, d_model) with t >= 1 new tokens, got shape {x_t.shape}")
+    return x_t
+
+
+def decode_attention(z, p, num_heads, num_kv_heads, cache: KVCache, *, scale=None, rotary=None, name="x_t"):
+    """Multi-head attention of the new tokens ``z`` (..., t, D) in a decoding step.
+
+    Projects them to queries, keys and values, rotates the queries and keys when ``rotary``
+    is given (``rotary.forward(q, k) -> (q, k, cache)``, as in the core's multi-head path),
+    appends the keys and values to ``cache`` (once per key/value head) and attends from each
+    new query to every cached position and, causally, to the new ones before it; ``p`` holds
+    validated ``W_q ... W_o`` (biases optional). Returns ``concat W_o + b_o`` (..., t, D_out).
+    """
+    h, hkv = num_heads, num_kv_heads
+    q = _split(_linear_finite(z, p["W_q"], p.get("b_q"), (name, "W_q", "b_q")), h)  # (..., H, t, Dk)
+    k = _split(_linear_finite(z, p["W_k"], p.get("b_k"), (name, "W_k", "b_k")), hkv)  # (..., Hkv, t, Dk)
+    v = _split(_linear_finite(z, p["W_v"], p.get("b_v"), (name, "W_v", "b_v")), hkv)  # (..., Hkv, t, Dv)
+    if rotary is not None:
+        q, k, _ = rotary.forward(q, k)  # each new token at its own position
+    cache.append(k, v)
+    keys = cache.keys[..., None, :, :]  # (..., Hkv, 1, T, Dk)
+    values = cache.values[..., None, :, :]  # (..., Hkv, 1, T, Dv)
+    t = z.shape[-2]  # the new tokens are the last t of the T cached: causal among themselves
+    mask = None if t == 1 else causal_mask(t, cache.length)  # (t, T)
+    o, _ = _attention_forward(_group_heads(q, hkv), keys, values, mask, scale=scale)  # (..., Hkv, G, t, Dv)
+    heads = _ungroup_heads(o)  # (..., H, t, Dv)
+    return _linear_finite(_merge(heads), p["W_o"], p.get("b_o"), ("heads", "W_o", "b_o"))  # (..., t, D_out)
 
 _STRATEGIES = {
     "parallel": (multi_head_attention_forward, multi_head_attention_backward),
@@ -159,22 +195,7 @@ class MultiHeadAttention:
 
         Returns the output (..., t, d_model). Inference only: no backward.
         """
-        if not isinstance(cache, KVCache):
-            raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
-        x_t = as_real_array(x_t, "x_t")
-        if x_t.ndim < 2 or x_t.shape[-2] == 0:
-            raise ValueError(f"x_t must have shape (..., t, d_model) with t >= 1 new tokens, got shape {x_t.shape}")
+        x_t = check_new_tokens(x_t, cache)
         x_t, _, _, p, _, _, h, hkv = check_multi_head_inputs(
             x_t, x_t, x_t, self.params, self.num_heads, num_kv_heads=self.num_kv_heads)
-        q = _split(_linear_finite(x_t, p["W_q"], p.get("b_q"), ("x_t", "W_q", "b_q")), h)  # (..., H, t, Dk)
-        k = _split(_linear_finite(x_t, p["W_k"], p.get("b_k"), ("x_t", "W_k", "b_k")), hkv)  # (..., Hkv, t, Dk)
-        v = _split(_linear_finite(x_t, p["W_v"], p.get("b_v"), ("x_t", "W_v", "b_v")), hkv)  # (..., Hkv, t, Dv)
-        cache.append(k, v)
-        q = _group_heads(q, hkv)  # (..., Hkv, G, t, Dk)
-        keys = cache.keys[..., None, :, :]  # (..., Hkv, 1, T, Dk)
-        values = cache.values[..., None, :, :]  # (..., Hkv, 1, T, Dv)
-        t = x_t.shape[-2]  # the new tokens are the last t of the T cached: causal among themselves
-        mask = None if t == 1 else causal_mask(t, cache.length)  # (t, T)
-        o, _ = _attention_forward(q, keys, values, mask)  # (..., Hkv, G, t, Dv)
-        heads = _ungroup_heads(o)  # (..., H, t, Dv)
-        return _linear_finite(_merge(heads), p["W_o"], p.get("b_o"), ("heads", "W_o", "b_o"))  # (..., t, d_model)
+        return decode_attention(x_t, p, h, hkv, cache)  # (..., t, d_model)

@@ -230,7 +230,7 @@ def test_llama_decode_bad_input():
     p = init_llama_block_params(8, 2, 16, seed=14)
     with pytest.raises(TypeError, match="^cache must be a KVCache, got dict$"):
         llama_block_decode_step(np.ones((1, 8)), p, 2, {})
-    with pytest.raises(ValueError, match=r"^x_t must hold at least one token, got shape \(0, 8\)$"):
+    with pytest.raises(ValueError, match=r"^x_t must have shape \(\.\.\., t, d_model\) with t >= 1 new tokens, got shape \(0, 8\)$"):
         llama_block_decode_step(np.ones((0, 8)), p, 2, KVCache())
 
 
