@@ -12,6 +12,7 @@ Symbols: ``...`` batch axes, Nq/Nk query/key length, Dk/Dv head widths, D model 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable
 
 import numpy as np
@@ -79,10 +80,11 @@ def _linear_db_not_summed(dy, cache: LinearCache):
 
 # -- scaled dot-product attention --------------------------------------------------------
 
-def _attention_parts(dout, cache, *, scale=None, softmax="full", mask=True, dk_transposed=False):
-    """The attention backward with one step done the wrong way (the right way by default)."""
+def _attention_parts(dout, cache, *, scale_power=1, softmax="full", mask=True, dk_transposed=False):
+    """The attention backward with one step done the wrong way (the right way by default);
+    ``scale_power`` 0 forgets ``1/sqrt(d_k)``, 2 applies it twice."""
     q, k, v, P, out, true_scale = cache
-    scale = true_scale if scale is None else scale
+    scale = true_scale ** scale_power
     if not mask:  # recompute the probabilities without the mask
         P = _softmax((q * true_scale) @ k.swapaxes(-1, -2), -1)  # (..., Nq, Nk)
     dv = P.swapaxes(-1, -2) @ dout  # (..., Nk, Dv)
@@ -96,30 +98,6 @@ def _attention_parts(dout, cache, *, scale=None, softmax="full", mask=True, dk_t
     dq = dS @ k * scale  # (..., Nq, Dk)
     dk = (dS @ q if dk_transposed else dS.swapaxes(-1, -2) @ q) * scale  # (..., Nk, Dk)
     return _sum_to(dq, q.shape), _sum_to(dk, k.shape), _sum_to(dv, v.shape)
-
-
-def _attention_scale_missing(dout, cache):
-    return _attention_parts(dout, cache, scale=1.0)
-
-
-def _attention_scale_doubled(dout, cache):
-    return _attention_parts(dout, cache, scale=cache.scale ** 2)
-
-
-def _attention_masked_positions_through(dout, cache):
-    return _attention_parts(dout, cache, mask=False)
-
-
-def _attention_softmax_diagonal(dout, cache):
-    return _attention_parts(dout, cache, softmax="diagonal")
-
-
-def _attention_softmax_skipped(dout, cache):
-    return _attention_parts(dout, cache, softmax="skipped")
-
-
-def _attention_dk_not_transposed(dout, cache):
-    return _attention_parts(dout, cache, dk_transposed=True)
 
 
 # -- heads ----------------------------------------------------------------------------------
@@ -152,18 +130,6 @@ def _layer_norm_parts(dy, cache, *, mean_terms=True, x_hat_term=True, gain=True)
     if x_hat_term:
         dx = dx - x_hat * (g * x_hat).mean(axis=-1, keepdims=True)
     return rstd * dx, dgamma, dbeta
-
-
-def _layer_norm_without_mean_terms(dy, cache):
-    return _layer_norm_parts(dy, cache, mean_terms=False)
-
-
-def _layer_norm_without_variance_term(dy, cache):
-    return _layer_norm_parts(dy, cache, x_hat_term=False)
-
-
-def _layer_norm_without_gain(dy, cache):
-    return _layer_norm_parts(dy, cache, gain=False)
 
 
 def _layer_norm_dgamma_not_summed(dy, cache):
@@ -204,22 +170,6 @@ def _flash_parts(dout, cache, *, normalise=True, row_D=True, accumulate=True, sc
                 dk[..., ks:ke, :] = ds.swapaxes(-1, -2) @ q[..., qs:qe, :] * s_
                 dv[..., ks:ke, :] = p.swapaxes(-1, -2) @ dout[..., qs:qe, :]
     return _sum_to(dq, q.shape), _sum_to(dk, k.shape), _sum_to(dv, v.shape)
-
-
-def _flash_unnormalised(dout, cache):
-    return _flash_parts(dout, cache, normalise=False)
-
-
-def _flash_tile_D(dout, cache):
-    return _flash_parts(dout, cache, row_D=False)
-
-
-def _flash_overwrites(dout, cache):
-    return _flash_parts(dout, cache, accumulate=False)
-
-
-def _flash_scale_missing(dout, cache):
-    return _flash_parts(dout, cache, scaled=False)
 
 
 # -- multi-head attention: the library's backward with one step changed ---------------------
@@ -268,14 +218,6 @@ def _encoder_parts(dout, cache, *, paths=("query", "key", "value"), skip=True):
     return dx, join_grads(g, cache.param_keys)
 
 
-def _encoder_query_path_only(dout, cache):
-    return _encoder_parts(dout, cache, paths=("query",))
-
-
-def _encoder_skip_dropped(dout, cache):
-    return _encoder_parts(dout, cache, skip=False)
-
-
 _D = "dS = P * (dP - D) with D_i = sum_j P_ij dP_ij"
 
 #: exercise name -> its catalogue of classic mistakes, most common first
@@ -302,23 +244,23 @@ MISTAKES = {
     "scaled_dot_product_attention_backward": (
         Mistake("missing 1/sqrt(d_k)",
                 "your dq and dk miss the factor 1/sqrt(d_k): S = q k^T / sqrt(d_k), so"
-                " dq = dS k / sqrt(d_k) and dk = dS^T q / sqrt(d_k)", _attention_scale_missing),
+                " dq = dS k / sqrt(d_k) and dk = dS^T q / sqrt(d_k)", partial(_attention_parts, scale_power=0)),
         Mistake("1/sqrt(d_k) applied twice",
                 "your dq and dk carry 1/sqrt(d_k) twice (1/d_k): scale once, dq = dS k / sqrt(d_k)",
-                _attention_scale_doubled),
+                partial(_attention_parts, scale_power=2)),
         Mistake("masked positions let through",
                 "your gradient flows through masked positions: the backward recomputes"
                 " P = softmax(q k^T / sqrt(d_k)) without the mask; use the cached weights (0 where"
-                " masked), so " + _D + " is 0 there", _attention_masked_positions_through),
+                " masked), so " + _D + " is 0 there", partial(_attention_parts, mask=False)),
         Mistake("diagonal-only softmax Jacobian",
                 "inside attention you used the diagonal-only softmax Jacobian, dS = P (1 - P) dP;"
-                " it is " + _D, _attention_softmax_diagonal),
+                " it is " + _D, partial(_attention_parts, softmax="diagonal")),
         Mistake("softmax skipped",
                 "you passed dP straight to the scores (dS = dP), skipping the softmax; it is " + _D,
-                _attention_softmax_skipped),
+                partial(_attention_parts, softmax="skipped")),
         Mistake("dk without the transpose",
                 "your dk is dS q / sqrt(d_k); S_ij pairs query i with key j, so dk = dS^T q / sqrt(d_k)",
-                _attention_dk_not_transposed),
+                partial(_attention_parts, dk_transposed=True)),
     ),
     "split_heads_backward": (
         Mistake("reshape without moving the heads back",
@@ -339,13 +281,13 @@ MISTAKES = {
         Mistake("mean and variance treated as constants",
                 "you treated the mean and the variance as constants, dx = rstd * gamma * dy; both"
                 " depend on x: dx = rstd (g - mean(g) - x_hat mean(g x_hat)) with g = gamma * dy",
-                _layer_norm_without_mean_terms),
+                partial(_layer_norm_parts, mean_terms=False)),
         Mistake("variance treated as a constant",
                 "you kept the mean's term but not the variance's: dx = rstd (g - mean(g)); add"
-                " - x_hat mean(g x_hat), with g = gamma * dy", _layer_norm_without_variance_term),
+                " - x_hat mean(g x_hat), with g = gamma * dy", partial(_layer_norm_parts, x_hat_term=False)),
         Mistake("gain forgotten in dx",
                 "your dx misses the gain: the gradient reaching x_hat is g = gamma * dy, not dy; then"
-                " dx = rstd (g - mean(g) - x_hat mean(g x_hat))", _layer_norm_without_gain),
+                " dx = rstd (g - mean(g) - x_hat mean(g x_hat))", partial(_layer_norm_parts, gain=False)),
         Mistake("dgamma not summed over rows",
                 "your dgamma is one row's dy * x_hat; gamma scales every row, so dgamma = sum over"
                 " rows of dy * x_hat", _layer_norm_dgamma_not_summed),
@@ -353,26 +295,28 @@ MISTAKES = {
     "flash_attention_backward": (
         Mistake("probabilities not normalised",
                 "you recomputed P = exp(S - m) without dividing by the row sum l; use the saved"
-                " log-sum-exp, P = exp(S - m - log l)", _flash_unnormalised),
+                " log-sum-exp, P = exp(S - m - log l)", partial(_flash_parts, normalise=False)),
         Mistake("D from one tile",
                 "your D is summed over one tile of keys; D_i = sum_j P_ij dP_ij runs over the whole"
-                " row, which is rowsum(dout_i * out_i)", _flash_tile_D),
+                " row, which is rowsum(dout_i * out_i)", partial(_flash_parts, row_D=False)),
         Mistake("dk and dv overwritten",
                 "your dk and dv keep only the last query block's contribution: accumulate them,"
                 " dk[keys] += dS^T q / sqrt(d_k) and dv[keys] += P^T dout, over every query block",
-                _flash_overwrites),
+                partial(_flash_parts, accumulate=False)),
         Mistake("missing 1/sqrt(d_k)",
                 "your dq and dk miss the factor 1/sqrt(d_k): dq = dS k / sqrt(d_k), dk = dS^T q / sqrt(d_k)",
-                _flash_scale_missing),
+                partial(_flash_parts, scaled=False)),
     ),
     "encoder_block_backward": (
         Mistake("self-attention paths not summed",
                 "your dx takes only the query path of the self-attention: x is the query, the key and"
-                " the value, so dx = dquery + dkey + dvalue (plus the residual path)", _encoder_query_path_only),
+                " the value, so dx = dquery + dkey + dvalue (plus the residual path)",
+                partial(_encoder_parts, paths=("query",))),
         Mistake("residual path dropped",
                 "your dx drops the residual connection: the skip path adds its own term to dx, the"
                 " upstream gradient itself (pre-norm, y = x + s(LN(x))) or the layer norm's input"
-                " gradient (post-norm, y = LN(x + s(x))), besides the sub-layer's", _encoder_skip_dropped),
+                " gradient (post-norm, y = LN(x + s(x))), besides the sub-layer's",
+                partial(_encoder_parts, skip=False)),
     ),
     "multi_head_attention_backward": (
         Mistake("transposed W_o gradient",

@@ -61,7 +61,7 @@ __all__ = [
     "DecoderBlockCache", "TransformerDecoderBlock", "decoder_block_backward", "decoder_block_forward",
     "init_decoder_block_params",
     "gpt2_block_backward", "gpt2_block_decode_step", "gpt2_block_forward", "init_gpt2_block_params",
-    "LLAMA_PARAM_NAMES", "LlamaBlockCache", "init_llama_block_params", "llama_block_backward", "llama_block_decode_step",
-    "llama_block_forward",
+    "LLAMA_PARAM_NAMES", "LlamaBlockCache", "init_llama_block_params", "llama_block_backward",
+    "llama_block_decode_step", "llama_block_forward",
     "SGD", "Adam",
 ]
