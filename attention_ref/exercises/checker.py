@@ -163,8 +163,9 @@ def check(name: str, attempt, forward=None, *, seed: int = 0) -> CheckResult:
                              " fix the forward first")
                 break
         dout = rng.standard_normal(np.shape(out))
-        truth = _flatten(e.returns, e.run(e.backward, dout, cache))
-        keys = [n[len("grads['"):-2] for n, _ in truth if n.startswith("grads[")] if "grads" in e.returns else None
+        reference = e.run(e.backward, dout, cache)
+        keys = list(reference[e.returns.index("grads")]) if "grads" in e.returns else None  # params' order
+        truth = _flatten(e.returns, reference)
         theirs, their_dout = copy.deepcopy(given), dout.copy()
         try:
             result = e.run(attempt, their_dout, theirs)
@@ -186,7 +187,7 @@ def check(name: str, attempt, forward=None, *, seed: int = 0) -> CheckResult:
         if isinstance(got, str):
             diagnosis = got
             break
-        runs.append((case, dout, cache, got, truth))
+        runs.append((case, dout, cache, got, truth, keys))
         lines.append(textwrap.fill(f"case {i}: {case.describe()}", WIDTH, subsequent_indent="    "))
         scale = max((float(np.abs(np.asarray(t)).max()) for _, t in truth if t is not None and np.size(t)),
                     default=0.0)
@@ -228,10 +229,9 @@ def _name_the_mistake(e, runs, failed) -> str:
     """The catalogue mistake that reproduces the attempt on every case run, else what can be seen."""
     for mistake in e.mistakes:
         differs = False
-        for _, dout, cache, got, truth in runs:
+        for _, dout, cache, got, truth, keys in runs:
             try:
-                predicted = _flatten(e.returns, e.run(mistake.backward, dout, copy.deepcopy(cache)),
-                                     [n[len("grads['"):-2] for n, _ in truth if n.startswith("grads[")] or None)
+                predicted = _flatten(e.returns, e.run(mistake.backward, dout, copy.deepcopy(cache)), keys)
             except (ValueError, IndexError):  # a product of the wrong shapes: not this attempt's mistake
                 break
             if isinstance(predicted, str) or not _matches(got, predicted):
