@@ -22,9 +22,7 @@ import argparse
 import math
 import os
 import platform
-import statistics
 import sys
-import time
 from datetime import date
 from pathlib import Path
 
@@ -33,24 +31,21 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_mha, beside this script
+
 import attention_ref as ar  # noqa: E402
 from attention_ref.core.attention import _softmax_rows_backward  # noqa: E402
 from attention_ref.core.heads import _merge, _split  # noqa: E402
 from attention_ref.core.softmax import _softmax  # noqa: E402
+from bench_mha import median_time  # noqa: E402
 
 DOC = ROOT / "docs" / "performance.md"
 D, H = 512, 8
 
 
 def _time(fn, repeats):
-    """Median seconds of ``repeats`` calls after one warm-up call."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    """Median seconds of ``repeats`` calls after one warm-up call (bench_mha's timing)."""
+    return median_time(fn, repeats)["median"]
 
 
 def limits(dtype, repeats):
