@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._checks import check_float_dtype, check_nonnegative_int, check_positive_int
+from .._checks import as_mask, check_float_dtype, check_nonnegative_int, check_positive_int
 
-__all__ = ["causal_mask", "padding_mask", "mask_to_additive"]
+__all__ = ["causal_mask", "padding_mask", "mask_to_additive", "combine_with_causal"]
 
 
 def causal_mask(n: int, n_k: int | None = None) -> np.ndarray:
@@ -82,3 +82,15 @@ def mask_to_additive(mask: np.ndarray, dtype=np.float64) -> np.ndarray:
         raise TypeError(f"mask must be boolean, got dtype {mask.dtype}")
     dtype = check_float_dtype(dtype)  # a float, to hold -inf
     return np.where(mask, 0.0, -np.inf).astype(dtype)
+
+
+def combine_with_causal(mask, n: int):
+    """The causal rule (query i sees keys j <= i) and an optional extra mask (padding) together:
+    a boolean mask is and-ed with it, a float (additive) one gets ``-inf`` above the diagonal."""
+    causal = causal_mask(n)  # (N, N)
+    mask = as_mask(mask)
+    if mask is None:
+        return causal
+    if mask.dtype == bool:
+        return causal & mask  # (..., N, N)
+    return np.where(causal, mask, -np.inf).astype(mask.dtype, copy=False)  # (..., N, N)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._checks import as_mask, as_real_array, check_positive_int, require_ndim
+from .._checks import as_real_array, check_positive_int, require_ndim
 from ..core.attention import check_scale
-from ..core.masks import causal_mask
+from ..core.masks import combine_with_causal
 from ..variants.kv_cache import KVCache
 from .encoder_block import (
     ENCODER_GROUPS,
@@ -27,20 +27,7 @@ from .layer_norm import layer_norm_forward
 from .multi_head_attention import check_new_tokens, decode_attention
 from .residual import split_params
 
-__all__ = ["gpt2_block_forward", "gpt2_block_backward", "gpt2_block_decode_step", "init_gpt2_block_params",
-           "combine_with_causal"]
-
-
-def combine_with_causal(mask, n: int):
-    """The causal rule (query i sees keys j <= i) and an optional extra mask (padding) together:
-    a boolean mask is and-ed with it, a float (additive) one gets ``-inf`` above the diagonal."""
-    causal = causal_mask(n)  # (N, N)
-    mask = as_mask(mask)
-    if mask is None:
-        return causal
-    if mask.dtype == bool:
-        return causal & mask  # (..., N, N)
-    return np.where(causal, mask, -np.inf).astype(mask.dtype, copy=False)  # (..., N, N)
+__all__ = ["gpt2_block_forward", "gpt2_block_backward", "gpt2_block_decode_step", "init_gpt2_block_params"]
 
 
 def gpt2_block_forward(x, params, num_heads, *, eps=1e-5, mask=None, scale=None):

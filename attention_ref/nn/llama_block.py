@@ -28,6 +28,7 @@ import numpy as np
 
 from .._checks import as_real_array, as_upstream, check_positive_int, require_ndim
 from ..core.attention import check_scale
+from ..core.masks import combine_with_causal
 from ..core.multi_head import (
     MultiHeadCache,
     _multi_head_attention_backward,
@@ -36,7 +37,6 @@ from ..core.multi_head import (
 )
 from ..variants.kv_cache import KVCache
 from ..variants.rope import rope_backward, rope_forward
-from .gpt2_block import combine_with_causal
 from .multi_head_attention import check_new_tokens, decode_attention
 from .rms_norm import RMSNormCache, _rms_norm_backward, rms_norm_forward
 from .swiglu import SwiGLUCache, _swiglu_backward, swiglu_forward

@@ -133,3 +133,15 @@ def test_the_warning_is_about_a_real_mistake():
         _, wrong = sdpa_forward(x, x, x, causal_mask(3).astype(float))
     _, right = sdpa_forward(x, x, x, causal_mask(3).astype(float).astype(bool))
     assert wrong.weights[0, 2] > 0 and right.weights[0, 2] == 0
+
+
+def test_combine_with_causal_keeps_both_rules():
+    from attention_ref.core.masks import combine_with_causal
+
+    np.testing.assert_array_equal(combine_with_causal(None, 3), causal_mask(3))
+    pad = np.array([True, True, False])
+    np.testing.assert_array_equal(combine_with_causal(pad, 3), causal_mask(3) & pad)
+    bias = np.full((3, 3), 0.5)
+    combined = combine_with_causal(bias, 3)
+    assert combined.dtype == bias.dtype
+    np.testing.assert_array_equal(combined, np.where(causal_mask(3), 0.5, -np.inf))
