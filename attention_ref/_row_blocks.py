@@ -23,7 +23,7 @@ import warnings
 
 import numpy as np
 
-__all__ = ["for_each_row_block", "get_num_threads", "set_num_threads", "BLOCK_ELEMENTS"]
+__all__ = ["for_each_row_block", "rows_per_block", "get_num_threads", "set_num_threads", "BLOCK_ELEMENTS"]
 
 #: Numbers per row block: 2**18 = 1 MiB in float32, 2 MiB in float64, inside the L2/L3
 #: cache through all five softmax passes, while the ~25 us of Python per block (measured)
@@ -31,18 +31,24 @@ __all__ = ["for_each_row_block", "get_num_threads", "set_num_threads", "BLOCK_EL
 BLOCK_ELEMENTS = 1 << 18
 
 
-def for_each_row_block(fn, n_rows: int, n_cols: int) -> None:
+def for_each_row_block(fn, n_rows: int, n_cols: int, block: int | None = None) -> None:
     """Call ``fn(start, stop)`` on row blocks ``[start, stop)`` covering ``range(n_rows)``, in order.
 
-    ``fn`` must touch only its own rows. Arrays of at most ``BLOCK_ELEMENTS`` numbers are
-    done in one piece.
+    ``fn`` must touch only its own rows. Arrays of at most ``block`` numbers (default
+    ``BLOCK_ELEMENTS``) are done in one piece.
     """
-    if n_rows * n_cols <= BLOCK_ELEMENTS:
+    block = BLOCK_ELEMENTS if block is None else block
+    if n_rows * n_cols <= block:
         fn(0, n_rows)
         return
-    rows = max(1, BLOCK_ELEMENTS // max(1, n_cols))  # rows per block
+    rows = rows_per_block(n_cols, block)
     for start in range(0, n_rows, rows):  # a loop over cache-sized BLOCKS, not over positions
         fn(start, min(start + rows, n_rows))
+
+
+def rows_per_block(n_cols: int, block: int) -> int:
+    """Rows of ``n_cols`` numbers in a block of about ``block`` numbers (at least one)."""
+    return max(1, block // max(1, n_cols))
 
 
 _REMOVED = ("the thread pool of attention_ref was removed: it did not pay end to end"

@@ -39,7 +39,8 @@ from .._checks import (
     scores_may_overflow,
     unbroadcast,
 )
-from .._row_blocks import for_each_row_block
+from .._batch_blocks import parallel_region, plan_blocks, run_blocks, take_block
+from .._row_blocks import for_each_row_block, rows_per_block
 from .softmax import _ScoresOverflow, _softmax
 
 __all__ = [
@@ -47,6 +48,12 @@ __all__ = [
     "scaled_dot_product_attention_forward",
     "scaled_dot_product_attention_backward",
 ]
+
+
+#: Numbers in a block of query rows of the backward's dP and dS, ``(..., rows, Nk)``: 2**21
+#: (8 MiB in float32) measured fastest end to end among 2**18..2**23 (docs/performance.md);
+#: smaller blocks make the thin products slower, larger ones stop saving the fresh array.
+QUERY_BLOCK_ELEMENTS = 1 << 21
 
 
 class AttentionCache(NamedTuple):
@@ -131,12 +138,33 @@ def scaled_dot_product_attention_forward(q, k, v, mask=None, *, scale=None):
 def _attention_forward(q, k, v, mask, names=("q", "k"), scale=None):
     """Unchecked forward on validated, same-dtype inputs; ``names`` label q and k in errors."""
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale  # a Python float keeps float32 float32
+    shape = np.broadcast_shapes(q.shape[:-2] + (q.shape[-2], k.shape[-2]), k.shape[:-2] + (1, 1),
+                                (1, 1) if mask is None else mask.shape)  # the probabilities' (..., Nq, Nk)
+    try:
+        with parallel_region(math.prod(shape)):
+            plan = _plan(shape, v)
+            if plan is None:
+                out, weights = _attend(q, k, v, mask, scale)
+            else:  # the same steps on blocks of the batch axes, on parallel threads (_batch_blocks.py)
+                out, weights = _attend_in_blocks(q, k, v, mask, scale, shape, *plan)
+    except _ScoresOverflow as e:
+        if e.args:  # step 1: q k^T itself
+            raise overflow_error("the attention scores q k^T / sqrt(d_k)", q.dtype, zip(names, (q, k))) from None
+        # finite scores (step 1), so a huge positive float mask did it
+        what = f"the scores q k^T / sqrt(d_k) + mask (largest mask value {mask.max():.3g})"
+        raise overflow_error(what, q.dtype, zip(names, (q, k))) from None
+    return out, AttentionCache(q, k, v, weights, out, scale)
+
+
+def _attend(q, k, v, mask, scale, weights=None, out=None):
+    """Steps 1-4; writes the probabilities into ``weights`` and the result into ``out`` when
+    given (blocks of preallocated arrays). Overflow raises ``_ScoresOverflow``."""
     # 1. scores = q k^T / sqrt(d_k), computed as (q / sqrt(d_k)) k^T: the scale touches
-    #    n_q * d_k numbers instead of n_q * n_k. Overflow is reported by name, below.
+    #    n_q * d_k numbers instead of n_q * n_k. Overflow is reported by name, by the caller.
     with np.errstate(over="ignore", invalid="ignore"):
-        scores = (q * scale) @ k.swapaxes(-1, -2)  # (..., Nq, Nk)
+        scores = np.matmul(q * scale, k.swapaxes(-1, -2), out=weights)  # (..., Nq, Nk)
     if scores_may_overflow(q, k, scale) and not np.isfinite(scores).all():  # a pass only near the limit
-        raise overflow_error("the attention scores q k^T / sqrt(d_k)", q.dtype, zip(names, (q, k)))
+        raise _ScoresOverflow("scores")
     # 2. masking
     if mask is not None:
         full = np.broadcast_shapes(scores.shape, mask.shape)
@@ -148,14 +176,31 @@ def _attention_forward(q, k, v, mask, names=("q", "k"), scale=None):
             with np.errstate(over="ignore"):  # a +inf sum shows in the softmax's row maxima
                 scores += mask  # already in the scores' dtype (see cast_mask)
     # 3. weights = softmax(scores), in place: nobody else holds `scores`
-    try:
-        weights = _softmax(scores, axis=-1, out=scores)  # (..., Nq, Nk)
-    except _ScoresOverflow:  # finite scores (step 1), so a huge positive float mask did it
-        what = f"the scores q k^T / sqrt(d_k) + mask (largest mask value {mask.max():.3g})"
-        raise overflow_error(what, q.dtype, zip(names, (q, k))) from None
+    weights = _softmax(scores, axis=-1, out=scores)  # (..., Nq, Nk); +inf rows raise _ScoresOverflow
     # 4. out = weights v
-    out = weights @ v  # (..., Nq, Dv)
-    return out, AttentionCache(q, k, v, weights, out, scale)
+    out = np.matmul(weights, v, out=out)  # (..., Nq, Dv)
+    return out, weights
+
+
+def _plan(shape, v):
+    """Blocks of the batch axes of the probabilities ``shape`` (see _batch_blocks.py), or
+    None for one piece; only when v adds no batch axis, so every block is a slice of
+    whole arrays."""
+    batch = shape[:-2]
+    return plan_blocks(batch) if np.broadcast_shapes(batch, v.shape[:-2]) == batch else None
+
+
+def _attend_in_blocks(q, k, v, mask, scale, shape, axis, blocks):
+    """:func:`_attend` on each block of batch axis ``axis``, into whole preallocated arrays."""
+    weights = np.empty(shape, q.dtype)  # (..., Nq, Nk)
+    out = np.empty(shape[:-1] + (v.shape[-1],), q.dtype)  # (..., Nq, Dv)
+
+    def one(block):
+        q_b, k_b, v_b, mask_b, w_b, out_b = (take_block(x, axis, block) for x in (q, k, v, mask, weights, out))
+        _attend(q_b, k_b, v_b, mask_b, scale, weights=w_b, out=out_b)
+
+    run_blocks(one, blocks)
+    return out, weights
 
 
 def scaled_dot_product_attention_backward(dout, cache: AttentionCache):
@@ -185,17 +230,60 @@ def scaled_dot_product_attention_backward(dout, cache: AttentionCache):
 def _attention_backward(dout, cache: AttentionCache):
     """Unchecked backward."""
     q, k, v, weights, out, scale = cache
-    # 4. out = P v
-    dv = weights.swapaxes(-1, -2) @ dout  # (..., Nk, Dv)
-    dweights = dout @ v.swapaxes(-1, -2)  # (..., Nq, Nk)
+    batch = weights.shape[:-2]
+    with parallel_region(weights.size):
+        plan = _plan(weights.shape, v)
+        if plan is None:
+            dq, dk, dv = _attend_backward(dout, q, k, v, weights, out, scale)
+        else:  # the same steps on blocks of the batch axes, on parallel threads (_batch_blocks.py)
+            axis, blocks = plan
+            grads = [np.empty(batch + x.shape[-2:], weights.dtype) for x in (q, k, v)]  # dq, dk, dv
+
+            def one(block):
+                *arrays, dq_b, dk_b, dv_b = (take_block(x, axis, block) for x in (dout, q, k, v, weights, out, *grads))
+                _attend_backward(*arrays, scale, into=(dq_b, dk_b, dv_b))
+
+            run_blocks(one, blocks)
+            dq, dk, dv = grads
+    return unbroadcast(dq, q.shape), unbroadcast(dk, k.shape), unbroadcast(dv, v.shape)
+
+
+def _attend_backward(dout, q, k, v, weights, out, scale, into=(None, None, None)):
+    """The backward's formulas; gradients over the broadcast batch axes (those of ``dout``),
+    written into the arrays of ``into`` when given (blocks of preallocated arrays)."""
+    dq, dk, dv = into
+    batch, (n_q, n_k) = dout.shape[:-2], weights.shape[-2:]  # dout carries every batch axis
+    # 4. out = P v: dv = P^T dout
+    dv = np.matmul(weights.swapaxes(-1, -2), dout, out=dv)  # (..., Nk, Dv)
     # 3. softmax: D_i = sum_j P_ij dP_ij = sum_j P_ij (dout_i . v_j) = dout_i . out_i,
     #    an n_q * d_v reduction instead of an n_q * n_k one.
     D = (dout * out).sum(axis=-1, keepdims=True)  # (..., Nq, 1)
-    dscores = _softmax_rows_backward(dweights, weights, D)  # dS = P * (dP - D), (..., Nq, Nk)
-    # 1. S = (q / sqrt(d_k)) k^T
-    dq = (dscores @ k) * scale  # (..., Nq, Dk)
-    dk = (dscores.swapaxes(-1, -2) @ q) * scale  # (..., Nk, Dk)
-    return unbroadcast(dq, q.shape), unbroadcast(dk, k.shape), unbroadcast(dv, v.shape)
+    # dP (4.), dS (3.) and their products (1.) over blocks of query rows (one block when
+    # small): each block's dP and dS live in one reused buffer, instead of a fresh
+    # (..., Nq, Nk) array; dk sums the blocks' dS^T q.
+    dq = np.empty(batch + (n_q, q.shape[-1]), weights.dtype) if dq is None else dq  # (..., Nq, Dk)
+    dk = np.zeros(batch + (n_k, k.shape[-1]), weights.dtype) if dk is None else _zeroed(dk)  # (..., Nk, Dk)
+    rows = min(n_q, rows_per_block(math.prod(batch) * n_k, QUERY_BLOCK_ELEMENTS))
+    buffer = np.empty(batch + (rows, n_k), weights.dtype)  # (..., rows, Nk)
+
+    def query_rows(start, stop):
+        r = slice(start, stop)
+        dP = np.matmul(dout[..., r, :], v.swapaxes(-1, -2), out=buffer[..., :stop - start, :])  # dP = dout v^T
+        dS = _softmax_rows_backward(dP, weights[..., r, :], D[..., r, :])  # dS = P * (dP - D), in place
+        # 1. S = (q / sqrt(d_k)) k^T (the scale follows, once)
+        np.matmul(dS, k, out=dq[..., r, :])  # dq = dS k, (..., rows, Dk)
+        dk[...] += dS.swapaxes(-1, -2) @ q[..., r, :]  # dk = dS^T q = sum over blocks, (..., Nk, Dk)
+
+    for_each_row_block(query_rows, n_q, math.prod(batch) * n_k, QUERY_BLOCK_ELEMENTS)
+    dq *= scale  # dq = dS k / sqrt(d_k)
+    dk *= scale  # dk = dS^T q / sqrt(d_k)
+    return dq, dk, dv
+
+
+def _zeroed(a):
+    """``a`` filled with zeros (an accumulator given by the caller)."""
+    a[...] = 0
+    return a
 
 
 def _softmax_rows_backward(dweights, weights, D):

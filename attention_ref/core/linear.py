@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .._batch_blocks import matmul
 from .._checks import as_real_array, as_upstream, cast, common_dtype, overflow_error, require_ndim
 
 __all__ = ["LinearCache", "glorot_uniform", "linear_forward", "linear_backward"]
@@ -75,8 +76,10 @@ def _matmul_rows(x, W):
     gives one tall product, which BLAS runs faster. Same numbers, same shape.
     """
     if x.ndim > 2 and x.size and x.flags.c_contiguous:
-        y = x.reshape(-1, x.shape[-1]) @ W  # (rows, Dout)
+        y = matmul(x.reshape(-1, x.shape[-1]), W)  # (rows, Dout); y = x W
         return y.reshape(x.shape[:-1] + (W.shape[1],))  # (..., Dout)
+    if x.ndim == 2:
+        return matmul(x, W)  # (rows, Dout); y = x W
     return x @ W  # (..., Dout)
 
 
@@ -130,7 +133,7 @@ def _linear_backward(dy, cache: LinearCache):
     rows = math.prod(x.shape[:-1])  # explicit: reshape(-1, 0) cannot infer rows when Din = 0
     x2 = x.reshape(rows, x.shape[-1])  # (rows, Din)
     dy2 = dy.reshape(rows, dy.shape[-1])  # (rows, Dout)
-    dW = x2.T @ dy2  # (Din, Dout)
+    dW = matmul(x2.T, dy2)  # (Din, Dout); dW = x^T dy
     db = dy2.sum(axis=0) if has_bias else None  # (Dout,)
     return dx, dW, db
 

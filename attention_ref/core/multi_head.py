@@ -24,6 +24,7 @@ naming the inputs (``query W_q + b_q``, ...), the dtype and its largest finite v
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import NamedTuple
 
@@ -41,6 +42,7 @@ from .._checks import (
     common_dtype,
     require_ndim,
 )
+from .._batch_blocks import parallel_region
 from .attention import AttentionCache, _attention_backward, _attention_forward, check_scale
 from .heads import _merge, _split
 from .linear import LinearCache, _linear_backward, _linear_finite
@@ -226,6 +228,13 @@ def multi_head_attention_forward(query, key, value, params, num_heads, mask=None
 
 def _multi_head_attention_forward(query, key, value, p, mask, head_mask, h, hkv, param_keys, *,
                                   scale=None, rotary=None):
+    """:func:`_forward_steps`; for large work with blocks on parallel threads (_batch_blocks.py)."""
+    probabilities = math.prod(np.broadcast_shapes(query.shape[:-2], key.shape[:-2])) * h * query.shape[-2] * key.shape[-2]
+    with parallel_region(probabilities):
+        return _forward_steps(query, key, value, p, mask, head_mask, h, hkv, param_keys, scale, rotary)
+
+
+def _forward_steps(query, key, value, p, mask, head_mask, h, hkv, param_keys, scale, rotary):
     """The six steps on the validated arguments :func:`check_multi_head_inputs` returns.
 
     ``rotary``, for layers with position embeddings inside attention (Llama's RoPE), has
@@ -280,7 +289,14 @@ def multi_head_attention_backward(dout, cache: MultiHeadCache):
 
 
 def _multi_head_attention_backward(dout, c: MultiHeadCache):
-    """Unchecked backward, for callers that have checked their own upstream gradient."""
+    """Unchecked backward, for callers that have checked their own upstream gradient; for
+    large work with blocks on parallel threads (_batch_blocks.py)."""
+    with parallel_region(c.attention.weights.size):
+        return _backward_steps(dout, c)
+
+
+def _backward_steps(dout, c: MultiHeadCache):
+    """The forward's steps in reverse."""
     h, hkv = c.num_heads, c.num_kv_heads
     grads = {}
     # 6. out = concat W_o + b_o

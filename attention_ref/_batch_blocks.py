@@ -1,0 +1,189 @@
+"""Blocks of independent work on parallel threads, with BLAS on one thread.
+
+Attention is independent across its batch axes: the scores, softmax and ``P v`` of one
+(batch item, head) never look at another's. A matrix product ``a @ b`` is independent
+across the rows of ``a``. So inside :func:`parallel_region` the attention cuts its
+``(..., Nq, Nk)`` work along one batch axis, and :func:`matmul` cuts a product into row
+blocks, one block per core, each handed to a thread that runs the library's ordinary
+formulas on its slices. BLAS is limited to one thread for the whole region:
+
+* a thin product (``N x d_k`` by ``d_k x N``) gains little from BLAS's own threads, which it
+  hands out and waits for at every call, and the softmax's elementwise passes, which NumPy
+  runs on one core, now run on every core;
+* OpenBLAS's threads keep spinning on their cores for a while after each product they ran,
+  so a pool running while BLAS is multi-threaded fights them for the cores (the reason the
+  first thread pool of this library was removed, docs/performance.md). With BLAS on one
+  thread from the start to the end of the region, they never wake.
+
+What this buys is measured by ``python benchmarks/bench_mha.py`` (``docs/performance.md``).
+Limiting BLAS's threads needs ``threadpoolctl`` (``pip install attention_ref[fast]``), an
+optional dependency: without it, when BLAS has one thread (``OPENBLAS_NUM_THREADS=1``,
+``threadpoolctl.threadpool_limits(1)``) or for small problems, everything runs in the
+calling thread, as the plain code reads. While a region is open, BLAS called from another
+thread of the program runs on one thread too (the limit is process-wide).
+
+Each block computes exactly what the whole-array code computes for its part; a matrix
+product may round differently with another number of BLAS threads, so the tests compare the
+two paths with tolerances, and run the gradient checks through this one.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+__all__ = ["MIN_ELEMENTS", "parallel_region", "plan_blocks", "run_blocks", "take_block", "matmul"]
+
+#: Fewest numbers of work (the (..., Nq, Nk) probabilities of an attention call) worth a
+#: region: below this the threads' start-up (tens of microseconds a block) costs more than
+#: the blocks save, and BLAS keeps its own threads.
+MIN_ELEMENTS = 1 << 20
+
+_state = threading.local()  # .workers: threads for blocks in this thread's open region (0: none)
+_lock = threading.Lock()
+_blas = None  # threadpoolctl's controllers of NumPy's BLAS, found on first use
+_looked = False
+_pool = None
+_open = 0  # regions open in all threads: the first one in limits BLAS, the last one out restores it
+_limited = None  # while regions are open: (controller, its libraries' thread counts before, workers)
+
+
+def _blas_controller():
+    """threadpoolctl's controller of the BLAS libraries in this process, or None without it
+    (or when it finds no BLAS it can limit)."""
+    global _blas, _looked
+    if not _looked:
+        try:
+            from threadpoolctl import ThreadpoolController
+        except ImportError:  # optional dependency: without it, no regions
+            blas = None
+        else:
+            blas = ThreadpoolController().select(user_api="blas")
+            blas = blas if blas.lib_controllers else None
+        _blas, _looked = blas, True
+    return _blas
+
+
+def workers() -> int:
+    """Threads for blocks in the calling thread's open region (0 outside one)."""
+    return getattr(_state, "workers", 0)
+
+
+def _limit_blas() -> int:
+    """Open one region: BLAS on one thread (the first region in); return the workers, 0 for none."""
+    global _open, _limited
+    with _lock:
+        if not _open:
+            blas = _blas_controller()
+            before = () if blas is None else tuple(lib.num_threads for lib in blas.lib_controllers)
+            if max(before, default=1) < 2:
+                return 0
+            for lib in blas.lib_controllers:
+                lib.set_num_threads(1)
+            _limited = (blas, before, max(before))
+        _open += 1
+        return _limited[2]
+
+
+def _restore_blas() -> None:
+    """Close one region: the last one out gives BLAS back its thread counts."""
+    global _open, _limited
+    with _lock:
+        _open -= 1
+        if not _open:
+            blas, before, _ = _limited
+            for lib, n in zip(blas.lib_controllers, before):
+                lib.set_num_threads(n)
+            _limited = None
+
+
+@contextlib.contextmanager
+def parallel_region(n_elements: int):
+    """Run the body with BLAS on one thread and blocks on as many threads as BLAS had.
+
+    Does nothing when a region is already open in this thread, inside a block, for fewer
+    than ``MIN_ELEMENTS`` numbers of work, without threadpoolctl, or with one BLAS thread.
+    """
+    if workers() or getattr(_state, "in_block", False) or n_elements < MIN_ELEMENTS:
+        yield
+        return
+    threads = _limit_blas()
+    if not threads:
+        yield
+        return
+    _state.workers = threads
+    try:
+        yield
+    finally:
+        _state.workers = 0
+        _restore_blas()
+
+
+def plan_blocks(batch: tuple):
+    """``(axis, [slice, ...])`` cutting the batch axis ``axis`` (counted from the end of
+    ``batch``) into one block per worker, or None outside a region or with no axis to cut."""
+    threads = workers()
+    if threads < 2 or not batch:
+        return None
+    # the first axis long enough to give every thread a block, else the longest
+    axis = next((a for a, n in enumerate(batch) if n >= threads), None)
+    if axis is None:
+        axis = max(range(len(batch)), key=lambda a: batch[a])
+    n = batch[axis]
+    if n < 2:
+        return None
+    return axis - len(batch), _cut(n, min(n, threads))
+
+
+def _cut(n: int, parts: int) -> list:
+    """``parts`` near-equal consecutive slices covering ``range(n)``."""
+    bounds = [i * n // parts for i in range(parts + 1)]
+    return [slice(a, b) for a, b in zip(bounds, bounds[1:])]
+
+
+def take_block(x, axis: int, block: slice):
+    """The block of ``x`` (..., rows, cols) along batch axis ``axis`` (negative: counted from
+    the end of the batch axes, which broadcast aligned from the right); ``x`` itself where it
+    has no such axis or broadcasts along it (size 1)."""
+    if x is None:
+        return None
+    pos = x.ndim - 2 + axis  # the batch axes come before the last two
+    if pos < 0 or x.shape[pos] == 1:
+        return x
+    return x[(slice(None),) * pos + (block,)]
+
+
+def run_blocks(fn, blocks) -> None:
+    """Call ``fn(block)`` for every block on the pool's threads; after all have finished,
+    re-raise the first block's exception (in block order)."""
+    global _pool
+    with _lock:
+        if _pool is None or _pool._max_workers < len(blocks):
+            _pool = ThreadPoolExecutor(max_workers=len(blocks), thread_name_prefix="attention_ref")
+        pool = _pool
+
+    def one(block):
+        _state.in_block = True  # a block never opens a region or cuts blocks of its own
+        try:
+            fn(block)
+        finally:
+            _state.in_block = False
+
+    futures = [pool.submit(one, block) for block in blocks]
+    errors = [f.exception() for f in futures]  # waits for every block
+    for e in errors:
+        if e is not None:
+            raise e
+
+
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` for 2-D ``a`` and ``b``; inside a region, row blocks of ``a`` on the threads
+    (each row of the result is the same row-times-matrix product either way)."""
+    threads = workers()
+    if threads < 2 or a.shape[0] < 2 * threads:
+        return a @ b  # (m, n)
+    y = np.empty((a.shape[0], b.shape[1]), np.result_type(a, b))  # (m, n)
+    run_blocks(lambda rows: np.matmul(a[rows], b, out=y[rows]), _cut(a.shape[0], threads))
+    return y

@@ -1,0 +1,376 @@
+"""Blocks on parallel threads with BLAS on one thread (``attention_ref/_batch_blocks.py``).
+
+The blocks only change which thread computes which (batch item, head) or which rows of a
+product; the formulas are the plain path's. A matrix product may round differently with
+another number of BLAS threads, so the two paths are compared with tolerances (1e-12 in
+float64), and the gradient checks run through the blocks. ``fake_blas`` stands in for
+threadpoolctl's controller, so these tests run the threads whether or not threadpoolctl is
+installed; the last tests use the real one when it is there.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import attention_ref as ar
+from attention_ref import _batch_blocks
+from attention_ref.core import attention as attention_module
+
+from tests._helpers import assert_close, check_gradients, random_params
+
+
+class _FakeLibrary:
+    """One BLAS library as threadpoolctl's controller shows it."""
+
+    def __init__(self, threads):
+        self.num_threads = threads
+        self.calls = []
+
+    def set_num_threads(self, n):
+        self.calls.append(n)
+        self.num_threads = n
+
+
+class _FakeBlas:
+    def __init__(self, threads):
+        self.lib_controllers = [_FakeLibrary(threads), _FakeLibrary(threads)]
+
+
+@pytest.fixture
+def fake_blas(monkeypatch):
+    """``fake_blas(n)``: BLAS reports ``n`` threads and every problem is large enough."""
+    def use(threads, min_elements=0):
+        blas = _FakeBlas(threads)
+        monkeypatch.setattr(_batch_blocks, "_blas_controller", lambda: blas)
+        monkeypatch.setattr(_batch_blocks, "MIN_ELEMENTS", min_elements)
+        return blas
+    return use
+
+
+@pytest.fixture
+def no_blocks(monkeypatch):
+    monkeypatch.setattr(_batch_blocks, "_blas_controller", lambda: None)
+
+
+def test_region_limits_blas_to_one_thread_and_restores_it(fake_blas):
+    blas = fake_blas(3)
+    assert _batch_blocks.workers() == 0
+    with _batch_blocks.parallel_region(10):
+        assert _batch_blocks.workers() == 3
+        assert [lib.num_threads for lib in blas.lib_controllers] == [1, 1]
+        with _batch_blocks.parallel_region(10):  # nested: changes nothing
+            assert _batch_blocks.workers() == 3
+        assert [lib.calls for lib in blas.lib_controllers] == [[1], [1]]
+    assert _batch_blocks.workers() == 0
+    assert [lib.calls for lib in blas.lib_controllers] == [[1, 3], [1, 3]]
+
+
+def test_region_restores_blas_when_its_body_raises(fake_blas):
+    blas = fake_blas(2)
+    with pytest.raises(KeyError):
+        with _batch_blocks.parallel_region(10):
+            raise KeyError("body")
+    assert [lib.num_threads for lib in blas.lib_controllers] == [2, 2]
+    assert _batch_blocks.workers() == 0 and _batch_blocks._open == 0
+
+
+@pytest.mark.parametrize("threads, n, opens", [(1, 100, False), (4, 100, True), (4, 50, True), (4, 49, False)])
+def test_region_opens_only_for_several_threads_and_enough_work(fake_blas, threads, n, opens):
+    blas = fake_blas(threads, min_elements=50)
+    with _batch_blocks.parallel_region(n):
+        assert _batch_blocks.workers() == (threads if opens else 0)
+    assert all(lib.num_threads == threads for lib in blas.lib_controllers)
+
+
+def test_without_threadpoolctl_nothing_changes(no_blocks, monkeypatch):
+    monkeypatch.setattr(_batch_blocks, "MIN_ELEMENTS", 0)
+    with _batch_blocks.parallel_region(1 << 40):
+        assert _batch_blocks.workers() == 0
+        assert _batch_blocks.plan_blocks((8, 8)) is None
+
+
+def test_missing_threadpoolctl_is_found_missing(monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "threadpoolctl", None)  # import fails
+    monkeypatch.setattr(_batch_blocks, "_looked", False)
+    monkeypatch.setattr(_batch_blocks, "_blas", None)
+    assert _batch_blocks._blas_controller() is None
+
+
+def test_regions_in_two_threads_restore_blas_once_both_are_closed(fake_blas):
+    blas = fake_blas(2)
+    inside, release = threading.Event(), threading.Event()
+    seen = {}
+
+    def other():
+        with _batch_blocks.parallel_region(10):
+            seen["other workers"] = _batch_blocks.workers()
+            inside.set()
+            release.wait(5)
+
+    t = threading.Thread(target=other)
+    t.start()
+    inside.wait(5)
+    with _batch_blocks.parallel_region(10):  # BLAS already at 1: the saved count decides
+        seen["main workers"] = _batch_blocks.workers()
+    assert blas.lib_controllers[0].num_threads == 1  # the other region is still open
+    release.set()
+    t.join(5)
+    assert seen == {"other workers": 2, "main workers": 2}
+    assert [lib.num_threads for lib in blas.lib_controllers] == [2, 2]
+
+
+@pytest.mark.parametrize("batch, threads, expected", [
+    ((1, 8, 1), 2, (-2, [slice(0, 4), slice(4, 8)])),  # B = 1: the heads
+    ((8, 8, 1), 2, (-3, [slice(0, 4), slice(4, 8)])),  # the first long enough axis
+    ((3,), 4, (-1, [slice(0, 1), slice(1, 2), slice(2, 3)])),  # fewer items than threads
+    ((2, 3), 4, (-1, [slice(0, 1), slice(1, 2), slice(2, 3)])),  # none long enough: the longest
+    ((5,), 2, (-1, [slice(0, 2), slice(2, 5)])),
+    ((1, 1), 2, None),
+    ((), 2, None),
+])
+def test_plan_cuts_one_batch_axis_into_one_block_per_thread(fake_blas, batch, threads, expected):
+    fake_blas(threads)
+    assert _batch_blocks.plan_blocks(batch) is None  # outside a region
+    with _batch_blocks.parallel_region(10):
+        assert _batch_blocks.plan_blocks(batch) == expected
+
+
+def test_take_block_keeps_what_broadcasts():
+    x = np.zeros((2, 4, 3, 5))
+    assert _batch_blocks.take_block(x, -1, slice(1, 3)).shape == (2, 2, 3, 5)
+    assert _batch_blocks.take_block(x, -2, slice(0, 1)).shape == (1, 4, 3, 5)
+    assert _batch_blocks.take_block(x, -3, slice(0, 1)) is x  # no such axis
+    broadcast = np.zeros((2, 1, 3, 5))
+    assert _batch_blocks.take_block(broadcast, -1, slice(1, 3)) is broadcast
+    assert _batch_blocks.take_block(None, -1, slice(0, 1)) is None
+
+
+def test_run_blocks_waits_for_all_and_raises_the_first_error_in_block_order():
+    done = []
+
+    def fn(block):
+        if block in (1, 2):
+            raise ValueError(f"block {block}")
+        done.append(block)
+
+    with pytest.raises(ValueError, match="^block 1$"):
+        _batch_blocks.run_blocks(fn, [0, 1, 2, 3])
+    assert sorted(done) == [0, 3]
+
+
+def test_a_block_never_opens_a_region_of_its_own(fake_blas):
+    fake_blas(2)
+    seen = []
+
+    def fn(block):
+        with _batch_blocks.parallel_region(10):
+            seen.append((_batch_blocks.workers(), _batch_blocks.plan_blocks((8,))))
+
+    with _batch_blocks.parallel_region(10):
+        _batch_blocks.run_blocks(fn, [0, 1])
+    assert seen == [(0, None), (0, None)]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m", [0, 1, 5, 40])
+def test_matmul_in_row_blocks(fake_blas, dtype, m):
+    fake_blas(2)
+    rng = np.random.default_rng(m)
+    a, b = rng.standard_normal((m, 6)).astype(dtype), rng.standard_normal((6, 7)).astype(dtype)
+    with _batch_blocks.parallel_region(10):
+        for left in (a, np.asfortranarray(a)):
+            got = _batch_blocks.matmul(left, b)
+            assert got.dtype == dtype and got.shape == (m, 7)
+            assert_close(got, left @ b, rtol=1e-5 if dtype == np.float32 else 1e-13, atol=1e-5)
+        got = _batch_blocks.matmul(b.T, a.T)  # a transposed left operand: rows are columns of b
+        assert_close(got, b.T @ a.T, rtol=1e-5 if dtype == np.float32 else 1e-13, atol=1e-5)
+
+
+# ---------------------------------------------------------------- attention through the blocks
+_CASES = {
+    "batched": ((2, 3, 6, 4), (2, 3, 7, 4), (2, 3, 7, 5), None),
+    "unbatched": ((6, 4), (7, 4), (7, 5), None),
+    "broadcast q": ((1, 3, 6, 4), (2, 3, 7, 4), (2, 3, 7, 5), None),
+    "broadcast k v": ((2, 3, 6, 4), (2, 1, 7, 4), (2, 1, 7, 5), None),
+    "bool mask with batch": ((2, 3, 6, 4), (2, 3, 7, 4), (2, 3, 7, 5), ("bool", (2, 1, 6, 7))),
+    "float mask": ((4, 6, 4), (4, 7, 4), (4, 7, 5), ("float", (6, 7))),
+    "v and the mask add a batch axis": ((3, 6, 4), (3, 7, 4), (2, 3, 7, 5), ("bool", (2, 1, 6, 7))),
+    "v adds a batch axis": ((3, 6, 4), (3, 7, 4), (2, 3, 7, 5), None),
+}
+
+
+def _case(name, dtype=np.float64, seed=0):
+    q_shape, k_shape, v_shape, mask = _CASES[name]
+    rng = np.random.default_rng(seed)
+    q, k, v = (rng.standard_normal(s).astype(dtype) for s in (q_shape, k_shape, v_shape))
+    if mask is not None:
+        kind, shape = mask
+        mask = rng.random(shape) < 0.7 if kind == "bool" else rng.standard_normal(shape)
+        if kind == "bool":
+            mask[..., 0] = True
+    return q, k, v, mask
+
+
+def _fwd_bwd(q, k, v, mask, dout_seed=9):
+    out, cache = ar.scaled_dot_product_attention_forward(q, k, v, mask)
+    dout = np.random.default_rng(dout_seed).standard_normal(out.shape).astype(out.dtype)
+    return (out, cache.weights, *ar.scaled_dot_product_attention_backward(dout, cache))
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("name", list(_CASES))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_attention_in_blocks_equals_one_piece(fake_blas, monkeypatch, name, dtype, threads):
+    q, k, v, mask = _case(name, dtype)
+    monkeypatch.setattr(_batch_blocks, "_blas_controller", lambda: None)
+    expected = _fwd_bwd(q, k, v, mask)
+    fake_blas(threads)
+    got = _fwd_bwd(q, k, v, mask)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    for what, a, b in zip(("out", "weights", "dq", "dk", "dv"), got, expected):
+        assert a.dtype == dtype and a.shape == b.shape, what
+        assert_close(a, b, rtol=tol, atol=tol, what=f"{name} {what}")
+
+
+@pytest.mark.parametrize("name", ["batched", "broadcast k v", "bool mask with batch", "float mask"])
+def test_gradients_through_the_blocks(fake_blas, name):
+    fake_blas(2)
+    q, k, v, mask = _case(name, seed=3)
+    check_gradients(lambda q, k, v: ar.scaled_dot_product_attention_forward(q, k, v, mask),
+                    ar.scaled_dot_product_attention_backward, q, k, v, names=["q", "k", "v"])
+
+
+def test_blocks_run_on_the_pool_threads(fake_blas, monkeypatch):
+    fake_blas(2)
+    names = set()
+    attend = attention_module._attend
+
+    def spy(*args, **kwargs):
+        names.add(threading.current_thread().name)
+        return attend(*args, **kwargs)
+
+    monkeypatch.setattr(attention_module, "_attend", spy)
+    q, k, v, mask = _case("batched")
+    ar.scaled_dot_product_attention_forward(q, k, v, mask)
+    assert names and all(n.startswith("attention_ref") for n in names)  # never the calling thread
+
+
+def _message(q, k, v, mask=None):
+    with pytest.raises(FloatingPointError) as error:
+        ar.scaled_dot_product_attention_forward(q, k, v, mask)
+    return str(error.value)
+
+
+def test_overflow_in_a_block_is_named_as_in_one_piece(fake_blas, monkeypatch):
+    q, k, v, _ = _case("batched")
+    q[1, 2, 0, 0] = 1e160
+    k[1, 2, :, 0] = 1e160
+    mask = np.zeros((2, 3, 6, 7))
+    mask[1, 2, 0, 0] = 1e308  # finite scores of 1e308 plus 1e308
+    q2, k2, _, _ = _case("batched")
+    q2[1, 2, 0] = [2e154, 0, 0, 0]
+    k2[1, 2, 0] = [1e154, 0, 0, 0]
+    monkeypatch.setattr(_batch_blocks, "_blas_controller", lambda: None)
+    expected = [_message(q, k, v), _message(q2, k2, v, mask)]
+    assert expected[0].startswith("overflow in the attention scores q k^T / sqrt(d_k)")
+    assert "largest mask value 1e+308" in expected[1]
+    fake_blas(2)
+    assert [_message(q, k, v), _message(q2, k2, v, mask)] == expected
+
+
+@pytest.mark.parametrize("num_kv_heads", [1, 2, 4])
+def test_multi_head_through_the_blocks(fake_blas, num_kv_heads):
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((3, 6, 8))
+    p = random_params(rng, 8, 4, 3, 2, num_kv_heads=num_kv_heads)
+    mask = rng.random((6, 6)) < 0.8
+    mask[:, 0] = True
+
+    def forward(x, *weights):
+        return ar.multi_head_attention_forward(x, x, x, dict(zip(p, weights)), 4, mask,
+                                               num_kv_heads=num_kv_heads)
+
+    def backward(dout, cache):
+        dq, dk, dv, grads = ar.multi_head_attention_backward(dout, cache)
+        return (dq + dk + dv, *grads.values())
+
+    out_plain, cache_plain = forward(x, *p.values())
+    dout = rng.standard_normal(out_plain.shape)
+    plain = backward(dout, cache_plain)
+    fake_blas(2)
+    out, cache = forward(x, *p.values())
+    assert_close(out, out_plain, what="out")
+    assert_close(cache.weights, cache_plain.weights, what="weights")
+    for a, b in zip(backward(dout, cache), plain):
+        assert_close(a, b)
+    check_gradients(forward, backward, x, *p.values())
+
+
+# ---------------------------------------------------------------- the backward's query-row blocks
+@pytest.mark.parametrize("name", list(_CASES))
+def test_query_row_blocks_of_the_backward_equal_one_block(monkeypatch, no_blocks, name):
+    q, k, v, mask = _case(name, seed=5)
+    expected = _fwd_bwd(q, k, v, mask)
+    for block in (1, 8, 30):  # one row per block and up; 7 keys: at most a few rows
+        monkeypatch.setattr(attention_module, "QUERY_BLOCK_ELEMENTS", block)
+        for a, b in zip(_fwd_bwd(q, k, v, mask), expected):
+            assert_close(a, b, what=f"{name}, blocks of {block} numbers")
+
+
+def test_gradients_through_query_row_blocks_and_batch_blocks(monkeypatch, fake_blas):
+    fake_blas(2)
+    monkeypatch.setattr(attention_module, "QUERY_BLOCK_ELEMENTS", 20)
+    for name in ("bool mask with batch", "v adds a batch axis"):
+        q, k, v, mask = _case(name, seed=6)
+        check_gradients(lambda q, k, v: ar.scaled_dot_product_attention_forward(q, k, v, mask),
+                        ar.scaled_dot_product_attention_backward, q, k, v, names=["q", "k", "v"])
+
+
+def test_the_backward_makes_no_query_by_key_array_when_it_blocks(monkeypatch, no_blocks):
+    """Each block's dP and dS live in one buffer of about QUERY_BLOCK_ELEMENTS numbers."""
+    monkeypatch.setattr(attention_module, "QUERY_BLOCK_ELEMENTS", 2 * 7 * 3)
+    q, k, v, _ = _case("batched")
+    out, cache = ar.scaled_dot_product_attention_forward(q, k, v)
+    shapes = []
+    matmul = np.matmul
+
+    def recording(a, b, out=None):
+        result = matmul(a, b, out=out)
+        shapes.append(result.shape)
+        return result
+
+    monkeypatch.setattr(attention_module.np, "matmul", recording)
+    try:
+        ar.scaled_dot_product_attention_backward(np.ones_like(out), cache)
+    finally:
+        monkeypatch.undo()
+    assert (2, 3, 6, 7) not in shapes and (2, 3, 1, 7) in shapes
+
+
+# ---------------------------------------------------------------- the real threadpoolctl
+def test_real_threadpoolctl_limits_blas_inside_a_region(monkeypatch):
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    if _batch_blocks._blas_controller() is None:
+        pytest.skip("threadpoolctl finds no BLAS it can limit in this NumPy")
+
+    def blas_threads():
+        return [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
+
+    with threadpoolctl.threadpool_limits(2, user_api="blas"):
+        before = blas_threads()
+        monkeypatch.setattr(_batch_blocks, "MIN_ELEMENTS", 0)
+        with _batch_blocks.parallel_region(1):
+            assert blas_threads() == [1] * len(before)
+            assert _batch_blocks.workers() == max(before)
+        assert blas_threads() == before
+
+
+def test_one_blas_thread_means_no_blocks(monkeypatch):
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    monkeypatch.setattr(_batch_blocks, "MIN_ELEMENTS", 0)
+    with threadpoolctl.threadpool_limits(1, user_api="blas"):
+        with _batch_blocks.parallel_region(1):
+            assert _batch_blocks.workers() == 0
