@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_mha, beside this script
 
 import attention_ref as ar  # noqa: E402
+from attention_ref import _batch_blocks  # noqa: E402
 from attention_ref.core.attention import _softmax_rows_backward  # noqa: E402
 from attention_ref.core.heads import _merge, _split  # noqa: E402
 from attention_ref.core.softmax import _softmax  # noqa: E402
@@ -114,13 +115,19 @@ def steps(B, N, dtype, repeats):
         out, cache = ar.multi_head_attention_forward(x, x, x, p, H)
         return ar.multi_head_attention_backward(dout, cache)
 
-    return rows, _time(library, repeats)
+    minimum = _batch_blocks.MIN_ELEMENTS
+    _batch_blocks.MIN_ELEMENTS = 1 << 62  # the steps as above, in one piece
+    one_piece = _time(library, repeats)
+    _batch_blocks.MIN_ELEMENTS = minimum
+    return rows, one_piece, _time(library, repeats)
 
 
 def table(B, N, dtype, repeats):
     """The profile as markdown, and its total against the library's own time."""
     peak, bandwidth = limits(dtype, repeats)
-    rows, library = steps(B, N, dtype, repeats)
+    rows, one_piece, library = steps(B, N, dtype, repeats)
+    with _batch_blocks.parallel_region(B * H * N * N):  # opens as the library's would
+        threads = _batch_blocks.workers()
     lines = [f"B = {B}, N = {N}, D = {D}, h = {H}, {dtype}: matmul peak {peak / 1e9:.0f} GFLOP/s,"
              f" memory bandwidth {bandwidth / 1e9:.1f} GB/s (copy)",
              "",
@@ -133,10 +140,13 @@ def table(B, N, dtype, repeats):
         lines.append(f"| {name} | {t * 1e3:.1f} | {flops / 1e9:.2f} | {nbytes / 1e6:.0f} | {limit * 1e3:.1f} |"
                      f" {t / limit:.1f} |")
     flops = sum(f for _, _, f, _ in rows)
+    blocks = (f"with its (batch, head) blocks on {threads} threads {library * 1e3:.0f} ms" if threads else
+              "no blocks on threads here (too small, no threadpoolctl, or one BLAS thread)")
     lines += ["",
-              f"Sum of the steps {total * 1e3:.0f} ms; the library's forward+backward {library * 1e3:.0f} ms"
-              f" (the rest: bias additions, checks, caches). All matrix products at the peak:"
-              f" {flops / peak * 1e3:.0f} ms ({flops / peak / library:.0%} of the library's time)."]
+              f"Sum of the steps {total * 1e3:.0f} ms; the library's forward+backward in one piece"
+              f" {one_piece * 1e3:.0f} ms (the rest: bias additions, checks, caches), {blocks}."
+              f" All matrix products at the peak: {flops / peak * 1e3:.0f} ms"
+              f" ({flops / peak / min(one_piece, library):.0%} of the library's time)."]
     return "\n".join(lines)
 
 

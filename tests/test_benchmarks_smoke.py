@@ -116,16 +116,18 @@ def test_committed_tables_are_rendered_from_the_committed_run():
         assert begin + block + f"<!-- END {name} -->" in text, f"{doc}: run python benchmarks/bench_mha.py --render"
 
 
-def _two_case_run(ours, torch, torch_fused, naive):
+def _two_case_run(ours, torch, torch_fused, naive, one_piece=None):
     """A run of two cases with the given medians (seconds), for the generated text."""
     rows, trows = [], []
     for dtype in ("float32", "float64"):
         rows.append({"dtype": dtype, "B": 1, "N": 2048, "D": 512, "h": 8, "flops": 10 ** 11,
                      "peak": 400.0, "ours": {"median": ours},
                      "separate_heads": {"median": ours}, "naive": {"median": naive}})
+        if one_piece is not None:
+            rows[-1]["ours_one_piece"] = {"median": one_piece}
         trows.append({"dtype": dtype, "B": 1, "N": 2048, "torch": {"median": torch},
                       "torch_no_weights": {"median": torch_fused}})
-    return {"numpy": {"rows": rows, "peak": {"float32": 400.0, "float64": 200.0}},
+    return {"numpy": {"rows": rows, "peak": {"float32": 400.0, "float64": 200.0}, "block_threads": 2, "numpy": "2.0"},
             "torch": {"rows": trows, "torch": "x", "threads": 2}}
 
 
@@ -136,15 +138,31 @@ def test_summary_and_targets_say_what_the_numbers_say():
     assert "0.50-0.50x its time (faster in 2 of 2 cases)" in summary
     assert "2.00-2.00x (faster in 0 of 2)" in summary
     assert "4.0x faster than the same maths written naively" in summary
-    assert "thread pool" not in summary  # removed: it did not pay
+    assert "blocks" not in summary  # not measured in this run
     targets = bench.targets_block(run)
-    assert "| float32, B = 1, N = 2048: ours / torch (need_weights=True) <= 1.2 (stretch 1.0) | 0.50" in targets
-    assert "met, stretch met |" in targets
+    assert ("| float32, B = 1, N = 2048: ours / torch (need_weights=False) <= 1.25 | 2.00"
+            " (need_weights=True: 0.50) | not met |") in targets
+    assert "| float32, B = 4, N = 512: ours / torch (need_weights=False) <= 1.25 | not measured | - |" in targets
     assert "| >= 55% of the measured matmul peak, B = 1, N = 2048, float32 | 50% | not met |" in targets
+    assert "one piece" not in targets
+    fast = bench.targets_block(_two_case_run(ours=0.3, torch=1.0, torch_fused=0.25, naive=2.0))
+    assert "| float64, B = 1, N = 2048: ours / torch (need_weights=False) <= 1.25 | 1.20 (need_weights=True: 0.30) | met |" in fast
     slow = bench.targets_block(_two_case_run(ours=1.5, torch=1.0, torch_fused=0.5, naive=2.0))
-    assert "| 1.50 (need_weights=False: 3.00) | not met |" in slow and "not met, stretch not met" in slow
+    assert "| 3.00 (need_weights=True: 1.50) | not met |" in slow
     assert "1.50 s float32, 1.50 s float64 | not met |" in slow
 
+
+@pytest.mark.parametrize("one_piece, faster, met", [(0.625, "by 20%, 20%", "met"), (0.52, "by 4%, 4%", "not met"),
+                                                     (0.4, "faster in 0 of 2", "not met")])
+def test_the_blocks_rule_is_judged_from_the_one_piece_times(one_piece, faster, met):
+    bench = _load()
+    run = _two_case_run(ours=0.5, torch=1.0, torch_fused=0.25, naive=2.0, one_piece=one_piece)
+    line = bench.targets_block(run).splitlines()[-1]
+    assert line.startswith("| the blocks on threads stay only if faster than one piece at every size")
+    assert faster in line and line.endswith(f"| {met} |")
+    assert "The (batch, head) blocks on 2 threads make ours" in bench.summary_block(run)
+    table = bench.make_table(run["numpy"], run["torch"])
+    assert f"| 50% | {one_piece * 1e3:.1f} | 500.0 |" in table
 
 
 def test_profile_lists_every_step_and_refuses_to_write_quick_sizes(capsys):
