@@ -41,11 +41,11 @@ __all__ = ["MIN_ELEMENTS", "parallel_region", "plan_blocks", "run_blocks", "take
 #: the blocks save, and BLAS keeps its own threads.
 MIN_ELEMENTS = 1 << 20
 
-_state = threading.local()  # .workers: threads for blocks in this thread's open region (0: none)
+_state = threading.local()  # .workers: threads for blocks in this thread's open region (0: none);
+#                              .pool: that region's threads (started at its first blocks)
 _lock = threading.Lock()
 _blas = None  # threadpoolctl's controllers of NumPy's BLAS, found on first use
 _looked = False
-_pool = None
 _open = 0  # regions open in all threads: the first one in limits BLAS, the last one out restores it
 _limited = None  # while regions are open: (controller, its libraries' thread counts before, workers)
 
@@ -113,11 +113,13 @@ def parallel_region(n_elements: int):
     if not threads:
         yield
         return
-    _state.workers = threads
+    _state.workers, _state.pool = threads, None
     try:
         yield
     finally:
-        _state.workers = 0
+        if _state.pool is not None:  # the threads end with the region: none idle afterwards
+            _state.pool.shutdown()
+        _state.workers, _state.pool = 0, None
         _restore_blas()
 
 
@@ -156,13 +158,10 @@ def take_block(x, axis: int, block: slice):
 
 
 def run_blocks(fn, blocks) -> None:
-    """Call ``fn(block)`` for every block on the pool's threads; after all have finished,
-    re-raise the first block's exception (in block order)."""
-    global _pool
-    with _lock:
-        if _pool is None or _pool._max_workers < len(blocks):
-            _pool = ThreadPoolExecutor(max_workers=len(blocks), thread_name_prefix="attention_ref")
-        pool = _pool
+    """Call ``fn(block)`` for every block on the open region's threads; after all have
+    finished, re-raise the first block's exception (in block order)."""
+    if _state.pool is None:
+        _state.pool = ThreadPoolExecutor(max_workers=workers(), thread_name_prefix="attention_ref")
 
     def one(block):
         _state.in_block = True  # a block never opens a region or cuts blocks of its own
@@ -171,7 +170,7 @@ def run_blocks(fn, blocks) -> None:
         finally:
             _state.in_block = False
 
-    futures = [pool.submit(one, block) for block in blocks]
+    futures = [_state.pool.submit(one, block) for block in blocks]
     errors = [f.exception() for f in futures]  # waits for every block
     for e in errors:
         if e is not None:

@@ -148,7 +148,8 @@ def test_take_block_keeps_what_broadcasts():
     assert _batch_blocks.take_block(None, -1, slice(0, 1)) is None
 
 
-def test_run_blocks_waits_for_all_and_raises_the_first_error_in_block_order():
+def test_run_blocks_waits_for_all_and_raises_the_first_error_in_block_order(fake_blas):
+    fake_blas(2)
     done = []
 
     def fn(block):
@@ -156,9 +157,16 @@ def test_run_blocks_waits_for_all_and_raises_the_first_error_in_block_order():
             raise ValueError(f"block {block}")
         done.append(block)
 
-    with pytest.raises(ValueError, match="^block 1$"):
+    with _batch_blocks.parallel_region(10), pytest.raises(ValueError, match="^block 1$"):
         _batch_blocks.run_blocks(fn, [0, 1, 2, 3])
     assert sorted(done) == [0, 3]
+
+
+def test_the_threads_end_with_the_region(fake_blas):
+    fake_blas(3)
+    q, k, v, mask = _case("batched")
+    _fwd_bwd(q, k, v, mask)
+    assert not [t for t in threading.enumerate() if t.name.startswith("attention_ref")]
 
 
 def test_a_block_never_opens_a_region_of_its_own(fake_blas):
@@ -374,3 +382,19 @@ def test_one_blas_thread_means_no_blocks(monkeypatch):
     with threadpoolctl.threadpool_limits(1, user_api="blas"):
         with _batch_blocks.parallel_region(1):
             assert _batch_blocks.workers() == 0
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="fork is POSIX only")
+def test_a_forked_child_runs_blocks_too(fake_blas):
+    """Threads do not survive fork: the child's regions start threads of their own (a pool
+    kept from the parent would take blocks and never run them)."""
+    import multiprocessing
+
+    fake_blas(2)
+    q, k, v, mask = _case("batched")
+    expected = _fwd_bwd(q, k, v, mask)  # the parent's pool now has threads
+    context = multiprocessing.get_context("fork")
+    with context.Pool(1) as pool:
+        got = pool.apply_async(_fwd_bwd, (q, k, v, mask)).get(timeout=30)
+    for a, b in zip(got, expected):
+        assert_close(a, b)
