@@ -262,7 +262,7 @@ def _attend_backward(dout, q, k, v, weights, out, scale, into=(None, None, None)
     # small): each block's dP and dS live in one reused buffer, instead of a fresh
     # (..., Nq, Nk) array; dk sums the blocks' dS^T q.
     dq = np.empty(batch + (n_q, q.shape[-1]), weights.dtype) if dq is None else dq  # (..., Nq, Dk)
-    dk = np.zeros(batch + (n_k, k.shape[-1]), weights.dtype) if dk is None else _zeroed(dk)  # (..., Nk, Dk)
+    dk = np.empty(batch + (n_k, k.shape[-1]), weights.dtype) if dk is None else dk  # (..., Nk, Dk)
     rows = min(n_q, rows_per_block(math.prod(batch) * n_k, QUERY_BLOCK_ELEMENTS))
     buffer = np.empty(batch + (rows, n_k), weights.dtype)  # (..., rows, Nk)
 
@@ -272,18 +272,15 @@ def _attend_backward(dout, q, k, v, weights, out, scale, into=(None, None, None)
         dS = _softmax_rows_backward(dP, weights[..., r, :], D[..., r, :])  # dS = P * (dP - D), in place
         # 1. S = (q / sqrt(d_k)) k^T (the scale follows, once)
         np.matmul(dS, k, out=dq[..., r, :])  # dq = dS k, (..., rows, Dk)
-        dk[...] += dS.swapaxes(-1, -2) @ q[..., r, :]  # dk = dS^T q = sum over blocks, (..., Nk, Dk)
+        if start == 0:  # dk = dS^T q, summed over the blocks; (..., Nk, Dk)
+            np.matmul(dS.swapaxes(-1, -2), q[..., r, :], out=dk)
+        else:
+            dk[...] += dS.swapaxes(-1, -2) @ q[..., r, :]
 
     for_each_row_block(query_rows, n_q, math.prod(batch) * n_k, QUERY_BLOCK_ELEMENTS)
     dq *= scale  # dq = dS k / sqrt(d_k)
     dk *= scale  # dk = dS^T q / sqrt(d_k)
     return dq, dk, dv
-
-
-def _zeroed(a):
-    """``a`` filled with zeros (an accumulator given by the caller)."""
-    a[...] = 0
-    return a
 
 
 def _softmax_rows_backward(dweights, weights, D):
