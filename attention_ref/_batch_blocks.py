@@ -67,8 +67,9 @@ def _blas_controller():
 
 
 def workers() -> int:
-    """Threads for blocks in the calling thread's open region (0 outside one)."""
-    return getattr(_state, "workers", 0)
+    """Threads for blocks in the calling thread's open region (0 outside one, and inside a
+    block: a block is never cut again)."""
+    return 0 if getattr(_state, "in_block", False) else getattr(_state, "workers", 0)
 
 
 def _limit_blas() -> int:
@@ -106,7 +107,7 @@ def parallel_region(n_elements: int):
     Does nothing when a region is already open in this thread, inside a block, for fewer
     than ``MIN_ELEMENTS`` numbers of work, without threadpoolctl, or with one BLAS thread.
     """
-    if workers() or getattr(_state, "in_block", False) or n_elements < MIN_ELEMENTS:
+    if getattr(_state, "workers", 0) or getattr(_state, "in_block", False) or n_elements < MIN_ELEMENTS:
         yield
         return
     threads = _limit_blas()
@@ -158,20 +159,27 @@ def take_block(x, axis: int, block: slice):
 
 
 def run_blocks(fn, blocks) -> None:
-    """Call ``fn(block)`` for every block on the open region's threads; after all have
-    finished, re-raise the first block's exception (in block order)."""
-    if _state.pool is None:
-        _state.pool = ThreadPoolExecutor(max_workers=workers(), thread_name_prefix="attention_ref")
+    """Call ``fn(block)`` for every block: the first in the calling thread, the others on the
+    open region's threads; after all have finished, re-raise the first block's exception
+    (in block order)."""
+    if len(blocks) > 1 and _state.pool is None:
+        _state.pool = ThreadPoolExecutor(max_workers=_state.workers - 1, thread_name_prefix="attention_ref")
 
     def one(block):
+        inside = getattr(_state, "in_block", False)
         _state.in_block = True  # a block never opens a region or cuts blocks of its own
         try:
             fn(block)
         finally:
-            _state.in_block = False
+            _state.in_block = inside
 
-    futures = [_state.pool.submit(one, block) for block in blocks]
-    errors = [f.exception() for f in futures]  # waits for every block
+    futures = [_state.pool.submit(one, block) for block in blocks[1:]]
+    errors = []
+    try:
+        one(blocks[0])
+    except Exception as e:  # noqa: BLE001 - re-raised below, after the other blocks
+        errors.append(e)
+    errors += [f.exception() for f in futures]  # waits for every block
     for e in errors:
         if e is not None:
             raise e

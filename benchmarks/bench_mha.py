@@ -155,9 +155,10 @@ def naive_fwd_bwd(np, x, dout, p, h):
     return out, dx, grads
 
 
-def numpy_worker(configs, dtypes, repeats, D, h, peak_n, tricks=True, one_piece=False):
+def numpy_worker(configs, dtypes, repeats, D, h, peak_n, tricks=True, one_piece=False, only_ours=False):
     """Time attention_ref (and BLAS) in this process; return a JSON-able dict. ``one_piece``:
-    only our forward+backward, with the (batch, head) blocks on threads switched off."""
+    only our forward+backward, with the (batch, head) blocks on threads switched off;
+    ``only_ours``: only our forward+backward, as the library runs."""
     import numpy as np
 
     sys.path.insert(0, str(ROOT))
@@ -188,7 +189,7 @@ def numpy_worker(configs, dtypes, repeats, D, h, peak_n, tricks=True, one_piece=
 
             row = {"dtype": dtype, "B": B, "N": N, "D": D, "h": h, "flops": mha_flops(B, N, D, h),
                    "peak": result["peak"][dtype]}  # measured in this process, just before
-            if one_piece:
+            if one_piece or only_ours:
                 row["ours"] = median_time(parallel, repeats)
                 result["rows"].append(row)
                 continue
@@ -447,8 +448,11 @@ def machine_line(run) -> str:
         return "Machine and date: not recorded in this run's JSON (it predates their recording)."
     torch = f"PyTorch {m['torch']} ({m['torch_threads']} threads)" if m["torch"] else "PyTorch not installed"
     blas = f"BLAS {m['blas']}, " if m.get("blas") else ""
+    threads = run["numpy"].get("block_threads")  # None: a run from before the blocks
+    blocks = {None: "", 0: "; attention_ref in one piece (no threadpoolctl or one BLAS thread)"}.get(
+        threads, f"; attention_ref's blocks on {threads} threads")
     return (f"Run of {run['date']} (UTC) on {m['cpu']}, {m['cores']} cores;"
-            f" NumPy {m['numpy']} ({blas}BLAS threads: {m['blas_threads']}), {torch}.")
+            f" NumPy {m['numpy']} ({blas}BLAS threads: {m['blas_threads']}), {torch}{blocks}.")
 
 
 def docs_table(run) -> str:
@@ -606,14 +610,20 @@ def main(argv=None):
                             " docs/performance_table.json, timing nothing")
     parser.add_argument("--plot", action="store_true", help="also plot in --quick mode (with --out)")
     parser.add_argument("--no-torch", action="store_true", help="skip PyTorch even if installed")
+    parser.add_argument("--blocks-ab", type=int, metavar="PAIRS", default=0,
+                        help="only ours, with and without the blocks on threads, alternating fresh processes"
+                             " PAIRS times per case; prints the medians and the blocks rule (writes nothing)")
     parser.add_argument("--worker", choices=("numpy", "torch"), help=argparse.SUPPRESS)
     parser.add_argument("--case", help=argparse.SUPPRESS)  # dtype:B:N, one case per worker
     parser.add_argument("--tricks", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--one-piece", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--one-piece-only", action="store_true", help=argparse.SUPPRESS)  # ours alone
     args = parser.parse_args(argv)
     if args.quick and args.write:
         parser.error("--write regenerates the committed docs and needs the full run: --quick sizes"
                      " must never become the committed numbers (use --out FILE to keep a quick run)")
+    if args.blocks_ab and (args.write or args.render):
+        parser.error("--blocks-ab only prints: it cannot be combined with --write or --render")
     if args.render:
         run = json.loads(TABLE.with_suffix(".json").read_text())
         TABLE.write_text(docs_table(run))
@@ -632,10 +642,13 @@ def main(argv=None):
     if args.worker == "numpy":
         print(json.dumps(numpy_worker(configs, dtypes, args.repeats, D, h,
                                       64 if args.quick else 2048, tricks=args.tricks,
-                                      one_piece=args.one_piece)))
+                                      one_piece=args.one_piece, only_ours=args.one_piece_only)))
         return 0
     if args.worker == "torch":
         print(json.dumps(torch_worker(configs, dtypes, args.repeats, D, h)))
+        return 0
+    if args.blocks_ab:
+        print(blocks_ab(args, configs, args.blocks_ab))
         return 0
     # One fresh process per library AND per case, alternating NumPy and PyTorch, so a
     # change in the machine's load during the run hits both sides of each ratio alike.
@@ -673,6 +686,31 @@ def main(argv=None):
         print(f"wrote {TABLE.relative_to(ROOT)}, .json, .png")
         update_docs(run)
     return 0
+
+
+def blocks_ab(args, configs, pairs) -> str:
+    """Ours with the blocks on threads against ours in one piece, alternating fresh processes
+    ``pairs`` times per case (on a noisy machine one run of each cannot decide); the
+    markdown table of the medians over the pairs, and the blocks rule's verdict."""
+    lines = ["| dtype | B | N | with the blocks ms (median of the pairs) | in one piece ms | gain |",
+             "|---|---|---|---|---|---|"]
+    gains = {}
+    for dtype in DTYPES:
+        for B, N in configs:
+            case = ["--case", f"{dtype}:{B}:{N}"]
+            times = {"blocks": [], "one_piece": []}
+            for _ in range(pairs):
+                for key, extra in (("blocks", []), ("one_piece", ["--one-piece"])):
+                    times[key].append(_run_worker("numpy", args, case + ["--one-piece-only"] + extra)
+                                      ["rows"][0]["ours"]["median"])
+            on, off = statistics.median(times["blocks"]), statistics.median(times["one_piece"])
+            gains[(dtype, N)] = 1 - on / off
+            lines.append(f"| {dtype} | {B} | {N} | {on * 1e3:.1f} | {off * 1e3:.1f} | {100 * gains[(dtype, N)]:.0f}% |")
+    longest = max(n for _, n in configs)
+    met = all(g > 0 for g in gains.values()) and all(g >= BLOCKS_GAIN for (_, n), g in gains.items() if n == longest)
+    lines += ["", f"{pairs} alternating pairs of fresh processes per case; the rule (faster at every size, by >="
+                  f" {BLOCKS_GAIN:.0%} at N = {longest} in both dtypes): {'met' if met else 'not met'}."]
+    return "\n".join(lines)
 
 
 def _update_doc(doc, block, name="bench_mha") -> bool:

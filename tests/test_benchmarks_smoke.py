@@ -61,6 +61,18 @@ def test_quick_run_writes_the_table(tmp_path):
     assert len(raw["date"]) == len("YYYY-MM-DD")
 
 
+def test_blocks_ab_prints_both_medians_and_the_rule(capsys):
+    bench = _load()
+    assert bench.main(["--quick", "--repeats", "1", "--blocks-ab", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "| dtype | B | N | with the blocks ms (median of the pairs) | in one piece ms | gain |" in out
+    assert out.count("| float32 | 2 | 16 |") == 1 and out.count("| float64 | 2 | 16 |") == 1
+    assert "1 alternating pairs of fresh processes per case; the rule" in out
+    for other in ("--write", "--render"):
+        with pytest.raises(SystemExit):
+            bench.main(["--blocks-ab", "1", other])
+
+
 def test_update_doc_replaces_only_the_marked_block(tmp_path):
     bench = _load()
     doc = tmp_path / "performance.md"
