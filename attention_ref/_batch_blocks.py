@@ -36,10 +36,12 @@ import numpy as np
 
 __all__ = ["MIN_ELEMENTS", "parallel_region", "plan_blocks", "run_blocks", "take_block", "matmul"]
 
-#: Fewest numbers of work (the (..., Nq, Nk) probabilities of an attention call) worth a
-#: region: below this the threads' start-up (tens of microseconds a block) costs more than
-#: the blocks save, and BLAS keeps its own threads.
-MIN_ELEMENTS = 1 << 20
+#: Fewest numbers in the (..., Nq, Nk) probabilities of an attention call worth a region
+#: (2**24: 8 heads at N = 1,448). Measured with ``bench_mha.py --blocks-ab 5`` (two runs,
+#: docs/performance.md): 16-26% faster at B = 1, N = 2,048 (2**25) in both dtypes, but at
+#: B = 4, N = 512 (2**23) and below sometimes faster, sometimes slower, within the noise
+#: of a shared machine; below this the call keeps BLAS's own threads.
+MIN_ELEMENTS = 1 << 24
 
 _state = threading.local()  # .workers: threads for blocks in this thread's open region (0: none);
 #                              .pool: that region's threads (started at its first blocks)

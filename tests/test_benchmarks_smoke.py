@@ -170,9 +170,10 @@ def test_the_blocks_rule_is_judged_from_the_one_piece_times(one_piece, faster, m
     bench = _load()
     run = _two_case_run(ours=0.5, torch=1.0, torch_fused=0.25, naive=2.0, one_piece=one_piece)
     line = bench.targets_block(run).splitlines()[-1]
-    assert line.startswith("| the blocks on threads stay only if faster than one piece at every size")
-    assert faster in line and line.endswith(f"| {met} |")
-    assert "The (batch, head) blocks on 2 threads make ours" in bench.summary_block(run)
+    assert line.startswith("| the blocks on threads: faster than one piece at every size, by >= 10%")
+    assert faster in line and line.endswith(f"| {met} in this run |")
+    assert f"With the (batch, head) blocks on 2 threads ours takes {0.5 / one_piece:.2f}-{0.5 / one_piece:.2f}x" in \
+        bench.summary_block(run)
     table = bench.make_table(run["numpy"], run["torch"])
     assert f"| 50% | {one_piece * 1e3:.1f} | 500.0 |" in table
 
