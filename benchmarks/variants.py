@@ -11,7 +11,8 @@ local window, and linear attention. For each n it records
 * the median wall time of further untraced runs (``time.perf_counter``), repeated until
   ``--min-time`` seconds have been spent or ``--max-repeats`` runs were made.
 
-The plain path is skipped where its two H x n x n arrays would need more than 4 GiB.
+The plain path is skipped where its H x n x n probabilities and its backward's buffer for
+their gradient would need more than 4 GiB.
 Separately it measures the blockwise causal forward + backward peak at n = 8192, 4 heads,
 d = 64, float32, and reports it (it does not assert anything).
 
@@ -64,6 +65,7 @@ from attention_ref import (  # noqa: E402
     scaled_dot_product_attention_backward,
     scaled_dot_product_attention_forward,
 )
+from attention_ref.core.attention import QUERY_BLOCK_ELEMENTS  # noqa: E402
 
 HEADS, D, DTYPE, WINDOW, BLOCK = 4, 64, np.float32, 128, 128
 PLAIN_LIMIT = 4 * 2**30  # bytes
@@ -95,8 +97,10 @@ METHODS = {
 
 
 def plain_bytes(n: int) -> int:
-    """The plain path's two H x n x n arrays (probabilities and their gradient)."""
-    return 2 * HEADS * n * n * np.dtype(DTYPE).itemsize
+    """The plain path's H x n x n probabilities and the backward's buffer for their gradient
+    (H x rows x n: blocks of query rows of about ``QUERY_BLOCK_ELEMENTS`` numbers)."""
+    rows = min(n, max(1, QUERY_BLOCK_ELEMENTS // (HEADS * n)))
+    return HEADS * (n + rows) * n * np.dtype(DTYPE).itemsize
 
 
 def inputs(n: int, seed: int = 0):
@@ -189,7 +193,7 @@ def check_8192(log=print):
     seconds, peak = traced_peak(METHODS["blockwise causal"], args)
     out_and_grads = 4 * HEADS * 8192 * D * np.dtype(DTYPE).itemsize
     log(f"n=8192 blockwise causal: peak {peak / MIB:.1f} MiB (output + 3 gradients = "
-        f"{out_and_grads / MIB:.0f} MiB; plain path would hold {plain_bytes(8192) / 2**30:.0f} GiB),"
+        f"{out_and_grads / MIB:.0f} MiB; plain path would hold {plain_bytes(8192) / 2**30:.2f} GiB),"
         f" {seconds:.1f} s traced")
     return peak, seconds
 
@@ -229,7 +233,8 @@ def costs_markdown(results, ns, peak_8192, command, total_seconds) -> str:
     lines += ["", f"Blockwise causal forward + backward at n = 8192, 4 heads, d = 64, float32: tracemalloc"
               f" peak **{peak_8192 / MIB:.1f} MiB** (budget 96 MiB; the output and three gradients alone"
               f" are {4 * HEADS * 8192 * D * 4 / MIB:.0f} MiB; the plain path would hold"
-              f" {plain_bytes(8192) / 2**30:.0f} GiB of probabilities and their gradient).", ""]
+              f" {plain_bytes(8192) / 2**30:.2f} GiB: the probabilities and the backward's buffer for"
+              f" their gradient).", ""]
     return "\n".join(lines)
 
 
