@@ -29,6 +29,7 @@ two paths with tolerances, and run the gradient checks through this one.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -37,24 +38,37 @@ import numpy as np
 __all__ = ["MIN_ELEMENTS", "parallel_region", "plan_blocks", "run_blocks", "take_block", "matmul"]
 
 #: Fewest numbers in the (..., Nq, Nk) probabilities of an attention call worth a region
-#: (2**24: 8 heads at N = 1,448). Measured with ``bench_mha.py --blocks-ab 5`` (two runs,
-#: docs/performance.md): 16-26% faster at B = 1, N = 2,048 (2**25) in both dtypes, but at
-#: B = 4, N = 512 (2**23) and below sometimes faster, sometimes slower, within the noise
+#: (2**24: e.g. 8 heads from N = 1,449). Measured with ``bench_mha.py --blocks-ab 5`` (two
+#: runs, docs/performance.md): 16-26% faster at B = 1, N = 2,048 (2**25) in both dtypes, but
+#: at B = 4, N = 512 (2**23) and below sometimes faster, sometimes slower, within the noise
 #: of a shared machine; below this the call keeps BLAS's own threads.
 MIN_ELEMENTS = 1 << 24
 
 _state = threading.local()  # .workers: threads for blocks in this thread's open region (0: none);
-#                              .pool: that region's threads (started at its first blocks)
+#                              .pool: that region's threads (started at its first blocks);
+#                              .in_block: this thread is running a block
 _lock = threading.Lock()
-_blas = None  # threadpoolctl's controllers of NumPy's BLAS, found on first use
+_blas = None  # threadpoolctl's controller of NumPy's BLAS, found on first use
 _looked = False
-_open = 0  # regions open in all threads: the first one in limits BLAS, the last one out restores it
-_limited = None  # while regions are open: (controller, its libraries' thread counts before, workers)
+_owner = None  # the thread whose region holds BLAS at one thread: one region at a time
+
+
+def _after_fork_in_child() -> None:
+    """A fork copies this module's state but not the other threads: a region another thread
+    had open (and the lock, if it held it) would stay taken for ever in the child."""
+    global _lock, _owner, _state
+    _lock, _owner, _state = threading.Lock(), None, threading.local()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _blas_controller():
-    """threadpoolctl's controller of the BLAS libraries in this process, or None without it
-    (or when it finds no BLAS it can limit)."""
+    """threadpoolctl's controller of the BLAS libraries in this process, or None: without
+    threadpoolctl, or when a library's thread limit is not process-wide (only OpenBLAS
+    built with pthreads, as in NumPy's wheels, is used: an OpenMP build limits each thread
+    on its own, and the blocks' threads would keep every BLAS thread)."""
     global _blas, _looked
     if not _looked:
         try:
@@ -63,7 +77,9 @@ def _blas_controller():
             blas = None
         else:
             blas = ThreadpoolController().select(user_api="blas")
-            blas = blas if blas.lib_controllers else None
+            libraries = blas.lib_controllers
+            if not libraries or any(getattr(lib, "threading_layer", None) != "pthreads" for lib in libraries):
+                blas = None
         _blas, _looked = blas, True
     return _blas
 
@@ -74,56 +90,41 @@ def workers() -> int:
     return 0 if getattr(_state, "in_block", False) else getattr(_state, "workers", 0)
 
 
-def _limit_blas() -> int:
-    """Open one region: BLAS on one thread (the first region in); return the workers, 0 for none."""
-    global _open, _limited
-    with _lock:
-        if not _open:
-            blas = _blas_controller()
-            before = () if blas is None else tuple(lib.num_threads for lib in blas.lib_controllers)
-            if max(before, default=1) < 2:
-                return 0
-            for lib in blas.lib_controllers:
-                lib.set_num_threads(1)
-            _limited = (blas, before, max(before))
-        _open += 1
-        return _limited[2]
-
-
-def _restore_blas() -> None:
-    """Close one region: the last one out gives BLAS back its thread counts."""
-    global _open, _limited
-    with _lock:
-        _open -= 1
-        if not _open:
-            blas, before, _ = _limited
-            for lib, n in zip(blas.lib_controllers, before):
-                lib.set_num_threads(n)
-            _limited = None
-
-
 @contextlib.contextmanager
 def parallel_region(n_elements: int):
     """Run the body with BLAS on one thread and blocks on as many threads as BLAS had.
 
     Does nothing when a region is already open in this thread, inside a block, for fewer
     than ``MIN_ELEMENTS`` numbers of work, without threadpoolctl, or with one BLAS thread.
+    One region at a time in the process: a large call from another thread meanwhile runs in
+    one piece (on BLAS's one thread), and cuts no blocks if another thread holds BLAS's
+    limit in a way that leaves it above one (threadpoolctl lets one thread control OpenBLAS).
     """
+    global _owner
     if getattr(_state, "workers", 0) or getattr(_state, "in_block", False) or n_elements < MIN_ELEMENTS:
         yield
         return
-    threads = _limit_blas()
-    if not threads:
+    with _lock:
+        blas = None if _owner is not None else _blas_controller()
+        threads = 0 if blas is None else max(lib.num_threads for lib in blas.lib_controllers)
+        if threads >= 2:
+            _owner = threading.get_ident()
+    if threads < 2:
         yield
         return
-    _state.workers, _state.pool = threads, None
     try:
-        yield
+        with blas.limit(limits=1):  # threadpoolctl's own limiter: this thread restores it at the end
+            limited = all(lib.num_threads == 1 for lib in blas.lib_controllers)
+            _state.workers, _state.pool = (threads if limited else 0), None
+            try:
+                yield
+            finally:
+                if _state.pool is not None:  # the threads end with the region: none idle afterwards
+                    _state.pool.shutdown()
+                _state.workers, _state.pool = 0, None
     finally:
-        if _state.pool is not None:  # the threads end with the region: none idle afterwards
-            _state.pool.shutdown()
-        _state.workers, _state.pool = 0, None
-        _restore_blas()
+        with _lock:
+            _owner = None
 
 
 def plan_blocks(batch: tuple):
@@ -167,11 +168,14 @@ def run_blocks(fn, blocks) -> None:
     if len(blocks) > 1 and _state.pool is None:
         _state.pool = ThreadPoolExecutor(max_workers=_state.workers - 1, thread_name_prefix="attention_ref")
 
+    errors_setting = np.geterr()  # new threads start from NumPy's defaults: carry the caller's
+
     def one(block):
         inside = getattr(_state, "in_block", False)
         _state.in_block = True  # a block never opens a region or cuts blocks of its own
         try:
-            fn(block)
+            with np.errstate(**errors_setting):
+                fn(block)
         finally:
             _state.in_block = inside
 

@@ -37,18 +37,21 @@ def for_each_row_block(fn, n_rows: int, n_cols: int, block: int | None = None) -
     ``fn`` must touch only its own rows. Arrays of at most ``block`` numbers (default
     ``BLOCK_ELEMENTS``) are done in one piece.
     """
-    block = BLOCK_ELEMENTS if block is None else block
-    if n_rows * n_cols <= block:
-        fn(0, n_rows)
-        return
-    rows = rows_per_block(n_cols, block)
+    rows = rows_per_block(n_rows, n_cols, block)
     for start in range(0, n_rows, rows):  # a loop over cache-sized BLOCKS, not over positions
         fn(start, min(start + rows, n_rows))
+    if n_rows == 0:
+        fn(0, 0)  # an empty array is one (empty) piece too
 
 
-def rows_per_block(n_cols: int, block: int) -> int:
-    """Rows of ``n_cols`` numbers in a block of about ``block`` numbers (at least one)."""
-    return max(1, block // max(1, n_cols))
+def rows_per_block(n_rows: int, n_cols: int, block: int | None = None) -> int:
+    """Rows in each block of :func:`for_each_row_block` (the last one may have fewer): all
+    ``n_rows`` when the ``n_rows * n_cols`` numbers fit in one ``block``, else as many rows
+    of ``n_cols`` as about ``block`` numbers hold (at least one)."""
+    block = BLOCK_ELEMENTS if block is None else block
+    if n_rows * n_cols <= block:
+        return max(1, n_rows)
+    return max(1, block // n_cols)
 
 
 _REMOVED = ("the thread pool of attention_ref was removed: it did not pay end to end"

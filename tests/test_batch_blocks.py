@@ -9,6 +9,7 @@ installed; the last tests use the real one when it is there.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import numpy as np
@@ -36,6 +37,18 @@ class _FakeLibrary:
 class _FakeBlas:
     def __init__(self, threads):
         self.lib_controllers = [_FakeLibrary(threads), _FakeLibrary(threads)]
+
+    @contextlib.contextmanager
+    def limit(self, limits):
+        """threadpoolctl's ``ThreadpoolController.limit``: set, and restore at the end."""
+        before = [lib.num_threads for lib in self.lib_controllers]
+        for lib in self.lib_controllers:
+            lib.set_num_threads(limits)
+        try:
+            yield
+        finally:
+            for lib, n in zip(self.lib_controllers, before):
+                lib.set_num_threads(n)
 
 
 @pytest.fixture
@@ -73,7 +86,7 @@ def test_region_restores_blas_when_its_body_raises(fake_blas):
         with _batch_blocks.parallel_region(10):
             raise KeyError("body")
     assert [lib.num_threads for lib in blas.lib_controllers] == [2, 2]
-    assert _batch_blocks.workers() == 0 and _batch_blocks._open == 0
+    assert _batch_blocks.workers() == 0 and _batch_blocks._owner is None
 
 
 @pytest.mark.parametrize("threads, n, opens", [(1, 100, False), (4, 100, True), (4, 50, True), (4, 49, False)])
@@ -99,7 +112,7 @@ def test_missing_threadpoolctl_is_found_missing(monkeypatch):
     assert _batch_blocks._blas_controller() is None
 
 
-def test_regions_in_two_threads_restore_blas_once_both_are_closed(fake_blas):
+def test_one_region_at_a_time_a_second_thread_runs_in_one_piece(fake_blas):
     blas = fake_blas(2)
     inside, release = threading.Event(), threading.Event()
     seen = {}
@@ -108,17 +121,29 @@ def test_regions_in_two_threads_restore_blas_once_both_are_closed(fake_blas):
         with _batch_blocks.parallel_region(10):
             seen["other workers"] = _batch_blocks.workers()
             inside.set()
-            release.wait(5)
+            assert release.wait(10)
 
     t = threading.Thread(target=other)
     t.start()
-    inside.wait(5)
-    with _batch_blocks.parallel_region(10):  # BLAS already at 1: the saved count decides
+    assert inside.wait(10)
+    with _batch_blocks.parallel_region(10):  # the other thread's region holds BLAS
         seen["main workers"] = _batch_blocks.workers()
     assert blas.lib_controllers[0].num_threads == 1  # the other region is still open
     release.set()
-    t.join(5)
-    assert seen == {"other workers": 2, "main workers": 2}
+    t.join(10)
+    assert seen == {"other workers": 2, "main workers": 0}
+    assert [lib.num_threads for lib in blas.lib_controllers] == [2, 2]
+    with _batch_blocks.parallel_region(10):  # free again
+        assert _batch_blocks.workers() == 2
+
+
+def test_no_blocks_when_the_limit_does_not_take(fake_blas, monkeypatch):
+    """threadpoolctl lets one thread control OpenBLAS: if another thread holds it, the limit
+    is ignored and BLAS keeps its threads; then blocks would fight them, so none are cut."""
+    blas = fake_blas(2)
+    monkeypatch.setattr(_FakeLibrary, "set_num_threads", lambda self, n: None)
+    with _batch_blocks.parallel_region(10):
+        assert _batch_blocks.workers() == 0
     assert [lib.num_threads for lib in blas.lib_controllers] == [2, 2]
 
 
@@ -386,17 +411,124 @@ def test_one_blas_thread_means_no_blocks(monkeypatch):
             assert _batch_blocks.workers() == 0
 
 
+def _in_child_after_fork_during_a_region(args):
+    """In a child forked while another thread of the parent had a region open."""
+    assert _batch_blocks._owner is None
+    return _fwd_bwd(*args)
+
+
 @pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="fork is POSIX only")
-def test_a_forked_child_runs_blocks_too(fake_blas):
-    """Threads do not survive fork: the child's regions start threads of their own (a pool
-    kept from the parent would take blocks and never run them)."""
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_child_forked_during_another_threads_region_runs_blocks(fake_blas):
+    """Fork copies the region's owner but not the thread that would close it: the child
+    must start free, and start threads of its own."""
     import multiprocessing
 
     fake_blas(2)
     q, k, v, mask = _case("batched")
-    expected = _fwd_bwd(q, k, v, mask)  # the parent's pool now has threads
-    context = multiprocessing.get_context("fork")
-    with context.Pool(1) as pool:
-        got = pool.apply_async(_fwd_bwd, (q, k, v, mask)).get(timeout=30)
+    expected = _fwd_bwd(q, k, v, mask)
+    inside, release = threading.Event(), threading.Event()
+
+    def hold_a_region():
+        with _batch_blocks.parallel_region(10):
+            inside.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=hold_a_region)
+    holder.start()
+    assert inside.wait(10)
+    try:
+        context = multiprocessing.get_context("fork")
+        with context.Pool(1) as pool:
+            got = pool.apply_async(_in_child_after_fork_during_a_region, ((q, k, v, mask),)).get(timeout=30)
+    finally:
+        release.set()
+        holder.join(10)
     for a, b in zip(got, expected):
         assert_close(a, b)
+
+
+def test_blocks_keep_the_callers_floating_point_error_settings(fake_blas):
+    """Threads start from NumPy's default error settings; a projection that overflows in a
+    row block on a pool thread must be the named FloatingPointError, not a RuntimeWarning."""
+    fake_blas(2)
+    rng = np.random.default_rng(8)
+    x = 1 + np.abs(rng.standard_normal((4, 6, 8)))
+    p = random_params(rng, 8, 2, 4, 4)
+    p["W_q"] = np.full_like(p["W_q"], 1e308)
+    with pytest.raises(FloatingPointError, match=r"^overflow in query W_q \+ b_q"):
+        ar.multi_head_attention_forward(x, x, x, p, 2)
+    with _batch_blocks.parallel_region(10), np.errstate(over="ignore"):
+        assert np.isinf(_batch_blocks.matmul(np.full((8, 2), 1e200), np.full((2, 2), 1e200))).all()
+
+
+def test_overflow_of_the_scores_is_named_before_a_masks_whatever_the_block(fake_blas, monkeypatch):
+    """Item 0 overflows only with its float mask, item 1 in q k^T itself: one piece names the
+    scores (step 1 checks every item before the mask is added), and so must the blocks."""
+    q, k, v, _ = _case("batched")
+    q[1, 0, 0] = [2e160, 0, 0, 0]
+    k[1, 0, 0] = [1e160, 0, 0, 0]
+    q[0, 0, 0] = [2e154, 0, 0, 0]
+    k[0, 0, 0] = [1e154, 0, 0, 0]
+    mask = np.zeros((2, 3, 6, 7))
+    mask[0, 0, 0, 0] = 1e308
+    monkeypatch.setattr(_batch_blocks, "_blas_controller", lambda: None)
+    expected = _message(q, k, v, mask)
+    assert expected.startswith("overflow in the attention scores q k^T")
+    fake_blas(2)
+    assert _message(q, k, v, mask) == expected
+
+
+@pytest.mark.parametrize("shapes", [((2, 5, 3), (2, 0, 3), (2, 0, 4)), ((0, 5, 3), (0, 4, 3), (0, 4, 2)),
+                                    ((2, 0, 3), (2, 4, 3), (2, 4, 2))])
+def test_query_row_blocks_with_empty_axes(monkeypatch, no_blocks, shapes):
+    monkeypatch.setattr(attention_module, "QUERY_BLOCK_ELEMENTS", 4)
+    rng = np.random.default_rng(2)
+    q, k, v = (rng.standard_normal(s) for s in shapes)
+    out, cache = ar.scaled_dot_product_attention_forward(q, k, v)
+    dq, dk, dv = ar.scaled_dot_product_attention_backward(np.ones_like(out), cache)
+    assert (dq.shape, dk.shape, dv.shape) == shapes
+    assert not dq.any() and not dk.any()  # no keys, no queries or no batch: nothing flows
+
+
+def test_multi_head_through_the_blocks_in_float32(fake_blas):
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((3, 6, 8)).astype(np.float32)
+    p = random_params(rng, 8, 4, 3, 2, num_kv_heads=2, dtype=np.float32)
+    with _batch_blocks.parallel_region(0):
+        pass
+    plain = ar.multi_head_attention_forward(x, x, x, p, 4, num_kv_heads=2)[0]
+    fake_blas(2)
+    out, cache = ar.multi_head_attention_forward(x, x, x, p, 4, num_kv_heads=2)
+    grads = ar.multi_head_attention_backward(np.ones_like(out), cache)
+    assert out.dtype == np.float32 and all(g.dtype == np.float32 for g in (*grads[:3], *grads[3].values()))
+    assert_close(out, plain, rtol=1e-5, atol=1e-5)
+
+
+def test_real_threadpoolctl_across_two_threads(monkeypatch):
+    """threadpoolctl (3.8 and later) lets one thread at a time control OpenBLAS: a region
+    closed in one thread must leave BLAS free for the next thread's region."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    if _batch_blocks._blas_controller() is None:
+        pytest.skip("threadpoolctl finds no BLAS it can limit in this NumPy")
+    monkeypatch.setattr(_batch_blocks, "MIN_ELEMENTS", 0)
+
+    def blas_threads():
+        return [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
+
+    before = blas_threads()
+    if max(before) < 2:
+        pytest.skip("BLAS has one thread here")
+    seen = []
+
+    def region():
+        with _batch_blocks.parallel_region(1):
+            seen.append((_batch_blocks.workers(), blas_threads()))
+
+    for _ in range(2):  # another thread, then this one, then another again
+        t = threading.Thread(target=region)
+        t.start()
+        t.join(30)
+        region()
+    assert seen == [(max(before), [1] * len(before))] * 4
+    assert blas_threads() == before

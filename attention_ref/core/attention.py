@@ -51,8 +51,8 @@ __all__ = [
 
 
 #: Numbers in a block of query rows of the backward's dP and dS, ``(..., rows, Nk)``: 2**21
-#: (8 MiB in float32) measured fastest end to end among 2**18..2**23 (docs/performance.md);
-#: smaller blocks make the thin products slower, larger ones stop saving the fresh array.
+#: (8 MiB in float32); 2**21 and 2**22 measured best end to end among 2**18..2**23
+#: (docs/performance.md): smaller blocks make the thin products slower.
 QUERY_BLOCK_ELEMENTS = 1 << 21
 
 
@@ -195,11 +195,18 @@ def _attend_in_blocks(q, k, v, mask, scale, shape, axis, blocks):
     weights = np.empty(shape, q.dtype)  # (..., Nq, Nk)
     out = np.empty(shape[:-1] + (v.shape[-1],), q.dtype)  # (..., Nq, Dv)
 
+    overflows = []
+
     def one(block):
         q_b, k_b, v_b, mask_b, w_b, out_b = (take_block(x, axis, block) for x in (q, k, v, mask, weights, out))
-        _attend(q_b, k_b, v_b, mask_b, scale, weights=w_b, out=out_b)
+        try:
+            _attend(q_b, k_b, v_b, mask_b, scale, weights=w_b, out=out_b)
+        except _ScoresOverflow as e:
+            overflows.append(e)
 
     run_blocks(one, blocks)
+    if overflows:  # q k^T's own overflow (args) before the mask's, as in one piece
+        raise max(overflows, key=lambda e: bool(e.args))
     return out, weights
 
 
@@ -237,11 +244,13 @@ def _attention_backward(dout, cache: AttentionCache):
             dq, dk, dv = _attend_backward(dout, q, k, v, weights, out, scale)
         else:  # the same steps on blocks of the batch axes, on parallel threads (_batch_blocks.py)
             axis, blocks = plan
-            grads = [np.empty(batch + x.shape[-2:], weights.dtype) for x in (q, k, v)]  # dq, dk, dv
+            # dq (..., Nq, Dk), dk (..., Nk, Dk), dv (..., Nk, Dv) over every batch axis, filled by the blocks
+            grads = [np.empty(batch + x.shape[-2:], weights.dtype) for x in (q, k, v)]
 
             def one(block):
-                *arrays, dq_b, dk_b, dv_b = (take_block(x, axis, block) for x in (dout, q, k, v, weights, out, *grads))
-                _attend_backward(*arrays, scale, into=(dq_b, dk_b, dv_b))
+                arrays = (dout, q, k, v, weights, out, *grads)
+                *inputs, dq_b, dk_b, dv_b = (take_block(x, axis, block) for x in arrays)
+                _attend_backward(*inputs, scale, into=(dq_b, dk_b, dv_b))
 
             run_blocks(one, blocks)
             dq, dk, dv = grads
@@ -263,7 +272,8 @@ def _attend_backward(dout, q, k, v, weights, out, scale, into=(None, None, None)
     # (..., Nq, Nk) array; dk sums the blocks' dS^T q.
     dq = np.empty(batch + (n_q, q.shape[-1]), weights.dtype) if dq is None else dq  # (..., Nq, Dk)
     dk = np.empty(batch + (n_k, k.shape[-1]), weights.dtype) if dk is None else dk  # (..., Nk, Dk)
-    rows = min(n_q, rows_per_block(math.prod(batch) * n_k, QUERY_BLOCK_ELEMENTS))
+    n_cols = math.prod(batch) * n_k  # numbers in one query row of all batch items and heads
+    rows = min(n_q, rows_per_block(n_q, n_cols, QUERY_BLOCK_ELEMENTS))
     buffer = np.empty(batch + (rows, n_k), weights.dtype)  # (..., rows, Nk)
 
     def query_rows(start, stop):
@@ -277,7 +287,7 @@ def _attend_backward(dout, q, k, v, weights, out, scale, into=(None, None, None)
         else:
             dk[...] += dS.swapaxes(-1, -2) @ q[..., r, :]
 
-    for_each_row_block(query_rows, n_q, math.prod(batch) * n_k, QUERY_BLOCK_ELEMENTS)
+    for_each_row_block(query_rows, n_q, n_cols, QUERY_BLOCK_ELEMENTS)
     dq *= scale  # dq = dS k / sqrt(d_k)
     dk *= scale  # dk = dS^T q / sqrt(d_k)
     return dq, dk, dv

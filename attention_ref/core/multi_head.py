@@ -229,7 +229,8 @@ def multi_head_attention_forward(query, key, value, params, num_heads, mask=None
 def _multi_head_attention_forward(query, key, value, p, mask, head_mask, h, hkv, param_keys, *,
                                   scale=None, rotary=None):
     """:func:`_forward_steps`; for large work with blocks on parallel threads (_batch_blocks.py)."""
-    probabilities = math.prod(np.broadcast_shapes(query.shape[:-2], key.shape[:-2])) * h * query.shape[-2] * key.shape[-2]
+    batch = np.broadcast_shapes(query.shape[:-2], key.shape[:-2])
+    probabilities = math.prod(batch) * h * query.shape[-2] * key.shape[-2]  # numbers in (..., H, Nq, Nk)
     with parallel_region(probabilities):
         return _forward_steps(query, key, value, p, mask, head_mask, h, hkv, param_keys, scale, rotary)
 
