@@ -3,7 +3,7 @@
 Run from the repository root::
 
     python benchmarks/bench_mha.py --quick    # tiny sizes, a few seconds: checks it runs
-    python benchmarks/bench_mha.py            # full run, about 4 minutes on 2 quiet cores
+    python benchmarks/bench_mha.py            # full run, about 8 minutes on 2 cores
     python benchmarks/bench_mha.py --write    # full run, then regenerate the committed docs
     python benchmarks/bench_mha.py --render   # regenerate the docs from the committed JSON
 
@@ -17,7 +17,8 @@ share a process. PyTorch is used only when it happens to be installed; it is nev
 dependency.
 
 Timing: ``time.perf_counter``, one warm-up call, then the median of ``--repeats`` runs
-(the spread, min..max, is recorded too, so noise is visible).
+(the spread, min..max, is recorded too, so noise is visible); a full run does that in
+``--rounds`` (3) fresh processes per case and library and keeps the median of the three.
 
 FLOP count (matrix products only, each ``(m, k) @ (k, n)`` counted as ``2*m*n*k``; the
 elementwise softmax work is not counted), for B sequences of length N, model width
@@ -385,8 +386,8 @@ def make_table(numpy_result, torch_result) -> str:
     lines.append("")
     lines.append(f"Matmul peak measured in the same run, in the same process just before each"
                  f" case (last: {peaks}); D = {r['D']}, h = {r['h']},"
-                 f" biases on; forward+backward FLOPs = 24*B*N*D^2 + 12*B*N^2*D; median of the"
-                 f" timed runs after one warm-up; NumPy {numpy_result['numpy']}"
+                 f" biases on; forward+backward FLOPs = 24*B*N*D^2 + 12*B*N^2*D; {_timing_words(r)};"
+                 f" NumPy {numpy_result['numpy']}"
                  + (f"; PyTorch {torch_result['torch']} ({torch_result['threads']} threads)"
                     if torch_result else "; PyTorch not installed") + ".")
     tricks = numpy_result.get("tricks")
@@ -478,8 +479,8 @@ def readme_block(run) -> str:
             cells += [f"{tr[key]['median'] * 1e3:.0f} ms", f"{t / tr[key]['median']:.2f}"] if tr else ["-", "-"]
         lines.append("| " + " | ".join(cells) + " |")
     peaks = ", ".join(f"{k} {v:.0f}" for k, v in numpy_result["peak"].items())
-    lines += ["", f"Forward + backward, D = {r['D']}, h = {r['h']}, biases on; median of the timed runs"
-              f" after one warm-up; matmul peak (a 2048 x 2048 product, measured before each case;"
+    lines += ["", f"Forward + backward, D = {r['D']}, h = {r['h']}, biases on; {_timing_words(r)};"
+              f" matmul peak (a 2048 x 2048 product, measured before each case;"
               f" last: {peaks} GFLOP/s). {machine_line(run)}"]
     return "\n".join(lines) + "\n"
 
@@ -622,6 +623,9 @@ def main(argv=None):
                             " docs/performance_table.json, timing nothing")
     parser.add_argument("--plot", action="store_true", help="also plot in --quick mode (with --out)")
     parser.add_argument("--no-torch", action="store_true", help="skip PyTorch even if installed")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="fresh processes per case and library, each timing the median over them"
+                             " (default 3; 1 with --quick)")
     parser.add_argument("--blocks-ab", type=int, metavar="PAIRS", default=0,
                         help="only ours, with and without the blocks on threads, alternating fresh processes"
                              " PAIRS times per case; prints the medians and the blocks rule (writes nothing)")
@@ -644,6 +648,10 @@ def main(argv=None):
         return 0
     if args.repeats is None:
         args.repeats = 2 if args.quick else 7
+    if args.rounds is None:
+        args.rounds = 1 if args.quick else 3
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
     configs = QUICK_CONFIGS if args.quick else FULL_CONFIGS
     D, h = (16, 2) if args.quick else (512, 8)
     if args.case:  # a worker measures one (dtype, B, N) case
@@ -663,25 +671,38 @@ def main(argv=None):
         print(blocks_ab(args, configs, args.blocks_ab))
         return 0
     # One fresh process per library AND per case, alternating NumPy and PyTorch, so a
-    # change in the machine's load during the run hits both sides of each ratio alike.
+    # change in the machine's load during the run hits both sides of each ratio alike; and
+    # --rounds such rounds per case (ours, ours in one piece, PyTorch), each time the median
+    # over the rounds: on a shared machine one process can be far off (docs/performance.md).
     numpy_result, torch_result, torch_ok = None, None, not args.no_torch
     for dtype in DTYPES:
         for B, N in configs:
             case = ["--case", f"{dtype}:{B}:{N}"]
-            r = _run_worker("numpy", args, case)
-            one_piece = _run_worker("numpy", args, case + ["--one-piece"])
-            r["rows"][0]["ours_one_piece"] = one_piece["rows"][0]["ours"]
+            ours, one_piece, torch_rounds = [], [], []
+            for i in range(args.rounds):
+                ours.append(_run_worker("numpy", args, case + ([] if i == 0 else ["--one-piece-only"])))
+                one_piece.append(_run_worker("numpy", args, case + ["--one-piece"]))
+                t = _run_worker("torch", args, case) if torch_ok else None
+                torch_ok = t is not None  # not installed: stop trying
+                if t is not None:
+                    torch_rounds.append(t)
+            r = ours[0]  # the first round's full row: memory, separate heads, naive NumPy
+            row = r["rows"][0]
+            row["ours"] = _over_rounds([x["rows"][0]["ours"] for x in ours])
+            row["ours_one_piece"] = _over_rounds([x["rows"][0]["ours"] for x in one_piece])
             if numpy_result is None:
                 numpy_result = r
             else:
                 numpy_result["rows"] += r["rows"]
                 numpy_result["peak"].update(r["peak"])
-            t = _run_worker("torch", args, case) if torch_ok else None
-            torch_ok = t is not None  # not installed: stop trying
-            if t is not None and torch_result is None:
-                torch_result = t
-            elif t is not None:
-                torch_result["rows"] += t["rows"]
+            if torch_rounds:
+                t = torch_rounds[0]
+                for key in ("torch", "torch_no_weights"):
+                    t["rows"][0][key] = _over_rounds([x["rows"][0][key] for x in torch_rounds])
+                if torch_result is None:
+                    torch_result = t
+                else:
+                    torch_result["rows"] += t["rows"]
     n_tricks = configs[-1][1]  # each trick alone at the longest sequence, B = 1
     numpy_result["tricks"] = {"N": n_tricks}
     for dtype in DTYPES:
@@ -729,6 +750,20 @@ def blocks_ab(args, configs, pairs) -> str:
                   f" the blocks open, by >= {BLOCKS_GAIN:.0%} at N = {longest} in both dtypes):"
                   f" {'met' if met else 'not met'}."]
     return "\n".join(lines)
+
+
+def _timing_words(row) -> str:
+    """How a row's times were taken, in words."""
+    rounds = row["ours"].get("rounds", 1)
+    each = "median of the timed runs after one warm-up"
+    return each if rounds == 1 else f"{each}, then the median over {rounds} fresh processes per case and library"
+
+
+def _over_rounds(timings):
+    """One timing from several rounds' ``{"median", "min", "max"}``: the median of their
+    medians, the smallest minimum, the largest maximum, and how many rounds."""
+    return {"median": statistics.median(t["median"] for t in timings), "min": min(t["min"] for t in timings),
+            "max": max(t["max"] for t in timings), "rounds": len(timings)}
 
 
 def _update_doc(doc, block, name="bench_mha") -> bool:
