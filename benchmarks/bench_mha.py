@@ -536,8 +536,8 @@ def summary_block(run) -> str:
         ratios = [1 - x for x in g]
         lines.append(f"With the (batch, head) blocks on {threads} threads ours takes {min(ratios):.2f}-{max(ratios):.2f}x"
                      f" the time of the same code in one piece with BLAS's own threads (faster in"
-                     f" {sum(x > 0 for x in g)} of {len(g)} cases; one run: see the blocks rule for the deciding"
-                     f" measurement).")
+                     f" {sum(x > 0 for x in g)} of {len(g)} cases where they open, in this run; the blocks rule is"
+                     f" decided with `--blocks-ab`).")
     big = max(cases, key=lambda c: (c[0]["N"], c[0]["dtype"] == "float32"))[0]
     lines.append(f"At B = {big['B']}, N = {big['N']:,} {big['dtype']} the careful code is"
                  f" {big['naive']['median'] / big['ours']['median']:.1f}x faster than the same maths written"
@@ -588,7 +588,7 @@ def targets_block(run) -> str:
         big = [g for r, g in gains if r["N"] == max(q["N"] for q, _ in gains)]
         met = all(g > 0 for _, g in gains) and all(g >= BLOCKS_GAIN for g in big)
         lines.append(f"| the blocks on threads: faster than one piece at every size, by >= {BLOCKS_GAIN:.0%} at the"
-                     f" longest N in both dtypes, where they open (in this one run; decided with `--blocks-ab`) | faster in"
+                     f" longest N in both dtypes, where they open (in this run; decided with `--blocks-ab`) | faster in"
                      f" {sum(g > 0 for _, g in gains)} of {len(gains)}, by"
                      f" {', '.join(f'{100 * g:.0f}%' for _, g in gains)} (in table order) |"
                      f" {'met' if met else 'not met'} in this run |")
