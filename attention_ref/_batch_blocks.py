@@ -51,24 +51,41 @@ _lock = threading.Lock()
 _blas = None  # threadpoolctl's controller of NumPy's BLAS, found on first use
 _looked = False
 _owner = None  # the thread whose region holds BLAS at one thread: one region at a time
+_before = None  # during a region: (controller, BLAS's thread counts before it), for a forked child
 
 
 def _after_fork_in_child() -> None:
     """A fork copies this module's state but not the other threads: a region another thread
-    had open (and the lock, if it held it) would stay taken for ever in the child."""
-    global _lock, _owner, _state
+    had open (and the lock, if it held it) would stay taken for ever in the child, and its
+    BLAS at one thread. Start free, with BLAS's thread counts from before that region."""
+    global _lock, _owner, _state, _before
     _lock, _owner, _state = threading.Lock(), None, threading.local()
+    if _before is not None:
+        blas, counts = _before
+        _before = None
+        try:
+            for lib, n in zip(blas.lib_controllers, counts):
+                lib.set_num_threads(n)
+        except Exception:  # noqa: BLE001 - never let a fork fail for a thread count
+            pass
 
 
 if hasattr(os, "register_at_fork"):  # POSIX
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def _is_numpys(lib) -> bool:
+    """Whether a threadpoolctl library controller is the OpenBLAS that NumPy's wheel ships
+    (in ``numpy.libs`` or inside the ``numpy`` package), not another one in the process."""
+    parts = os.path.normpath(getattr(lib, "filepath", "") or "").split(os.sep)
+    return any(part in ("numpy", "numpy.libs") for part in parts[:-1])
+
+
 def _blas_controller():
-    """threadpoolctl's controller of the BLAS libraries in this process, or None: without
-    threadpoolctl, or when a library's thread limit is not process-wide (only OpenBLAS
-    built with pthreads, as in NumPy's wheels, is used: an OpenMP build limits each thread
-    on its own, and the blocks' threads would keep every BLAS thread)."""
+    """threadpoolctl's controller of NumPy's BLAS, or None: without threadpoolctl, or unless
+    it is the OpenBLAS of NumPy's wheels built with pthreads, whose thread limit is
+    process-wide (an OpenMP build limits each thread on its own, and the blocks' threads
+    would keep every BLAS thread; another library in the process is not NumPy's)."""
     global _blas, _looked
     if not _looked:
         try:
@@ -76,9 +93,11 @@ def _blas_controller():
         except ImportError:  # optional dependency: without it, no regions
             blas = None
         else:
-            blas = ThreadpoolController().select(user_api="blas")
-            libraries = blas.lib_controllers
-            if not libraries or any(getattr(lib, "threading_layer", None) != "pthreads" for lib in libraries):
+            blas = ThreadpoolController().select(internal_api="openblas")
+            libraries = [lib for lib in blas.lib_controllers if _is_numpys(lib)]
+            if len(libraries) != 1 or getattr(libraries[0], "threading_layer", None) != "pthreads":
+                blas = None
+            elif len(blas.lib_controllers) > 1:  # another program's OpenBLAS beside NumPy's
                 blas = None
         _blas, _looked = blas, True
     return _blas
@@ -91,24 +110,31 @@ def workers() -> int:
 
 
 @contextlib.contextmanager
-def parallel_region(n_elements: int):
+def parallel_region(n_elements: int, batch: tuple = ()):
     """Run the body with BLAS on one thread and blocks on as many threads as BLAS had.
 
+    ``batch``: the batch axes the attention will cut; the region opens only if one of them
+    gives every thread a block (otherwise BLAS would sit on one thread with cores idle).
     Does nothing when a region is already open in this thread, inside a block, for fewer
     than ``MIN_ELEMENTS`` numbers of work, without threadpoolctl, or with one BLAS thread.
     One region at a time in the process: a large call from another thread meanwhile runs in
     one piece (on BLAS's one thread), and cuts no blocks if another thread holds BLAS's
-    limit in a way that leaves it above one (threadpoolctl lets one thread control OpenBLAS).
+    limit in a way that leaves it above one (threadpoolctl lets one thread control OpenBLAS;
+    a ``threadpool_limits`` entered in another thread during a region records one thread as
+    its "before" and restores that when it exits).
     """
-    global _owner
+    global _owner, _before
     if getattr(_state, "workers", 0) or getattr(_state, "in_block", False) or n_elements < MIN_ELEMENTS:
         yield
         return
     with _lock:
         blas = None if _owner is not None else _blas_controller()
-        threads = 0 if blas is None else max(lib.num_threads for lib in blas.lib_controllers)
-        if threads >= 2:
-            _owner = threading.get_ident()
+        counts = () if blas is None else tuple(lib.num_threads for lib in blas.lib_controllers)
+        threads = max(counts, default=0)
+        if threads >= 2 and max(batch, default=0) >= threads:
+            _owner, _before = threading.get_ident(), (blas, counts)
+        else:
+            threads = 0
     if threads < 2:
         yield
         return
@@ -124,7 +150,7 @@ def parallel_region(n_elements: int):
                 _state.workers, _state.pool = 0, None
     finally:
         with _lock:
-            _owner = None
+            _owner, _before = None, None
 
 
 def plan_blocks(batch: tuple):
@@ -168,13 +194,13 @@ def run_blocks(fn, blocks) -> None:
     if len(blocks) > 1 and _state.pool is None:
         _state.pool = ThreadPoolExecutor(max_workers=_state.workers - 1, thread_name_prefix="attention_ref")
 
-    errors_setting = np.geterr()  # new threads start from NumPy's defaults: carry the caller's
+    errors_setting, callback = np.geterr(), np.geterrcall()  # new threads start from NumPy's defaults
 
     def one(block):
         inside = getattr(_state, "in_block", False)
         _state.in_block = True  # a block never opens a region or cuts blocks of its own
         try:
-            with np.errstate(**errors_setting):
+            with np.errstate(call=callback, **errors_setting):
                 fn(block)
         finally:
             _state.in_block = inside

@@ -70,10 +70,10 @@ def no_blocks(monkeypatch):
 def test_region_limits_blas_to_one_thread_and_restores_it(fake_blas):
     blas = fake_blas(3)
     assert _batch_blocks.workers() == 0
-    with _batch_blocks.parallel_region(10):
+    with _batch_blocks.parallel_region(10, (8,)):
         assert _batch_blocks.workers() == 3
         assert [lib.num_threads for lib in blas.lib_controllers] == [1, 1]
-        with _batch_blocks.parallel_region(10):  # nested: changes nothing
+        with _batch_blocks.parallel_region(10, (8,)):  # nested: changes nothing
             assert _batch_blocks.workers() == 3
         assert [lib.calls for lib in blas.lib_controllers] == [[1], [1]]
     assert _batch_blocks.workers() == 0
@@ -83,7 +83,7 @@ def test_region_limits_blas_to_one_thread_and_restores_it(fake_blas):
 def test_region_restores_blas_when_its_body_raises(fake_blas):
     blas = fake_blas(2)
     with pytest.raises(KeyError):
-        with _batch_blocks.parallel_region(10):
+        with _batch_blocks.parallel_region(10, (8,)):
             raise KeyError("body")
     assert [lib.num_threads for lib in blas.lib_controllers] == [2, 2]
     assert _batch_blocks.workers() == 0 and _batch_blocks._owner is None
@@ -92,14 +92,14 @@ def test_region_restores_blas_when_its_body_raises(fake_blas):
 @pytest.mark.parametrize("threads, n, opens", [(1, 100, False), (4, 100, True), (4, 50, True), (4, 49, False)])
 def test_region_opens_only_for_several_threads_and_enough_work(fake_blas, threads, n, opens):
     blas = fake_blas(threads, min_elements=50)
-    with _batch_blocks.parallel_region(n):
+    with _batch_blocks.parallel_region(n, (8,)):
         assert _batch_blocks.workers() == (threads if opens else 0)
     assert all(lib.num_threads == threads for lib in blas.lib_controllers)
 
 
 def test_without_threadpoolctl_nothing_changes(no_blocks, monkeypatch):
     monkeypatch.setattr(_batch_blocks, "MIN_ELEMENTS", 0)
-    with _batch_blocks.parallel_region(1 << 40):
+    with _batch_blocks.parallel_region(1 << 40, (8,)):
         assert _batch_blocks.workers() == 0
         assert _batch_blocks.plan_blocks((8, 8)) is None
 
@@ -118,7 +118,7 @@ def test_one_region_at_a_time_a_second_thread_runs_in_one_piece(fake_blas):
     seen = {}
 
     def other():
-        with _batch_blocks.parallel_region(10):
+        with _batch_blocks.parallel_region(10, (8,)):
             seen["other workers"] = _batch_blocks.workers()
             inside.set()
             assert release.wait(10)
@@ -126,14 +126,14 @@ def test_one_region_at_a_time_a_second_thread_runs_in_one_piece(fake_blas):
     t = threading.Thread(target=other)
     t.start()
     assert inside.wait(10)
-    with _batch_blocks.parallel_region(10):  # the other thread's region holds BLAS
+    with _batch_blocks.parallel_region(10, (8,)):  # the other thread's region holds BLAS
         seen["main workers"] = _batch_blocks.workers()
     assert blas.lib_controllers[0].num_threads == 1  # the other region is still open
     release.set()
     t.join(10)
     assert seen == {"other workers": 2, "main workers": 0}
     assert [lib.num_threads for lib in blas.lib_controllers] == [2, 2]
-    with _batch_blocks.parallel_region(10):  # free again
+    with _batch_blocks.parallel_region(10, (8,)):  # free again
         assert _batch_blocks.workers() == 2
 
 
@@ -142,7 +142,7 @@ def test_no_blocks_when_the_limit_does_not_take(fake_blas, monkeypatch):
     is ignored and BLAS keeps its threads; then blocks would fight them, so none are cut."""
     blas = fake_blas(2)
     monkeypatch.setattr(_FakeLibrary, "set_num_threads", lambda self, n: None)
-    with _batch_blocks.parallel_region(10):
+    with _batch_blocks.parallel_region(10, (8,)):
         assert _batch_blocks.workers() == 0
     assert [lib.num_threads for lib in blas.lib_controllers] == [2, 2]
 
@@ -159,7 +159,7 @@ def test_no_blocks_when_the_limit_does_not_take(fake_blas, monkeypatch):
 def test_plan_cuts_one_batch_axis_into_one_block_per_thread(fake_blas, batch, threads, expected):
     fake_blas(threads)
     assert _batch_blocks.plan_blocks(batch) is None  # outside a region
-    with _batch_blocks.parallel_region(10):
+    with _batch_blocks.parallel_region(10, (8,)):
         assert _batch_blocks.plan_blocks(batch) == expected
 
 
@@ -182,7 +182,7 @@ def test_run_blocks_waits_for_all_and_raises_the_first_error_in_block_order(fake
             raise ValueError(f"block {block}")
         done.append(block)
 
-    with _batch_blocks.parallel_region(10), pytest.raises(ValueError, match="^block 1$"):
+    with _batch_blocks.parallel_region(10, (8,)), pytest.raises(ValueError, match="^block 1$"):
         _batch_blocks.run_blocks(fn, [0, 1, 2, 3])
     assert sorted(done) == [0, 3]
 
@@ -199,10 +199,10 @@ def test_a_block_never_opens_a_region_of_its_own(fake_blas):
     seen = []
 
     def fn(block):
-        with _batch_blocks.parallel_region(10):
+        with _batch_blocks.parallel_region(10, (8,)):
             seen.append((_batch_blocks.workers(), _batch_blocks.plan_blocks((8,))))
 
-    with _batch_blocks.parallel_region(10):
+    with _batch_blocks.parallel_region(10, (8,)):
         _batch_blocks.run_blocks(fn, [0, 1])
     assert seen == [(0, None), (0, None)]
 
@@ -213,7 +213,7 @@ def test_matmul_in_row_blocks(fake_blas, dtype, m):
     fake_blas(2)
     rng = np.random.default_rng(m)
     a, b = rng.standard_normal((m, 6)).astype(dtype), rng.standard_normal((6, 7)).astype(dtype)
-    with _batch_blocks.parallel_region(10):
+    with _batch_blocks.parallel_region(10, (8,)):
         for left in (a, np.asfortranarray(a)):
             got = _batch_blocks.matmul(left, b)
             assert got.dtype == dtype and got.shape == (m, 7)
@@ -397,7 +397,7 @@ def test_real_threadpoolctl_limits_blas_inside_a_region(monkeypatch):
     with threadpoolctl.threadpool_limits(2, user_api="blas"):
         before = blas_threads()
         monkeypatch.setattr(_batch_blocks, "MIN_ELEMENTS", 0)
-        with _batch_blocks.parallel_region(1):
+        with _batch_blocks.parallel_region(1, (8,)):
             assert blas_threads() == [1] * len(before)
             assert _batch_blocks.workers() == max(before)
         assert blas_threads() == before
@@ -405,15 +405,19 @@ def test_real_threadpoolctl_limits_blas_inside_a_region(monkeypatch):
 
 def test_one_blas_thread_means_no_blocks(monkeypatch):
     threadpoolctl = pytest.importorskip("threadpoolctl")
+    if _batch_blocks._blas_controller() is None:
+        pytest.skip("threadpoolctl finds no BLAS it can limit in this NumPy")
     monkeypatch.setattr(_batch_blocks, "MIN_ELEMENTS", 0)
     with threadpoolctl.threadpool_limits(1, user_api="blas"):
-        with _batch_blocks.parallel_region(1):
+        with _batch_blocks.parallel_region(1, (8,)):
             assert _batch_blocks.workers() == 0
 
 
 def _in_child_after_fork_during_a_region(args):
     """In a child forked while another thread of the parent had a region open."""
     assert _batch_blocks._owner is None
+    with _batch_blocks.parallel_region(10, (8,)):  # BLAS's threads are back: blocks again
+        assert _batch_blocks.workers() == 2
     return _fwd_bwd(*args)
 
 
@@ -430,7 +434,7 @@ def test_a_child_forked_during_another_threads_region_runs_blocks(fake_blas):
     inside, release = threading.Event(), threading.Event()
 
     def hold_a_region():
-        with _batch_blocks.parallel_region(10):
+        with _batch_blocks.parallel_region(10, (8,)):
             inside.set()
             release.wait(60)
 
@@ -458,7 +462,7 @@ def test_blocks_keep_the_callers_floating_point_error_settings(fake_blas):
     p["W_q"] = np.full_like(p["W_q"], 1e308)
     with pytest.raises(FloatingPointError, match=r"^overflow in query W_q \+ b_q"):
         ar.multi_head_attention_forward(x, x, x, p, 2)
-    with _batch_blocks.parallel_region(10), np.errstate(over="ignore"):
+    with _batch_blocks.parallel_region(10, (8,)), np.errstate(over="ignore"):
         assert np.isinf(_batch_blocks.matmul(np.full((8, 2), 1e200), np.full((2, 2), 1e200))).all()
 
 
@@ -491,18 +495,22 @@ def test_query_row_blocks_with_empty_axes(monkeypatch, no_blocks, shapes):
     assert not dq.any() and not dk.any()  # no keys, no queries or no batch: nothing flows
 
 
-def test_multi_head_through_the_blocks_in_float32(fake_blas):
+def test_multi_head_through_the_blocks_in_float32(fake_blas, monkeypatch):
     rng = np.random.default_rng(9)
     x = rng.standard_normal((3, 6, 8)).astype(np.float32)
     p = random_params(rng, 8, 4, 3, 2, num_kv_heads=2, dtype=np.float32)
-    with _batch_blocks.parallel_region(0):
-        pass
-    plain = ar.multi_head_attention_forward(x, x, x, p, 4, num_kv_heads=2)[0]
+
+    def fwd_bwd():
+        out, cache = ar.multi_head_attention_forward(x, x, x, p, 4, num_kv_heads=2)
+        dq, dk, dv, grads = ar.multi_head_attention_backward(np.ones_like(out), cache)
+        return (out, dq, dk, dv, *grads.values())
+
+    monkeypatch.setattr(_batch_blocks, "_blas_controller", lambda: None)
+    plain = fwd_bwd()
     fake_blas(2)
-    out, cache = ar.multi_head_attention_forward(x, x, x, p, 4, num_kv_heads=2)
-    grads = ar.multi_head_attention_backward(np.ones_like(out), cache)
-    assert out.dtype == np.float32 and all(g.dtype == np.float32 for g in (*grads[:3], *grads[3].values()))
-    assert_close(out, plain, rtol=1e-5, atol=1e-5)
+    for a, b in zip(fwd_bwd(), plain):
+        assert a.dtype == np.float32
+        assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
 def test_real_threadpoolctl_across_two_threads(monkeypatch):
@@ -522,7 +530,7 @@ def test_real_threadpoolctl_across_two_threads(monkeypatch):
     seen = []
 
     def region():
-        with _batch_blocks.parallel_region(1):
+        with _batch_blocks.parallel_region(1, (8,)):
             seen.append((_batch_blocks.workers(), blas_threads()))
 
     for _ in range(2):  # another thread, then this one, then another again
@@ -532,3 +540,50 @@ def test_real_threadpoolctl_across_two_threads(monkeypatch):
         region()
     assert seen == [(max(before), [1] * len(before))] * 4
     assert blas_threads() == before
+
+
+@pytest.mark.parametrize("batch, opens", [((), False), ((1, 1), False), ((1, 2), False), ((2, 3), True),
+                                          ((1, 8, 1), True)])
+def test_region_opens_only_if_every_thread_gets_a_block(fake_blas, batch, opens):
+    """Otherwise BLAS would sit on one thread while cores stay idle."""
+    blas = fake_blas(3)
+    with _batch_blocks.parallel_region(10, batch):
+        assert _batch_blocks.workers() == (3 if opens else 0)
+        assert blas.lib_controllers[0].num_threads == (1 if opens else 3)
+
+
+def test_an_unbatched_call_keeps_blas_threads(fake_blas, monkeypatch):
+    blas = fake_blas(2)
+    seen = []
+    attend = attention_module._attend
+
+    def spy(*args, **kwargs):
+        seen.append(blas.lib_controllers[0].num_threads)
+        return attend(*args, **kwargs)
+
+    monkeypatch.setattr(attention_module, "_attend", spy)
+    q, k, v, _ = _case("unbatched")
+    ar.scaled_dot_product_attention_forward(q, k, v)
+    q, k, v, _ = _case("v adds a batch axis")
+    ar.scaled_dot_product_attention_forward(q, k, v)
+    assert seen == [2, 2]  # one piece, BLAS untouched
+
+
+def test_only_numpys_own_openblas_is_used():
+    class Library:
+        def __init__(self, path):
+            self.filepath = path
+
+    join = __import__("os").path.join
+    assert _batch_blocks._is_numpys(Library(join("x", "site-packages", "numpy.libs", "libscipy_openblas64_.so")))
+    assert _batch_blocks._is_numpys(Library(join("x", "site-packages", "numpy", ".dylibs", "libopenblas.dylib")))
+    assert not _batch_blocks._is_numpys(Library(join("x", "site-packages", "scipy.libs", "libopenblas.so")))
+    assert not _batch_blocks._is_numpys(Library(join("usr", "lib", "libopenblas.so.0")))
+
+
+def test_blocks_carry_an_errstate_callback(fake_blas):
+    fake_blas(2)
+    calls = []
+    with _batch_blocks.parallel_region(10, (8,)), np.errstate(over="call", call=lambda *args: calls.append(args)):
+        _batch_blocks.matmul(np.full((8, 2), 1e200), np.full((2, 2), 1e200))
+    assert calls  # from the pool thread too, instead of a NameError there

@@ -141,7 +141,7 @@ def _attention_forward(q, k, v, mask, names=("q", "k"), scale=None):
     shape = np.broadcast_shapes(q.shape[:-2] + (q.shape[-2], k.shape[-2]), k.shape[:-2] + (1, 1),
                                 (1, 1) if mask is None else mask.shape)  # the probabilities' (..., Nq, Nk)
     try:
-        with parallel_region(math.prod(shape)):
+        with parallel_region(math.prod(shape), cuttable_batch(shape, v)):
             plan = _plan(shape, v)
             if plan is None:
                 out, weights = _attend(q, k, v, mask, scale)
@@ -182,12 +182,18 @@ def _attend(q, k, v, mask, scale, weights=None, out=None):
     return out, weights
 
 
+def cuttable_batch(shape, v):
+    """The batch axes of the probabilities ``shape`` (..., Nq, Nk) that blocks may cut: all of
+    them when v adds none (every block is then a slice of whole arrays), else none."""
+    batch = shape[:-2]
+    return batch if np.broadcast_shapes(batch, v.shape[:-2]) == batch else ()
+
+
 def _plan(shape, v):
     """Blocks of the batch axes of the probabilities ``shape`` (see _batch_blocks.py), or
-    None for one piece; only when v adds no batch axis, so every block is a slice of
-    whole arrays."""
-    batch = shape[:-2]
-    return plan_blocks(batch) if np.broadcast_shapes(batch, v.shape[:-2]) == batch else None
+    None for one piece."""
+    batch = cuttable_batch(shape, v)
+    return plan_blocks(batch) if batch else None
 
 
 def _attend_in_blocks(q, k, v, mask, scale, shape, axis, blocks):
@@ -238,7 +244,7 @@ def _attention_backward(dout, cache: AttentionCache):
     """Unchecked backward."""
     q, k, v, weights, out, scale = cache
     batch = weights.shape[:-2]
-    with parallel_region(weights.size):
+    with parallel_region(weights.size, cuttable_batch(weights.shape, v)):
         plan = _plan(weights.shape, v)
         if plan is None:
             dq, dk, dv = _attend_backward(dout, q, k, v, weights, out, scale)

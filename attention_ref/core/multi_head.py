@@ -43,7 +43,7 @@ from .._checks import (
     require_ndim,
 )
 from .._batch_blocks import parallel_region
-from .attention import AttentionCache, _attention_backward, _attention_forward, check_scale
+from .attention import AttentionCache, _attention_backward, _attention_forward, check_scale, cuttable_batch
 from .heads import _merge, _split
 from .linear import LinearCache, _linear_backward, _linear_finite
 
@@ -231,7 +231,9 @@ def _multi_head_attention_forward(query, key, value, p, mask, head_mask, h, hkv,
     """:func:`_forward_steps`; for large work with blocks on parallel threads (_batch_blocks.py)."""
     batch = np.broadcast_shapes(query.shape[:-2], key.shape[:-2])
     probabilities = math.prod(batch) * h * query.shape[-2] * key.shape[-2]  # numbers in (..., H, Nq, Nk)
-    with parallel_region(probabilities):
+    heads = batch + (hkv, h // hkv)  # the attention's batch axes (..., Hkv, G)
+    cuttable = heads if np.broadcast_shapes(batch, value.shape[:-2]) == batch else ()
+    with parallel_region(probabilities, cuttable):
         return _forward_steps(query, key, value, p, mask, head_mask, h, hkv, param_keys, scale, rotary)
 
 
@@ -292,7 +294,8 @@ def multi_head_attention_backward(dout, cache: MultiHeadCache):
 def _multi_head_attention_backward(dout, c: MultiHeadCache):
     """Unchecked backward, for callers that have checked their own upstream gradient; for
     large work with blocks on parallel threads (_batch_blocks.py)."""
-    with parallel_region(c.attention.weights.size):
+    weights = c.attention.weights  # (..., Hkv, G, Nq, Nk)
+    with parallel_region(weights.size, cuttable_batch(weights.shape, c.attention.v)):
         return _backward_steps(dout, c)
 
 
