@@ -94,10 +94,9 @@ def _blas_controller():
             blas = None
         else:
             blas = ThreadpoolController().select(internal_api="openblas")
-            libraries = [lib for lib in blas.lib_controllers if _is_numpys(lib)]
-            if len(libraries) != 1 or getattr(libraries[0], "threading_layer", None) != "pthreads":
-                blas = None
-            elif len(blas.lib_controllers) > 1:  # another program's OpenBLAS beside NumPy's
+            libraries = blas.lib_controllers  # NumPy's, alone: another OpenBLAS beside it is not limited
+            if (len(libraries) != 1 or not _is_numpys(libraries[0])
+                    or getattr(libraries[0], "threading_layer", None) != "pthreads"):
                 blas = None
         _blas, _looked = blas, True
     return _blas

@@ -140,9 +140,10 @@ def _attention_forward(q, k, v, mask, names=("q", "k"), scale=None):
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale  # a Python float keeps float32 float32
     shape = np.broadcast_shapes(q.shape[:-2] + (q.shape[-2], k.shape[-2]), k.shape[:-2] + (1, 1),
                                 (1, 1) if mask is None else mask.shape)  # the probabilities' (..., Nq, Nk)
+    batch = cuttable_batch(shape, v)
     try:
-        with parallel_region(math.prod(shape), cuttable_batch(shape, v)):
-            plan = _plan(shape, v)
+        with parallel_region(math.prod(shape), batch):
+            plan = plan_blocks(batch)
             if plan is None:
                 out, weights = _attend(q, k, v, mask, scale)
             else:  # the same steps on blocks of the batch axes, on parallel threads (_batch_blocks.py)
@@ -189,18 +190,10 @@ def cuttable_batch(shape, v):
     return batch if np.broadcast_shapes(batch, v.shape[:-2]) == batch else ()
 
 
-def _plan(shape, v):
-    """Blocks of the batch axes of the probabilities ``shape`` (see _batch_blocks.py), or
-    None for one piece."""
-    batch = cuttable_batch(shape, v)
-    return plan_blocks(batch) if batch else None
-
-
 def _attend_in_blocks(q, k, v, mask, scale, shape, axis, blocks):
     """:func:`_attend` on each block of batch axis ``axis``, into whole preallocated arrays."""
     weights = np.empty(shape, q.dtype)  # (..., Nq, Nk)
     out = np.empty(shape[:-1] + (v.shape[-1],), q.dtype)  # (..., Nq, Dv)
-
     overflows = []
 
     def one(block):
@@ -244,8 +237,9 @@ def _attention_backward(dout, cache: AttentionCache):
     """Unchecked backward."""
     q, k, v, weights, out, scale = cache
     batch = weights.shape[:-2]
-    with parallel_region(weights.size, cuttable_batch(weights.shape, v)):
-        plan = _plan(weights.shape, v)
+    cuttable = cuttable_batch(weights.shape, v)
+    with parallel_region(weights.size, cuttable):
+        plan = plan_blocks(cuttable)
         if plan is None:
             dq, dk, dv = _attend_backward(dout, q, k, v, weights, out, scale)
         else:  # the same steps on blocks of the batch axes, on parallel threads (_batch_blocks.py)
