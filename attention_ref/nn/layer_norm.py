@@ -37,22 +37,23 @@ class LayerNormCache(NamedTuple):
     gamma: np.ndarray  # (D,)
 
 
-def _check_layer_norm(x, gamma, beta, eps):
-    """Validate and cast ``x, gamma, beta``; check ``eps`` is a positive real number."""
+def check_norm_inputs(x, eps, **params):
+    """Validate and cast ``x`` and the per-feature parameters ``params`` (each of shape
+    ``(d,)``, in the order given); check ``eps`` is a positive real number. Returns
+    ``(x, *params, eps)``; layer norm's and RMSNorm's shared input contract."""
     x = as_real_array(x, "x")
-    gamma = as_real_array(gamma, "gamma")
-    beta = as_real_array(beta, "beta")
+    params = {name: as_real_array(a, name) for name, a in params.items()}
     require_ndim(x, "x", 1, "(..., d)")
     d = x.shape[-1]
     if d == 0:
         raise ValueError(f"x must have a non-empty last axis to normalise over, got shape {x.shape}")
-    for name, a in (("gamma", gamma), ("beta", beta)):
+    for name, a in params.items():
         if a.shape != (d,):
             raise ValueError(f"{name} must have shape ({d},) to match x of shape {x.shape},"
                              f" got shape {a.shape}")
     eps = check_positive_real(eps, "eps")
-    dtype = common_dtype(x, gamma, beta)
-    return cast(x, dtype), cast(gamma, dtype), cast(beta, dtype), eps
+    dtype = common_dtype(x, *params.values())
+    return (cast(x, dtype), *(cast(a, dtype) for a in params.values()), eps)
 
 
 def layer_norm_forward(x, gamma, beta, eps=1e-5):
@@ -73,7 +74,7 @@ def layer_norm_forward(x, gamma, beta, eps=1e-5):
     y : array (..., d)
     cache : LayerNormCache for :func:`layer_norm_backward`
     """
-    x, gamma, beta, eps = _check_layer_norm(x, gamma, beta, eps)
+    x, gamma, beta, eps = check_norm_inputs(x, eps, gamma=gamma, beta=beta)
     # 1. row statistics
     with np.errstate(over="ignore", invalid="ignore"):  # rows too large are redone below
         mu = x.mean(axis=-1, keepdims=True)  # (..., 1)

@@ -15,7 +15,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._checks import as_real_array, as_upstream, cast, check_positive_real, common_dtype, require_ndim
+from .._checks import as_upstream
+from .layer_norm import check_norm_inputs
 
 __all__ = ["RMSNormCache", "rms_norm_forward", "rms_norm_backward"]
 
@@ -26,21 +27,6 @@ class RMSNormCache(NamedTuple):
     x_hat: np.ndarray  # (..., D)
     rstd: np.ndarray  # (..., 1)
     weight: np.ndarray  # (D,)
-
-
-def _check_rms_norm(x, weight, eps):
-    """Validate and cast ``x`` and ``weight``; ``eps`` a positive real number."""
-    x = as_real_array(x, "x")
-    weight = as_real_array(weight, "weight")
-    require_ndim(x, "x", 1, "(..., d)")
-    d = x.shape[-1]
-    if d == 0:
-        raise ValueError(f"x must have a non-empty last axis to normalise over, got shape {x.shape}")
-    if weight.shape != (d,):
-        raise ValueError(f"weight must have shape ({d},) to match x of shape {x.shape}, got shape {weight.shape}")
-    eps = check_positive_real(eps, "eps")
-    dtype = common_dtype(x, weight)
-    return cast(x, dtype), cast(weight, dtype), eps
 
 
 def rms_norm_forward(x, weight, eps=1e-6):
@@ -61,7 +47,7 @@ def rms_norm_forward(x, weight, eps=1e-6):
     y : array (..., d)
     cache : RMSNormCache for :func:`rms_norm_backward`
     """
-    x, weight, eps = _check_rms_norm(x, weight, eps)
+    x, weight, eps = check_norm_inputs(x, eps, weight=weight)
     # 1. mean square; a row whose squares overflow is computed from x / max|x| instead
     with np.errstate(over="ignore"):
         ms = (x * x).mean(axis=-1, keepdims=True)  # (..., 1)
