@@ -12,7 +12,8 @@ Conventions (the same in every module):
 * float64 by default, float32 stays float32, integers are computed in float64.
 
 The folders are the layers, and imports flow down only: ``core`` (the layer of the
-documents) <- ``variants`` <- ``nn`` (layer classes, blocks, optimisers) <- ``documents``
+documents, the reference) <- ``fast`` (the same pairs with speed tricks, checked against
+core) <- ``variants`` <- ``nn`` (layer classes, blocks, optimisers) <- ``documents``
 (claims, experiments, walkthrough) and ``plot``. ``docs/reading_guide.md`` says what to read
 first. Every name below is importable from ``attention_ref`` directly.
 """
@@ -24,6 +25,19 @@ from .gradcheck import GradcheckError, GradcheckReport, gradcheck, numerical_gra
 # attention (parallel form, grouped-query, head masks) and the separate-heads strategy
 from .core import *  # noqa: F401,F403  (the names: attention_ref/core/__init__.py)
 
+# the public pairs of linear, attention and multi-head attention validate once, then run the
+# fast path for large inputs and the reference (core) otherwise; reference_only() switches
+# everything to the reference (attention_ref/fast/dispatch.py)
+from .fast.dispatch import (  # noqa: F811
+    linear_backward,
+    linear_forward,
+    multi_head_attention_backward,
+    multi_head_attention_forward,
+    reference_only,
+    scaled_dot_product_attention_backward,
+    scaled_dot_product_attention_forward,
+)
+
 # variants: blockwise (flash) attention, local windows, linear attention, RoPE, the KV cache
 from .variants import *  # noqa: F401,F403
 
@@ -31,11 +45,11 @@ from .variants import *  # noqa: F401,F403
 # decoder blocks, SGD and Adam
 from .nn import *  # noqa: F401,F403
 
-# deprecated: the thread pool was removed (it did not pay); these change nothing
-from ._row_blocks import get_num_threads, set_num_threads
+# deprecated: the library runs no threads of its own; these change nothing
+from ._moved import get_num_threads, set_num_threads
 
 # the flat module paths of 0.1 (attention_ref.masks, ...) still import, with a DeprecationWarning
-from . import _moved, core, nn, variants
+from . import _moved, core, fast, nn, variants
 
 _moved.install()
 __getattr__ = _moved.module_getattr  # attention_ref.masks as an attribute, with the same warning
@@ -43,5 +57,5 @@ __getattr__ = _moved.module_getattr  # attention_ref.masks as an attribute, with
 __version__ = "0.2.0"
 
 __all__ = (["GradcheckError", "GradcheckReport", "gradcheck", "numerical_gradient"]
-           + core.__all__ + variants.__all__ + nn.__all__
+           + core.__all__ + ["reference_only"] + variants.__all__ + nn.__all__
            + ["get_num_threads", "set_num_threads"])

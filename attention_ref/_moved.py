@@ -10,8 +10,11 @@ from __future__ import annotations
 import importlib
 import importlib.abc
 import importlib.util
+import operator
 import sys
 import warnings
+
+import numpy as np
 
 #: old module name (under attention_ref) -> new dotted path (under attention_ref)
 MOVED = {
@@ -80,3 +83,28 @@ def install() -> None:
     package is answered by it before the path finder would load that file a second time."""
     if not any(type(f).__name__ == _MovedModuleFinder.__name__ for f in sys.meta_path):
         sys.meta_path.insert(0, _MovedModuleFinder())
+
+
+# ------------------------------------------------------------------ removed thread pools
+_REMOVED = ("attention_ref runs no threads of its own (its thread pools were removed: the first did"
+            " not pay, the second could not be made safe against Ctrl-C and fork; docs/performance.md);"
+            " BLAS keeps its own threads, and")
+
+
+def get_num_threads() -> int:
+    """Deprecated: always 1 (the library runs no threads of its own)."""
+    warnings.warn(f"{_REMOVED} get_num_threads() is always 1", DeprecationWarning, stacklevel=2)
+    return 1
+
+
+def set_num_threads(n: int) -> None:
+    """Deprecated: checks ``n`` (a positive integer) and changes nothing."""
+    if isinstance(n, (bool, np.bool_)):
+        raise TypeError(f"n must be a positive integer, got {type(n).__name__} {n!r}")
+    try:
+        n = operator.index(n)
+    except TypeError:
+        raise TypeError(f"n must be a positive integer, got {type(n).__name__} {n!r}") from None
+    if n < 1:
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    warnings.warn(f"{_REMOVED} set_num_threads() has no effect", DeprecationWarning, stacklevel=2)

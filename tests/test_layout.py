@@ -22,7 +22,7 @@ PACKAGE = ROOT / "attention_ref"
 GUIDE = ROOT / "docs" / "reading_guide.md"
 README = ROOT / "README.md"
 # the layers, lowest first; a module may import from its own layer and lower ones
-LAYERS = ["top", "core", "variants", "nn", "interop", "exercises", "documents", "plot"]
+LAYERS = ["top", "core", "fast", "variants", "nn", "interop", "exercises", "documents", "plot"]
 RANK = {layer: i for i, layer in enumerate(LAYERS)}
 # the top level holds the shared machinery every layer may use; __init__ and __main__ sit above all
 ABOVE_ALL = {"attention_ref", "attention_ref.__main__", "attention_ref._moved"}

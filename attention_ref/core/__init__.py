@@ -1,10 +1,12 @@
-"""The layer of the documents: every step of multi-head attention as a forward/backward pair.
+"""The reference: every step of multi-head attention as a forward/backward pair, formulas only.
 
 Read in this order: ``linear`` (``Q = X W^Q``), ``softmax``, ``masks``, ``attention``
 (scaled dot-product), ``heads`` (split and merge), ``multi_head`` (the weight-split
 parallel form, with grouped-query attention and head masks), ``separate_heads`` (the
-documents' other strategy, head by head). Imports: NumPy, the package's checks and its
-row blocks only.
+documents' other strategy, head by head). Each module holds its pair's forward as one
+block of numbered steps and its backward as the same steps in reverse; the input checks
+live in ``attention_ref._pair_checks``, the speed in ``attention_ref.fast`` (checked
+against these functions). Imports: NumPy and the package's checks only.
 """
 from .linear import LinearCache, glorot_uniform, linear_backward, linear_forward
 from .softmax import SoftmaxCache, softmax_backward, softmax_forward

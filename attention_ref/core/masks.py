@@ -94,3 +94,13 @@ def combine_with_causal(mask, n: int):
     if mask.dtype == bool:
         return causal & mask  # (..., N, N)
     return np.where(causal, mask, -np.inf).astype(mask.dtype, copy=False)  # (..., N, N)
+
+
+def apply_mask(scores: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+    """Step 2 of attention on checked inputs: a blocked key's score becomes ``-inf`` (weight
+    exactly 0 after the softmax); a float mask is added. A new array; ``scores`` is kept."""
+    if mask is None:
+        return scores
+    if mask.dtype == bool:
+        return np.where(mask, scores, -np.inf)  # (..., Nq, Nk)
+    return scores + mask  # (..., Nq, Nk); the mask is already in the scores' dtype

@@ -24,26 +24,13 @@ naming the inputs (``query W_q + b_q``, ...), the dtype and its largest finite v
 """
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
 from typing import NamedTuple
 
 import numpy as np
 
-from .._checks import (
-    as_mask,
-    as_real_array,
-    as_upstream,
-    broadcast_batch,
-    cast,
-    cast_mask,
-    check_mask_shape,
-    check_positive_int,
-    common_dtype,
-    require_ndim,
-)
-from .._batch_blocks import parallel_region
-from .attention import AttentionCache, _attention_backward, _attention_forward, check_scale, cuttable_batch
+from .._checks import as_upstream
+from .._pair_checks import PARAM_NAMES, check_multi_head_inputs, check_scale
+from .attention import AttentionCache, _attention_backward, _attention_forward
 from .heads import _merge, _split
 from .linear import LinearCache, _linear_backward, _linear_finite
 
@@ -55,9 +42,6 @@ __all__ = [
     "check_multi_head_inputs",
 ]
 
-#: The keys a ``params`` dict may hold; the biases are optional (absent or None).
-PARAM_NAMES = ("W_q", "b_q", "W_k", "b_k", "W_v", "b_v", "W_o", "b_o")
-_WEIGHTS = ("W_q", "W_k", "W_v", "W_o")
 #: How an overflow error names the attention's q and k: the projected query and key.
 _SCORE_NAMES = ("query W_q + b_q", "key W_k + b_k")
 
@@ -83,90 +67,6 @@ class MultiHeadCache(NamedTuple):
         return _ungroup_heads(self.attention.weights)  # (..., Hkv, G, Nq, Nk) -> (..., H, Nq, Nk)
 
 
-def _check_params(params, num_heads, num_kv_heads, dims):
-    """Validate the parameter dict against the head counts and input widths."""
-    if not isinstance(params, Mapping):
-        raise TypeError(f"params must be a dict with keys {PARAM_NAMES}, got {type(params).__name__}")
-    unknown = sorted(set(params) - set(PARAM_NAMES))
-    if unknown:
-        raise ValueError(f"params has unknown keys {unknown}; allowed keys are {PARAM_NAMES}")
-    missing = [n for n in _WEIGHTS if params.get(n) is None]
-    if missing:
-        raise ValueError(f"params is missing the weights {missing}")
-    p = {n: as_real_array(params[n], f"params['{n}']") for n in PARAM_NAMES if params.get(n) is not None}
-    for n in _WEIGHTS:
-        if p[n].ndim != 2:
-            raise ValueError(f"params['{n}'] must be a 2-D matrix, got shape {p[n].shape}")
-    shapes = {n: a.shape for n, a in p.items()}
-
-    def fail(msg):
-        raise ValueError(f"{msg}; parameter shapes: {shapes}")
-
-    h, hkv = num_heads, num_kv_heads
-    width_q, width_k, width_v = p["W_q"].shape[1], p["W_k"].shape[1], p["W_v"].shape[1]
-    if width_q % h:
-        fail(f"params['W_q'] has {width_q} columns, not divisible by num_heads={h}")
-    d_k = width_q // h
-    if d_k == 0:
-        fail("params['W_q'] has no columns (d_k = 0)")
-    if width_k != hkv * d_k:
-        fail(f"params['W_k'] must have num_kv_heads*d_k = {hkv}*{d_k} = {hkv * d_k} columns"
-             f" to match params['W_q'], got {width_k}")
-    if width_v % hkv:
-        fail(f"params['W_v'] has {width_v} columns, not divisible by num_kv_heads={hkv}")
-    d_v = width_v // hkv
-    if p["W_o"].shape[0] != h * d_v:
-        fail(f"params['W_o'] must have num_heads*d_v = {h}*{d_v} = {h * d_v} rows, got {p['W_o'].shape[0]}")
-    for w_name, x_name in zip(("W_q", "W_k", "W_v"), ("query", "key", "value")):
-        if p[w_name].shape[0] != dims[x_name][-1]:
-            raise ValueError(
-                f"{x_name} of shape {dims[x_name]} has last dimension {dims[x_name][-1]}, but"
-                f" params['{w_name}'] of shape {shapes[w_name]} expects {p[w_name].shape[0]}"
-            )
-    for b_name, w_name in zip(("b_q", "b_k", "b_v", "b_o"), _WEIGHTS):
-        if b_name in p and p[b_name].shape != (p[w_name].shape[1],):
-            fail(f"params['{b_name}'] must have shape ({p[w_name].shape[1]},) to match"
-                 f" params['{w_name}'], got {p[b_name].shape}")
-    return p
-
-
-def check_multi_head_inputs(query, key, value, params, num_heads, mask=None,
-                            num_kv_heads=None, head_mask=None, *, warn_mask=True):
-    """Validate every argument of the multi-head forward before any arithmetic.
-
-    Returns ``(query, key, value, p, mask, head_mask, num_heads, num_kv_heads)`` with
-    arrays cast to their common dtype; ``p`` holds only the parameters that are present.
-    ``warn_mask=False`` skips the 0/1 float mask warning (for a caller that gave it).
-    """
-    num_heads = check_positive_int(num_heads, "num_heads")
-    num_kv_heads = num_heads if num_kv_heads is None else check_positive_int(num_kv_heads, "num_kv_heads")
-    if num_heads % num_kv_heads:
-        raise ValueError(f"num_heads={num_heads} must be a multiple of num_kv_heads={num_kv_heads}")
-    query = as_real_array(query, "query")
-    key = as_real_array(key, "key")
-    value = as_real_array(value, "value")
-    require_ndim(query, "query", 2, "(..., n_q, d_model)")
-    require_ndim(key, "key", 2, "(..., n_k, d_key_in)")
-    require_ndim(value, "value", 2, "(..., n_k, d_value_in)")
-    if key.shape[-2] != value.shape[-2]:
-        raise ValueError(f"key and value must have the same length n_k (axis -2): key has shape"
-                         f" {key.shape}, value has shape {value.shape}")
-    dims = {"query": query.shape, "key": key.shape, "value": value.shape}
-    p = _check_params(params, num_heads, num_kv_heads, dims)
-    batch = broadcast_batch([(n, s[:-2]) for n, s in dims.items()],
-                            what="batch dimensions of query, key and value")
-    mask = as_mask(mask, warn=warn_mask)
-    check_mask_shape(mask, batch + (query.shape[-2], key.shape[-2]))
-    if head_mask is not None:
-        head_mask = as_real_array(head_mask, "head_mask")
-        if head_mask.shape != (num_heads,):
-            raise ValueError(f"head_mask must have shape (num_heads,) = ({num_heads},), got {head_mask.shape}")
-    dtype = common_dtype(query, key, value, *p.values())  # head_mask follows, never leads
-    p = {n: cast(a, dtype) for n, a in p.items()}
-    return (cast(query, dtype), cast(key, dtype), cast(value, dtype), p, cast_mask(mask, dtype),
-            cast(head_mask, dtype), num_heads, num_kv_heads)
-
-
 def _project(x, p, w_name, b_name, x_name):
     """Step 1 or 6: ``x W + b`` with its cache (inputs already validated; overflow raises)."""
     W, b = p[w_name], p.get(b_name)
@@ -190,54 +90,8 @@ def _group_mask(mask):
     return mask.reshape(mask.shape[:-2] + (1, 1) + mask.shape[-2:])  # (..., 1, 1, Nq, Nk)
 
 
-def multi_head_attention_forward(query, key, value, params, num_heads, mask=None, *,
-                                 num_kv_heads=None, head_mask=None, scale=None):
-    """Multi-head attention ``Concat(head_1, ..., head_h) W^O`` (weight-split parallel form).
-
-    Parameters
-    ----------
-    query : array (..., n_q, d_model)
-    key : array (..., n_k, d_key_in)
-    value : array (..., n_k, d_value_in)
-    params : dict with ``W_q (d_model, h*d_k)``, ``W_k (d_key_in, h_kv*d_k)``,
-        ``W_v (d_value_in, h_kv*d_v)``, ``W_o (h*d_v, d_out)`` and optional biases
-        ``b_q, b_k, b_v, b_o`` (absent or None for no bias). ``d_k`` and ``d_v`` are read
-        from these shapes; head ``i`` uses columns ``i*d_k:(i+1)*d_k`` of ``W_q``.
-    num_heads : int, h
-    mask : None, bool (True = may attend) or float (added to the scaled scores) array
-        broadcastable to (..., n_q, n_k); the same mask applies to every head
-    num_kv_heads : int dividing ``num_heads`` (default ``num_heads``); 1 is multi-query
-        attention, values in between grouped-query attention
-    head_mask : array (h,) or None, a multiplier on each head's output before ``W^O``
-    scale : the factor on each head's ``q k^T``; None (default) is ``1 / sqrt(d_k)``
-
-    Returns
-    -------
-    out : array (..., n_q, d_out)
-    cache : MultiHeadCache; ``cache.weights`` (..., h, n_q, n_k) are the probabilities (batch
-        axes of query, key and the mask; those only value carries are not repeated)
-
-    Raises
-    ------
-    FloatingPointError : when a projection or the scores overflow the dtype
-    """
-    scale = check_scale(scale)
-    checked = check_multi_head_inputs(query, key, value, params, num_heads, mask, num_kv_heads, head_mask)
-    return _multi_head_attention_forward(*checked, tuple(params), scale=scale)
-
-
 def _multi_head_attention_forward(query, key, value, p, mask, head_mask, h, hkv, param_keys, *,
                                   scale=None, rotary=None):
-    """:func:`_forward_steps`; for large work with blocks on parallel threads (_batch_blocks.py)."""
-    batch = np.broadcast_shapes(query.shape[:-2], key.shape[:-2])
-    probabilities = math.prod(batch) * h * query.shape[-2] * key.shape[-2]  # numbers in (..., H, Nq, Nk)
-    heads = batch + (hkv, h // hkv)  # the attention's batch axes (..., Hkv, G)
-    cuttable = heads if np.broadcast_shapes(batch, value.shape[:-2]) == batch else ()
-    with parallel_region(probabilities, cuttable):
-        return _forward_steps(query, key, value, p, mask, head_mask, h, hkv, param_keys, scale, rotary)
-
-
-def _forward_steps(query, key, value, p, mask, head_mask, h, hkv, param_keys, scale, rotary):
     """The six steps on the validated arguments :func:`check_multi_head_inputs` returns.
 
     ``rotary``, for layers with position embeddings inside attention (Llama's RoPE), has
@@ -272,35 +126,8 @@ def _forward_steps(query, key, value, p, mask, head_mask, h, hkv, param_keys, sc
     return out, cache
 
 
-def multi_head_attention_backward(dout, cache: MultiHeadCache):
-    """Gradients of :func:`multi_head_attention_forward`, walking its steps in reverse.
-
-    Parameters
-    ----------
-    dout : array (..., n_q, d_out), upstream gradient
-    cache : MultiHeadCache from the forward
-
-    Returns
-    -------
-    dquery, dkey, dvalue : arrays shaped like query, key and value (for self-attention,
-        where one ``x`` was passed three times, ``dx = dquery + dkey + dvalue``)
-    grads : dict with the same keys as ``params`` (None for a bias given as None), plus
-        ``"head_mask"`` when a head mask was given
-    """
-    out_shape = cache.heads.shape[:-3] + (cache.heads.shape[-2], cache.o_proj.W.shape[1])  # (..., Nq, Dout)
-    return _multi_head_attention_backward(as_upstream(dout, out_shape, cache.o_proj.x.dtype), cache)
-
-
 def _multi_head_attention_backward(dout, c: MultiHeadCache):
-    """Unchecked backward, for callers that have checked their own upstream gradient; for
-    large work with blocks on parallel threads (_batch_blocks.py)."""
-    weights = c.attention.weights  # (..., Hkv, G, Nq, Nk)
-    with parallel_region(weights.size, cuttable_batch(weights.shape, c.attention.v)):
-        return _backward_steps(dout, c)
-
-
-def _backward_steps(dout, c: MultiHeadCache):
-    """The forward's steps in reverse."""
+    """The forward's steps in reverse, on a checked upstream gradient."""
     h, hkv = c.num_heads, c.num_kv_heads
     grads = {}
     # 6. out = concat W_o + b_o
@@ -336,3 +163,58 @@ def _backward_steps(dout, c: MultiHeadCache):
     if "head_mask" in grads:
         ordered["head_mask"] = grads["head_mask"]
     return dquery, dkey, dvalue, ordered
+
+
+def multi_head_attention_forward(query, key, value, params, num_heads, mask=None, *,
+                                 num_kv_heads=None, head_mask=None, scale=None):
+    """Multi-head attention ``Concat(head_1, ..., head_h) W^O`` (weight-split parallel form).
+
+    Parameters
+    ----------
+    query : array (..., n_q, d_model)
+    key : array (..., n_k, d_key_in)
+    value : array (..., n_k, d_value_in)
+    params : dict with ``W_q (d_model, h*d_k)``, ``W_k (d_key_in, h_kv*d_k)``,
+        ``W_v (d_value_in, h_kv*d_v)``, ``W_o (h*d_v, d_out)`` and optional biases
+        ``b_q, b_k, b_v, b_o`` (absent or None for no bias). ``d_k`` and ``d_v`` are read
+        from these shapes; head ``i`` uses columns ``i*d_k:(i+1)*d_k`` of ``W_q``.
+    num_heads : int, h
+    mask : None, bool (True = may attend) or float (added to the scaled scores) array
+        broadcastable to (..., n_q, n_k); the same mask applies to every head
+    num_kv_heads : int dividing ``num_heads`` (default ``num_heads``); 1 is multi-query
+        attention, values in between grouped-query attention
+    head_mask : array (h,) or None, a multiplier on each head's output before ``W^O``
+    scale : the factor on each head's ``q k^T``; None (default) is ``1 / sqrt(d_k)``
+
+    Returns
+    -------
+    out : array (..., n_q, d_out)
+    cache : MultiHeadCache; ``cache.weights`` (..., h, n_q, n_k) are the probabilities (batch
+        axes of query, key and the mask; those only value carries are not repeated)
+
+    Raises
+    ------
+    FloatingPointError : when a projection or the scores overflow the dtype
+    """
+    scale, checked = check_scale(scale), check_multi_head_inputs(query, key, value, params, num_heads, mask,
+                                                                 num_kv_heads, head_mask)
+    return _multi_head_attention_forward(*checked, tuple(params), scale=scale)
+
+
+def multi_head_attention_backward(dout, cache: MultiHeadCache):
+    """Gradients of :func:`multi_head_attention_forward`, walking its steps in reverse.
+
+    Parameters
+    ----------
+    dout : array (..., n_q, d_out), upstream gradient
+    cache : MultiHeadCache from the forward
+
+    Returns
+    -------
+    dquery, dkey, dvalue : arrays shaped like query, key and value (for self-attention,
+        where one ``x`` was passed three times, ``dx = dquery + dkey + dvalue``)
+    grads : dict with the same keys as ``params`` (None for a bias given as None), plus
+        ``"head_mask"`` when a head mask was given
+    """
+    out_shape = cache.heads.shape[:-3] + (cache.heads.shape[-2], cache.o_proj.W.shape[1])  # (..., Nq, Dout)
+    return _multi_head_attention_backward(as_upstream(dout, out_shape, cache.o_proj.x.dtype), cache)

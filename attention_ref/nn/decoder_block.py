@@ -35,12 +35,8 @@ from .._checks import (
     require_ndim,
 )
 from ..core.masks import causal_mask
-from ..core.multi_head import (
-    PARAM_NAMES,
-    _multi_head_attention_backward,
-    _multi_head_attention_forward,
-    check_multi_head_inputs,
-)
+from .._pair_checks import PARAM_NAMES, check_multi_head_inputs
+from ..fast.dispatch import _multi_head_attention_backward, _multi_head_attention_forward
 from .encoder_block import _check_block_options, _ffn_params, _ln_params, _self_attention_backward
 from .feed_forward import FFN_PARAM_NAMES, _feed_forward_backward, feed_forward_forward
 from .residual import (

@@ -31,7 +31,9 @@ from typing import NamedTuple
 import numpy as np
 
 from .._checks import as_real_array, as_upstream, common_dtype
-from ..core.linear import LinearCache, _check_linear, _linear_backward, _linear_finite
+from .._pair_checks import check_linear_inputs
+from ..core.linear import LinearCache
+from ..fast.dispatch import _linear_backward, _linear_finite
 from .erf import erf
 
 __all__ = [
@@ -160,7 +162,7 @@ def _check_ffn(x, params, activation):
     missing = [n for n in ("W_1", "W_2") if params.get(n) is None]
     if missing:
         raise ValueError(f"params is missing the weights {missing}")
-    x, W_1, b_1 = _check_linear(x, params["W_1"], params.get("b_1"),
+    x, W_1, b_1 = check_linear_inputs(x, params["W_1"], params.get("b_1"),
                                 names=("x", "params['W_1']", "params['b_1']"))
     W_2 = as_real_array(params["W_2"], "params['W_2']")
     if W_2.ndim != 2 or W_2.shape[0] != W_1.shape[1]:

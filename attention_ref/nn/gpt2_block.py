@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._checks import as_real_array, check_positive_int, require_ndim
-from ..core.attention import check_scale
+from .._pair_checks import check_scale
 from ..core.masks import combine_with_causal
 from ..variants.kv_cache import KVCache
 from .encoder_block import (

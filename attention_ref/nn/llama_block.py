@@ -27,14 +27,11 @@ from typing import NamedTuple
 import numpy as np
 
 from .._checks import as_real_array, as_upstream, check_positive_int, require_ndim
-from ..core.attention import check_scale
+from .._pair_checks import check_scale
 from ..core.masks import combine_with_causal
-from ..core.multi_head import (
-    MultiHeadCache,
-    _multi_head_attention_backward,
-    _multi_head_attention_forward,
-    check_multi_head_inputs,
-)
+from .._pair_checks import check_multi_head_inputs
+from ..core.multi_head import MultiHeadCache
+from ..fast.dispatch import _multi_head_attention_backward, _multi_head_attention_forward
 from ..variants.kv_cache import KVCache
 from ..variants.rope import rope_backward, rope_forward
 from .multi_head_attention import check_new_tokens, decode_attention

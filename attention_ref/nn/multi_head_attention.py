@@ -7,14 +7,14 @@ from __future__ import annotations
 import numpy as np
 
 from .._checks import as_real_array, check_float_dtype, check_positive_int
-from ..core.attention import _attention_forward
+from .._pair_checks import check_multi_head_inputs
 from ..core.heads import _merge, _split
-from ..core.linear import _linear_finite, glorot_uniform
+from ..core.linear import glorot_uniform
 from ..core.masks import causal_mask
-from ..core.multi_head import (
-    _group_heads,
-    _ungroup_heads,
-    check_multi_head_inputs,
+from ..core.multi_head import _group_heads, _ungroup_heads
+from ..fast.dispatch import (
+    _attention_forward,
+    _linear_finite,
     multi_head_attention_backward,
     multi_head_attention_forward,
 )

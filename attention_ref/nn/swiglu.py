@@ -17,7 +17,9 @@ from typing import NamedTuple
 import numpy as np
 
 from .._checks import as_upstream
-from ..core.linear import LinearCache, _check_linear, _linear_backward, _linear_finite
+from .._pair_checks import check_linear_inputs
+from ..core.linear import LinearCache
+from ..fast.dispatch import _linear_backward, _linear_finite
 
 __all__ = ["SwiGLUCache", "swiglu_forward", "swiglu_backward", "silu"]
 
@@ -57,8 +59,8 @@ def swiglu_forward(x, W_gate, W_up, W_down):
     y : array (..., d_out)
     cache : SwiGLUCache for :func:`swiglu_backward`
     """
-    x, W_gate, _ = _check_linear(x, W_gate, None, ("x", "W_gate", "b"))
-    x, W_up, _ = _check_linear(x, W_up, None, ("x", "W_up", "b"))
+    x, W_gate, _ = check_linear_inputs(x, W_gate, None, ("x", "W_gate", "b"))
+    x, W_up, _ = check_linear_inputs(x, W_up, None, ("x", "W_up", "b"))
     if W_gate.shape != W_up.shape:
         raise ValueError(f"W_gate and W_up must have the same shape (d, f), got {W_gate.shape} and {W_up.shape}")
     # 1. the two projections
@@ -67,7 +69,7 @@ def swiglu_forward(x, W_gate, W_up, W_down):
     # 2. gate
     sig = _sigmoid(a)  # (..., F)
     m = a * sig * u  # (..., F)
-    m, W_down, _ = _check_linear(m, W_down, None, ("silu(x W_gate) * (x W_up)", "W_down", "b"))
+    m, W_down, _ = check_linear_inputs(m, W_down, None, ("silu(x W_gate) * (x W_up)", "W_down", "b"))
     # 3. down projection
     y = _linear_finite(m, W_down, None, ("silu(x W_gate) * (x W_up)", "W_down", "b"))  # (..., Dout)
     return y, SwiGLUCache(LinearCache(x, W_gate, False), LinearCache(x, W_up, False), LinearCache(m, W_down, False),

@@ -44,7 +44,7 @@ from .._checks import (
     unbroadcast,
     warn_if_keep_mask,
 )
-from ..core.attention import check_attention_inputs
+from .._pair_checks import check_attention_inputs
 from .local import check_window
 
 __all__ = ["FlashAttentionCache", "flash_attention_forward", "flash_attention_backward", "visited_tiles"]

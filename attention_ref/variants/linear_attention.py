@@ -43,7 +43,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .._checks import as_upstream, overflow_error, unbroadcast
-from ..core.attention import check_attention_inputs
+from .._pair_checks import check_attention_inputs
 
 __all__ = ["DEN_EPS", "FEATURE_MAPS", "LinearAttentionCache", "linear_attention_forward", "linear_attention_backward"]
 

@@ -3,9 +3,6 @@ import math
 
 import numpy as np
 import pytest
-from attention_ref import _row_blocks
-from attention_ref.core.attention import _softmax_rows_backward
-from attention_ref.core.softmax import _softmax
 
 from attention_ref import (
     causal_mask,
@@ -296,78 +293,6 @@ def test_a_float_mask_that_overflows_the_scores_is_named():
     message = r"^overflow in the scores q k\^T / sqrt\(d_k\) \+ mask \(largest mask value 1e\+308\): "
     with np.errstate(all="raise"), pytest.raises(FloatingPointError, match=message):
         sdpa_forward(np.full((1, 1), 1e154), np.full((2, 1), 1e154), np.ones((2, 2)), mask)
-
-
-@pytest.mark.parametrize("mask", [None, "bool", "float"])
-def test_softmax_runs_in_place_over_the_scores(monkeypatch, mask):
-    """No second (..., Nq, Nk) array: the softmax overwrites the scores it is given."""
-    from attention_ref.core import attention as module
-    calls = []
-
-    def recording(x, axis=-1, out=None):
-        calls.append(out is x)
-        return _softmax(x, axis, out)
-
-    monkeypatch.setattr(module, "_softmax", recording)
-    q, k, v = _inputs(((2, 3, 4), (2, 5, 4), (2, 5, 2)), seed=22)
-    m = {None: None, "bool": np.ones((3, 5), bool), "float": np.zeros((3, 5))}[mask]
-    out, _ = sdpa_forward(q, k, v, m)
-    assert calls == [True]
-    assert_close(out, loop_attention(q, k, v)[0])
-
-# the fast path of dS = P * (dP - D) over row blocks, and its plain fallback
-
-
-def test_softmax_backward_broadcast_falls_back_to_plain_form():
-    rng = np.random.default_rng(2)
-    P = rng.random((1, 30, 40))
-    dP = rng.standard_normal((3, 30, 40))  # a larger batch than P: the plain, broadcasting form
-    D = rng.standard_normal((3, 30, 1))
-    assert_close(_softmax_rows_backward(dP.copy(), P, D), P * (dP - D))
-
-
-def test_blocked_softmax_backward_is_bit_identical():
-    rng = np.random.default_rng(1)
-    P = rng.random((4, 2, 250, 600))
-    dP = rng.standard_normal(P.shape)
-    D = rng.standard_normal(P.shape[:-1] + (1,))
-    expected = P * (dP - D)
-    got = _softmax_rows_backward(dP.copy(), P, D)
-    np.testing.assert_array_equal(got, expected)
-
-
-@pytest.mark.parametrize("strided", ["dP", "P", "both"])
-def test_softmax_backward_strided_layouts_take_the_plain_form(monkeypatch, strided):
-    """Only C-contiguous dP and P of one shape are reshaped into row blocks (a view of a
-    strided dP would be a copy, and the result would never reach dP)."""
-    from attention_ref.core import attention as module
-    calls = []
-    monkeypatch.setattr(module, "for_each_row_block", lambda *args: calls.append(args))
-    rng = np.random.default_rng(3)
-    P = rng.random((2, 40, 30)).swapaxes(-1, -2) if strided in ("P", "both") else rng.random((2, 30, 40))
-    dP = rng.standard_normal((2, 40, 30)).swapaxes(-1, -2) if strided in ("dP", "both") else \
-        rng.standard_normal((2, 30, 40))
-    D = rng.standard_normal((2, 30, 1))
-    expected = P * (dP - D)
-    got = _softmax_rows_backward(dP, P, D)
-    assert got is dP and calls == []
-    np.testing.assert_array_equal(got, expected)
-
-
-def test_softmax_backward_contiguous_layouts_take_the_blocked_path(monkeypatch):
-    from attention_ref.core import attention as module
-    calls = []
-
-    def recording(fn, n_rows, n_cols):
-        calls.append((n_rows, n_cols))
-        _row_blocks.for_each_row_block(fn, n_rows, n_cols)
-
-    monkeypatch.setattr(module, "for_each_row_block", recording)
-    rng = np.random.default_rng(4)
-    P, dP, D = rng.random((2, 3, 4)), rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 3, 1))
-    expected = P * (dP - D)
-    np.testing.assert_array_equal(_softmax_rows_backward(dP, P, D), expected)
-    assert calls == [(6, 4)]
 
 
 def test_scale_option():

@@ -98,50 +98,6 @@ def test_glorot_bound_is_sqrt_6_over_fan_in_plus_fan_out():
     assert np.abs(W).max() > 0.98 * a  # 600 uniform draws reach the bound
     assert W.std() == pytest.approx(a / np.sqrt(3), rel=0.1)  # the variance of U(-a, a): a^2 / 3
 
-# the fast path: leading axes folded into the rows of one BLAS product
-
-
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_folded_rows_product_matches_batched_product(dtype):
-    from attention_ref.core.linear import _matmul_rows
-
-    rng = np.random.default_rng(7)
-    W = rng.standard_normal((6, 5)).astype(dtype)
-    x = rng.standard_normal((3, 4, 7, 6)).astype(dtype)
-    for arr in (x, x.swapaxes(0, 1), x[:, :, ::2], x[0, 0], np.empty((0, 3, 6), dtype)):
-        got = _matmul_rows(arr, W)
-        assert got.dtype == dtype and got.shape == arr.shape[:-1] + (5,)
-        ref = np.einsum("...i,ij->...j", arr.astype(np.float64), W.astype(np.float64))
-        tol = 1e-12 if dtype == np.float64 else 1e-5
-        assert_close(got, ref, rtol=tol, atol=tol, what="x @ W")
-
-
-class _RecordingArray(np.ndarray):
-    """An array that records the shape of the left operand of every ``@``."""
-    shapes: list = []
-
-    def __matmul__(self, other):
-        _RecordingArray.shapes.append(self.shape)
-        return np.asarray(self) @ other
-
-
-@pytest.mark.parametrize("shape, order, product", [
-    ((2, 3, 4), "C", (6, 4)),       # leading axes folded: one (rows, Din) product
-    ((2, 2, 3, 4), "C", (12, 4)),
-    ((3, 4), "C", (3, 4)),          # already one product
-    ((2, 3, 4), "F", (2, 3, 4)),    # a fold would copy: NumPy's batched product instead
-])
-def test_folded_product_is_used_exactly_for_contiguous_batches(shape, order, product):
-    from attention_ref.core.linear import _matmul_rows
-
-    x = np.asarray(np.random.default_rng(8).standard_normal(shape), order=order)
-    W = np.random.default_rng(9).standard_normal((4, 5))
-    _RecordingArray.shapes = []
-    got = _matmul_rows(x.view(_RecordingArray), W)
-    assert _RecordingArray.shapes == [product]
-    assert_close(np.asarray(got), x @ W, what="x @ W")
-
-
 def test_shape_mismatch_message_names_both_widths():
     with pytest.raises(ValueError) as info:
         linear_forward(np.ones((4, 3)), np.ones((2, 5)))

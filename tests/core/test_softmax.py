@@ -1,8 +1,6 @@
 """softmax_forward / softmax_backward."""
 import numpy as np
 import pytest
-from attention_ref import _row_blocks
-from attention_ref.core.softmax import _softmax, _softmax_plain
 
 from attention_ref import gradcheck, softmax_backward, softmax_forward
 from _helpers import assert_close, check_gradients
@@ -95,47 +93,3 @@ def test_extreme_range_row_gives_one_hot_without_warning():
     with np.errstate(over="raise", invalid="raise", divide="raise"):  # underflow in exp is fine
         y, _ = softmax_forward(x)
     np.testing.assert_array_equal(y, [[0.0, 1.0, 0.0]])
-
-# the fast path: the in-place softmax over cache-sized row blocks, on every thread count
-
-
-def test_blocked_softmax_is_bit_identical_to_plain():
-    rng = np.random.default_rng(0)
-    x = 5 * rng.standard_normal((2, 3, 300, 700))  # 1.26M numbers: several row blocks
-    assert x.size > 4 * _row_blocks.BLOCK_ELEMENTS
-    x[0, 1, 7] = -np.inf  # a query with no allowed key: all zeros
-    x[1, 2, 9, ::2] = -np.inf
-    expected = _softmax_plain(x.copy(), -1)
-    got = _softmax(x.copy(), -1, out=None)  # not in place: plain path
-    fast = x.copy()
-    out = _softmax(fast, -1, out=fast)  # in place, contiguous: blocked path
-    assert out is fast
-    np.testing.assert_array_equal(got, expected)
-    np.testing.assert_array_equal(fast, expected)
-    assert_close(fast.sum(axis=-1)[0, 0], np.ones(300), what="rows sum to 1")
-    assert not fast[0, 1, 7].any()
-
-
-@pytest.mark.parametrize("shape, axis, order, blocked", [
-    ((3, 4), -1, "C", True),    # the smallest case the fast path takes
-    ((2, 3, 4), 2, "C", True),  # a positive axis naming the last one
-    ((3, 4), 0, "C", False),    # not the last axis
-    ((3, 4), -2, "C", False),
-    ((5,), -1, "C", False),     # one row: nothing to block
-    ((3, 4), -1, "F", False),   # rows are not contiguous
-])
-def test_in_place_softmax_takes_the_blocked_path_only_where_it_applies(monkeypatch, shape, axis, order, blocked):
-    from attention_ref.core import softmax as module
-    calls = []
-
-    def recording(fn, n_rows, n_cols):
-        calls.append((n_rows, n_cols))
-        _row_blocks.for_each_row_block(fn, n_rows, n_cols)
-
-    monkeypatch.setattr(module, "for_each_row_block", recording)
-    x = np.asarray(np.random.default_rng(6).standard_normal(shape), order=order)
-    expected = loop_softmax(x, axis=axis)
-    out = _softmax(x, axis, out=x)
-    assert out is x  # in place on either path
-    assert_close(out, expected, what="softmax in place")
-    assert calls == ([(int(np.prod(shape[:-1])), shape[-1])] if blocked else [])

@@ -1,7 +1,6 @@
-"""The cache-sized row blocks (``attention_ref/_row_blocks.py``) give the plain path's numbers.
+"""The cache-sized row blocks (``attention_ref/fast/row_blocks.py``) give the reference's numbers.
 
-(The fast paths of each core module are tested beside that module's other tests, in
-``tests/core/``.) The row-blocked softmax and ``dS = P * (dP - D)`` only change WHICH rows a
+The row-blocked softmax and ``dS = P * (dP - D)`` only change WHICH rows a
 NumPy call sees at once, never the arithmetic on a row, so the results must be bit-for-bit
 those of the plain formula, and float32 must stay float32. Small arrays normally go in one
 piece; ``tiny_blocks`` forces blocks of a few rows on test-sized arrays so the gradient
@@ -13,10 +12,12 @@ import numpy as np
 import pytest
 
 import attention_ref as ar
-from attention_ref import _row_blocks
-from attention_ref.core.softmax import _softmax_plain
+from attention_ref import fast
+from attention_ref.core.softmax import _softmax
+from attention_ref.fast import row_blocks as _row_blocks
+from attention_ref.fast.softmax import softmax_in_place
 
-from tests._helpers import assert_close, check_gradients, random_params
+from _helpers import assert_close, check_gradients, random_params
 
 
 @pytest.fixture
@@ -62,8 +63,8 @@ def test_large_attention_matches_loop_reference(dtype):
     k = rng.standard_normal((2, 2, 500, 16)).astype(dtype)
     v = rng.standard_normal((2, 2, 500, 8)).astype(dtype)
     dout = rng.standard_normal((2, 2, 300, 8)).astype(dtype)
-    out, cache = ar.scaled_dot_product_attention_forward(q, k, v)
-    grads = ar.scaled_dot_product_attention_backward(dout, cache)
+    out, cache = fast.scaled_dot_product_attention_forward(q, k, v)
+    grads = fast.scaled_dot_product_attention_backward(dout, cache)
     assert cache.weights.size > _row_blocks.BLOCK_ELEMENTS  # the blocked path
     for a in (out, *grads):
         assert a.dtype == dtype, f"{a.dtype} is not {np.dtype(dtype)}"
@@ -75,11 +76,10 @@ def test_large_attention_matches_loop_reference(dtype):
 
 def test_blocked_softmax_is_bit_identical_at_any_block_size(monkeypatch):
     x = 3 * np.random.default_rng(4).standard_normal((4, 9, 11))
-    expected = _softmax_plain(x.copy(), -1)
+    expected = _softmax(x, -1)
     for block in (1, 7, 11, 50, 10_000):
         monkeypatch.setattr(_row_blocks, "BLOCK_ELEMENTS", block)
-        got = x.copy()
-        ar.core.softmax._softmax(got, -1, out=got)
+        got = softmax_in_place(x.copy())
         np.testing.assert_array_equal(got, expected)
 
 
@@ -94,10 +94,10 @@ def test_gradients_through_the_blocked_path(tiny_blocks):
 
     def forward(query, key, value, W_q, b_q, W_k, b_k, W_v, b_v, W_o, b_o):
         params = dict(W_q=W_q, b_q=b_q, W_k=W_k, b_k=b_k, W_v=W_v, b_v=b_v, W_o=W_o, b_o=b_o)
-        return ar.multi_head_attention_forward(query, key, value, params, 2, mask)
+        return fast.multi_head_attention_forward(query, key, value, params, 2, mask)
 
     def backward(dout, cache):
-        dquery, dkey, dvalue, g = ar.multi_head_attention_backward(dout, cache)
+        dquery, dkey, dvalue, g = fast.multi_head_attention_backward(dout, cache)
         return (dquery, dkey, dvalue, *g.values())
 
     check_gradients(forward, backward, query, key, value, *p.values())
@@ -107,8 +107,8 @@ def test_blocked_path_equals_plain_path_on_small_inputs(tiny_blocks):
     rng = np.random.default_rng(6)
     q, k, v = (rng.standard_normal((3, 9, 4)) for _ in range(3))
     dout = rng.standard_normal((3, 9, 4))
-    out, cache = ar.scaled_dot_product_attention_forward(q, k, v)
-    grads = ar.scaled_dot_product_attention_backward(dout, cache)
+    out, cache = fast.scaled_dot_product_attention_forward(q, k, v)
+    grads = fast.scaled_dot_product_attention_backward(dout, cache)
     reference = _loop_attention_fwd_bwd(q, k, v, dout)
     for name, ours, ref in zip(("out", "dq", "dk", "dv"), (out, *grads), reference):
         assert_close(ours, ref, what=name)
@@ -123,7 +123,7 @@ def test_errors_in_a_block_propagate(tiny_blocks):
 
 
 def test_the_removed_thread_settings_warn_and_change_nothing():
-    with pytest.warns(DeprecationWarning, match="thread pool of attention_ref was removed"):
+    with pytest.warns(DeprecationWarning, match="runs no threads of its own"):
         assert ar.get_num_threads() == 1
     with pytest.warns(DeprecationWarning, match="set_num_threads\\(\\) has no effect"):
         ar.set_num_threads(4)

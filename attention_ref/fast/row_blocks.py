@@ -7,23 +7,13 @@ whole score array through memory. Every one of those operations works row by row
 one query's scores over all keys), so the rows can be processed in blocks of about
 ``BLOCK_ELEMENTS`` numbers that stay in the CPU cache while all the passes run over them.
 Each row is computed by exactly the same NumPy calls whichever block it lands in, so the
-results are bit-for-bit those of the unblocked code (``tests/test_row_blocks.py`` and the
-fast-path tests in ``tests/core/`` check this).
+results are bit-for-bit those of the unblocked code (``tests/fast/`` checks this).
 
-A thread pool used to hand the blocks to every core. Measured end to end it did not pay
-(its threads compete with BLAS's for the same cores): the rule of the performance issue
-was that it stays only if faster at every benchmarked size and by 10% at N = 2048 in both
-dtypes, and it was slower in 4 of 6 cases (docs/performance.md). It is gone;
-``set_num_threads`` and ``get_num_threads`` remain, deprecated, and change nothing.
+Part of the fast path (:mod:`attention_ref.fast`); the reference in ``core/`` has no blocks.
 """
 from __future__ import annotations
 
-import operator
-import warnings
-
-import numpy as np
-
-__all__ = ["for_each_row_block", "rows_per_block", "get_num_threads", "set_num_threads", "BLOCK_ELEMENTS"]
+__all__ = ["for_each_row_block", "rows_per_block", "BLOCK_ELEMENTS"]
 
 #: Numbers per row block: 2**18 = 1 MiB in float32, 2 MiB in float64, inside the L2/L3
 #: cache through all five softmax passes, while the ~25 us of Python per block (measured)
@@ -52,26 +42,3 @@ def rows_per_block(n_rows: int, n_cols: int, block: int | None = None) -> int:
     if n_rows * n_cols <= block:
         return max(1, n_rows)
     return max(1, block // n_cols)
-
-
-_REMOVED = ("the thread pool of attention_ref was removed: it did not pay end to end"
-            " (docs/performance.md); the elementwise work runs in the calling thread, and")
-
-
-def get_num_threads() -> int:
-    """Deprecated: always 1 (the elementwise work runs in the calling thread)."""
-    warnings.warn(f"{_REMOVED} get_num_threads() is always 1", DeprecationWarning, stacklevel=2)
-    return 1
-
-
-def set_num_threads(n: int) -> None:
-    """Deprecated: checks ``n`` (a positive integer) and changes nothing."""
-    if isinstance(n, (bool, np.bool_)):
-        raise TypeError(f"n must be a positive integer, got {type(n).__name__} {n!r}")
-    try:
-        n = operator.index(n)
-    except TypeError:
-        raise TypeError(f"n must be a positive integer, got {type(n).__name__} {n!r}") from None
-    if n < 1:
-        raise ValueError(f"n must be a positive integer, got {n!r}")
-    warnings.warn(f"{_REMOVED} set_num_threads() has no effect", DeprecationWarning, stacklevel=2)

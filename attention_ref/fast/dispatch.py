@@ -1,0 +1,185 @@
+"""The public pairs: validate once, then run the fast path where it pays and the reference
+(``core/``) otherwise.
+
+``attention_ref.scaled_dot_product_attention_forward``, ``multi_head_attention_forward``,
+``linear_forward`` and their backwards are these functions. The rule: a call runs on the
+fast path when the largest array it makes has at least ``FAST_MIN_ELEMENTS`` numbers (the
+attention probabilities ``(..., H, Nq, Nk)``; a linear map's output ``(..., Dout)``), and
+on the reference below that, where the two cost about the same (``docs/performance.md``).
+``attention_ref.core.<function>`` is always the reference, ``attention_ref.fast.<function>``
+always the fast path; both take the same arguments and make the same caches, so either
+backward takes either forward's cache.
+
+One switch runs everything on the reference, for stepping through the formulas in a
+debugger, for teaching, or for bisecting a numerical question: :class:`reference_only`
+(``attention_ref.reference_only()``), or the environment variable
+``ATTENTION_REF_REFERENCE_ONLY=1`` when the package is imported.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+
+from .._checks import as_upstream
+from .._pair_checks import check_attention_inputs, check_linear_inputs, check_multi_head_inputs, check_scale
+from ..core import attention as core_attention
+from ..core import linear as core_linear
+from ..core import multi_head as core_multi_head
+from ..core.attention import AttentionCache
+from ..core.linear import LinearCache
+from ..core.multi_head import MultiHeadCache
+from . import attention as fast_attention
+from . import linear as fast_linear
+from . import multi_head as fast_multi_head
+from .row_blocks import BLOCK_ELEMENTS
+
+__all__ = [
+    "FAST_MIN_ELEMENTS", "reference_only", "uses_fast_path",
+    "linear_forward", "linear_backward",
+    "scaled_dot_product_attention_forward", "scaled_dot_product_attention_backward",
+    "multi_head_attention_forward", "multi_head_attention_backward",
+]
+
+#: Fewest numbers in a call's largest array for the fast path: the row blocks' size (2**18),
+#: below which the fast path has nothing to cut into blocks and the two cost about the same.
+FAST_MIN_ELEMENTS = BLOCK_ELEMENTS
+
+_switch = {"reference_only": os.environ.get("ATTENTION_REF_REFERENCE_ONLY", "0") not in ("", "0")}
+
+
+class reference_only:
+    """Run every public pair on the reference (``core/``), whatever the size.
+
+    ``attention_ref.reference_only()`` switches it on for the rest of the process,
+    ``reference_only(False)`` back to the size rule, and ``with reference_only(): ...`` only
+    inside the block (the previous setting comes back when it ends, an exception included).
+    The setting is process-wide, like ``np.seterr``'s."""
+
+    def __init__(self, on: bool = True):
+        self._before = _switch["reference_only"]
+        _switch["reference_only"] = bool(on)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        _switch["reference_only"] = self._before
+        return False
+
+
+def uses_fast_path(n_elements: int) -> bool:
+    """Whether a call whose largest array has ``n_elements`` numbers runs on the fast path."""
+    return not _switch["reference_only"] and n_elements >= FAST_MIN_ELEMENTS
+
+
+def _probabilities(q_shape, k_shape, mask) -> int:
+    """Numbers in the attention probabilities (..., Nq, Nk) of q, k and the mask."""
+    return math.prod(np.broadcast_shapes(q_shape[:-2] + (q_shape[-2], k_shape[-2]), k_shape[:-2] + (1, 1),
+                                         (1, 1) if mask is None else mask.shape))
+
+
+# ------------------------------------------------------------------------------ linear
+def _linear_finite(x, W, b, names=("x", "W", "b")):
+    """``y = x W + b`` on checked inputs, on the path the size rule picks."""
+    path = fast_linear if uses_fast_path(math.prod(x.shape[:-1]) * W.shape[1]) else core_linear
+    return path._linear_finite(x, W, b, names)
+
+
+def _linear_backward(dy, cache: LinearCache):
+    """The linear backward on a checked upstream gradient, on the path the size rule picks."""
+    path = fast_linear if uses_fast_path(dy.size) else core_linear
+    return path._linear_backward(dy, cache)
+
+
+def linear_forward(x, W, b=None):
+    """Affine map ``y = x W + b``: :func:`attention_ref.core.linear_forward`, with the fast
+    path's one tall product for large inputs (:mod:`attention_ref.fast.dispatch`)."""
+    x, W, b = check_linear_inputs(x, W, b)
+    return _linear_finite(x, W, b), LinearCache(x, W, b is not None)
+
+
+def linear_backward(dy, cache: LinearCache):
+    """Gradients of ``y = x W + b``: :func:`attention_ref.core.linear_backward` (fast for large inputs)."""
+    x, W, _ = cache
+    return _linear_backward(as_upstream(dy, x.shape[:-1] + (W.shape[1],), x.dtype, "dy"), cache)
+
+
+# --------------------------------------------------------------------------- attention
+def _attention_forward(q, k, v, mask, names=("q", "k"), scale=None):
+    """Attention's forward on checked inputs, on the path the size rule picks."""
+    path = fast_attention if uses_fast_path(_probabilities(q.shape, k.shape, mask)) else core_attention
+    return path._attention_forward(q, k, v, mask, names, scale)
+
+
+def _attention_backward(dout, cache: AttentionCache):
+    """Attention's backward on a checked upstream gradient, on the path the size rule picks."""
+    path = fast_attention if uses_fast_path(cache.weights.size) else core_attention
+    return path._attention_backward(dout, cache)
+
+
+def scaled_dot_product_attention_forward(q, k, v, mask=None, *, scale=None):
+    """Scaled dot-product attention ``softmax(q k^T / sqrt(d_k) + mask) v``: the reference
+    :func:`attention_ref.core.scaled_dot_product_attention_forward` (parameters, returns and
+    errors there), on the fast path for large inputs (:mod:`attention_ref.fast.dispatch`)."""
+    scale, (q, k, v, mask, _) = check_scale(scale), check_attention_inputs(q, k, v, mask)
+    out, cache = _attention_forward(q, k, v, mask, scale=scale)
+    return out.copy(), cache  # the caller's own copy: editing it cannot change the backward
+
+
+def scaled_dot_product_attention_backward(dout, cache: AttentionCache):
+    """Gradients ``(dq, dk, dv)`` of scaled dot-product attention: the reference
+    :func:`attention_ref.core.scaled_dot_product_attention_backward`, fast for large inputs."""
+    return _attention_backward(as_upstream(dout, cache.out.shape, cache.out.dtype), cache)
+
+
+# -------------------------------------------------------------------------- multi-head
+def _multi_head_attention_forward(query, key, value, p, mask, head_mask, h, hkv, param_keys, *,
+                                  scale=None, rotary=None):
+    """Multi-head attention's forward on checked inputs, on the path the size rule picks."""
+    n = h * _probabilities(query.shape, key.shape, mask)  # (..., H, Nq, Nk)
+    path = fast_multi_head if uses_fast_path(n) else core_multi_head
+    return path._multi_head_attention_forward(query, key, value, p, mask, head_mask, h, hkv, param_keys,
+                                              scale=scale, rotary=rotary)
+
+
+def _multi_head_attention_backward(dout, cache: MultiHeadCache):
+    """Multi-head attention's backward on a checked upstream gradient, on the path the size rule picks."""
+    path = fast_multi_head if uses_fast_path(cache.attention.weights.size) else core_multi_head
+    return path._multi_head_attention_backward(dout, cache)
+
+
+def multi_head_attention_forward(query, key, value, params, num_heads, mask=None, *,
+                                 num_kv_heads=None, head_mask=None, scale=None):
+    """Multi-head attention ``Concat(head_1, ..., head_h) W^O``: the reference
+    :func:`attention_ref.core.multi_head_attention_forward` (parameters, returns and errors
+    there), on the fast path for large inputs (:mod:`attention_ref.fast.dispatch`)."""
+    scale, checked = check_scale(scale), check_multi_head_inputs(query, key, value, params, num_heads, mask,
+                                                                 num_kv_heads, head_mask)
+    return _multi_head_attention_forward(*checked, tuple(params), scale=scale)
+
+
+def multi_head_attention_backward(dout, cache: MultiHeadCache):
+    """Gradients ``(dquery, dkey, dvalue, grads)`` of multi-head attention: the reference
+    :func:`attention_ref.core.multi_head_attention_backward`, fast for large inputs."""
+    out_shape = cache.heads.shape[:-3] + (cache.heads.shape[-2], cache.o_proj.W.shape[1])  # (..., Nq, Dout)
+    return _multi_head_attention_backward(as_upstream(dout, out_shape, cache.o_proj.x.dtype), cache)
+
+
+def _documented_as_the_reference():
+    """Each public function here shows the reference's docstring (parameters, returns,
+    errors) under its own first line, so ``help()`` is as complete as on the core."""
+    for public, reference in [(linear_forward, core_linear.linear_forward),
+                              (linear_backward, core_linear.linear_backward),
+                              (scaled_dot_product_attention_forward, core_attention.scaled_dot_product_attention_forward),
+                              (scaled_dot_product_attention_backward, core_attention.scaled_dot_product_attention_backward),
+                              (multi_head_attention_forward, core_multi_head.multi_head_attention_forward),
+                              (multi_head_attention_backward, core_multi_head.multi_head_attention_backward)]:
+        first, _, rest = reference.__doc__.partition("\n")
+        public.__doc__ = (f"{first}\n\n    Runs the fast path (attention_ref.fast) from FAST_MIN_ELEMENTS numbers in its"
+                          f" largest array, the reference (attention_ref.core) below, or always with"
+                          f" reference_only().\n{rest}")
+
+
+_documented_as_the_reference()
