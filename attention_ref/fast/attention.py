@@ -68,7 +68,7 @@ def _attention_backward(dout, cache: AttentionCache):
     dv = weights.swapaxes(-1, -2) @ dout  # 4. dv = P^T dout, (..., Nk, Dv)
     D = (dout * out).sum(axis=-1, keepdims=True)  # 3. D_i = dout_i . out_i, (..., Nq, 1)
     dq = np.empty(batch + (n_q, q.shape[-1]), weights.dtype)  # (..., Nq, Dk), filled by the blocks
-    dk = np.zeros(batch + (n_k, k.shape[-1]), weights.dtype)  # (..., Nk, Dk), summed over the blocks
+    dk = np.empty(batch + (n_k, k.shape[-1]), weights.dtype)  # (..., Nk, Dk), summed over the blocks
     n_cols = math.prod(batch) * n_k  # numbers in one query row of all batch items and heads
     buffer = np.empty(batch + (min(n_q, rows_per_block(n_q, n_cols, QUERY_BLOCK_ELEMENTS)), n_k),
                       weights.dtype)  # (..., rows, Nk), reused by every block
@@ -78,7 +78,10 @@ def _attention_backward(dout, cache: AttentionCache):
         dP = np.matmul(dout[..., r, :], v.swapaxes(-1, -2), out=buffer[..., :stop - start, :])  # 4. dout v^T
         dS = softmax_backward_in_place(dP, weights[..., r, :], D[..., r, :])  # 3. P * (dP - D)
         np.matmul(dS, k, out=dq[..., r, :])  # 1. dq = dS k (the scale follows, once)
-        dk[...] += dS.swapaxes(-1, -2) @ q[..., r, :]  # 1. dk = dS^T q, summed over the blocks
+        if start == 0:  # 1. dk = dS^T q, summed over the blocks: the first writes dk (no zeroed array)
+            np.matmul(dS.swapaxes(-1, -2), q[..., r, :], out=dk)
+        else:
+            dk[...] += dS.swapaxes(-1, -2) @ q[..., r, :]
 
     for_each_row_block(query_rows, n_q, n_cols, QUERY_BLOCK_ELEMENTS)
     dq *= scale  # dq = dS k / sqrt(d_k)
