@@ -19,6 +19,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ._checks import (
+    as_gradient,
     as_mask,
     as_real_array,
     broadcast_batch,
@@ -84,6 +85,38 @@ def check_softmax_inputs(x, axis):
     if not -x.ndim <= axis < x.ndim:
         raise ValueError(f"axis {axis} is out of range for an input with {x.ndim} axes")
     return x, int(axis) % x.ndim
+
+
+# ------------------------------------------------------------------------------- heads
+def _numeric(x, name: str) -> np.ndarray:
+    """``x`` as an array of numbers, or ``TypeError``."""
+    x = np.asarray(x)
+    if x.dtype.kind not in ("f", "i", "u"):  # float, signed or unsigned integer
+        raise TypeError(f"{name} must hold real numbers, got dtype {x.dtype}")
+    return x
+
+
+def check_split_heads_inputs(x, num_heads, name: str = "x", *, gradient: bool = False):
+    """``x`` (..., n, num_heads * d_head) and ``num_heads``, checked; a gradient is also
+    checked like every upstream gradient (real, finite)."""
+    num_heads = check_positive_int(num_heads, "num_heads")
+    x = as_gradient(x, name) if gradient else _numeric(x, name)
+    if gradient and (x.ndim < 2 or x.shape[-1] % num_heads):
+        raise ValueError(f"{name} must have shape (..., n, num_heads * d_head) with num_heads={num_heads},"
+                         f" got shape {x.shape}")
+    if x.ndim < 2:
+        raise ValueError(f"{name} must have shape (..., n, num_heads * d_head), got shape {x.shape}")
+    if x.shape[-1] % num_heads:
+        raise ValueError(f"the last dimension of {name} (shape {x.shape}) is not divisible by num_heads={num_heads}")
+    return x, num_heads
+
+
+def check_merge_heads_input(x, name: str = "x", *, gradient: bool = False) -> np.ndarray:
+    """``x`` (..., num_heads, n, d_head), checked; a gradient also as every upstream gradient."""
+    x = as_gradient(x, name) if gradient else _numeric(x, name)
+    if x.ndim < 3:
+        raise ValueError(f"{name} must have shape (..., num_heads, n, d_head), got shape {x.shape}")
+    return x
 
 
 # --------------------------------------------------------------------------- attention

@@ -13,17 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._checks import as_gradient, check_positive_int
+from .._pair_checks import check_merge_heads_input, check_split_heads_inputs
 
 __all__ = ["split_heads", "merge_heads", "split_heads_backward", "merge_heads_backward"]
-
-
-def _numeric(x) -> np.ndarray:
-    """``x`` as an array of numbers, or ``TypeError``."""
-    x = np.asarray(x)
-    if x.dtype.kind not in ("f", "i", "u"):  # float, signed or unsigned integer
-        raise TypeError(f"x must hold real numbers, got dtype {x.dtype}")
-    return x
 
 
 def split_heads(x, num_heads: int) -> np.ndarray:
@@ -39,14 +31,7 @@ def split_heads(x, num_heads: int) -> np.ndarray:
     heads : array (..., num_heads, n, d_head), a view of ``x`` where possible;
         ``heads[..., i, :, :] == x[..., i*d_head:(i+1)*d_head]``
     """
-    num_heads = check_positive_int(num_heads, "num_heads")
-    x = _numeric(x)
-    if x.ndim < 2:
-        raise ValueError(f"x must have shape (..., n, num_heads * d_head), got shape {x.shape}")
-    if x.shape[-1] % num_heads:
-        raise ValueError(
-            f"the last dimension of x (shape {x.shape}) is not divisible by num_heads={num_heads}"
-        )
+    x, num_heads = check_split_heads_inputs(x, num_heads)
     return _split(x, num_heads)
 
 
@@ -69,10 +54,7 @@ def merge_heads(x) -> np.ndarray:
     merged : array (..., n, num_heads * d_head); the inverse and transpose of
         :func:`split_heads`
     """
-    x = _numeric(x)
-    if x.ndim < 3:
-        raise ValueError(f"x must have shape (..., num_heads, n, d_head), got shape {x.shape}")
-    return _merge(x)
+    return _merge(check_merge_heads_input(x))
 
 
 def _merge(x):
@@ -88,10 +70,7 @@ def split_heads_backward(dheads) -> np.ndarray:
 
     ``dheads`` is checked like every upstream gradient (real, finite); with no cache, its
     shape is checked against the layout only."""
-    dheads = as_gradient(dheads, "dheads")
-    if dheads.ndim < 3:
-        raise ValueError(f"dheads must have shape (..., num_heads, n, d_head), got shape {dheads.shape}")
-    return _merge(dheads)
+    return _merge(check_merge_heads_input(dheads, "dheads", gradient=True))
 
 
 def merge_heads_backward(dmerged, num_heads: int) -> np.ndarray:
@@ -100,9 +79,5 @@ def merge_heads_backward(dmerged, num_heads: int) -> np.ndarray:
 
     ``dmerged`` is checked like every upstream gradient (real, finite); with no cache, its
     shape is checked against the layout and ``num_heads`` only."""
-    num_heads = check_positive_int(num_heads, "num_heads")
-    dmerged = as_gradient(dmerged, "dmerged")
-    if dmerged.ndim < 2 or dmerged.shape[-1] % num_heads:
-        raise ValueError(f"dmerged must have shape (..., n, num_heads * d_head) with num_heads={num_heads},"
-                         f" got shape {dmerged.shape}")
+    dmerged, num_heads = check_split_heads_inputs(dmerged, num_heads, "dmerged", gradient=True)
     return _split(dmerged, num_heads)
