@@ -118,6 +118,12 @@ def require_ndim(x: np.ndarray, name: str, min_ndim: int, layout: str) -> None:
         raise ValueError(f"{name} must have shape {layout} (at least {min_ndim} {axes}), got shape {x.shape}")
 
 
+def signals_land_here() -> None:
+    """The last line of an ``np.errstate`` block with no check to end it: a Ctrl-C that came
+    during the block's NumPy operations is raised here, inside the block, so the block's exit
+    still restores NumPy's error settings (see ``attention_ref._pair_checks``)."""
+
+
 def broadcast_batch(names_shapes, what: str = "batch dimensions") -> tuple:
     """Broadcast the leading (batch) shapes of several arrays, or raise naming them all."""
     shapes = [s for _, s in names_shapes]
@@ -237,6 +243,7 @@ def cast_mask(mask: np.ndarray | None, dtype, name: str = "mask") -> np.ndarray 
         return mask
     with np.errstate(over="ignore"):
         out = mask.astype(dtype, copy=False)
+        signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
     if np.isposinf(out).any():
         raise ValueError(f"{name} holds values too large for {np.dtype(dtype)} (largest {mask.max():g})")
     return out

@@ -10,7 +10,12 @@ upstream gradients) are in :mod:`attention_ref._checks`.
 Results too large for the dtype are named *after* the formulas, by
 :func:`check_scores_finite` and :func:`check_result_finite`: the reference computes under
 ``np.errstate`` that keeps NumPy quiet, then one of these raises ``FloatingPointError``
-naming the inputs.
+naming the inputs. They are called as the last line *inside* the ``np.errstate`` block, and
+every such block of the package ends with a Python call (``_checks.signals_land_here`` where
+there is no check): NumPy's operators look for a Ctrl-C only at the next Python call, and if
+that were ``np.errstate``'s own exit, the KeyboardInterrupt would be raised before the exit
+restores NumPy's error settings, leaving overflow warnings off for the rest of the process
+(``tests/test_faults.py``).
 """
 from __future__ import annotations
 

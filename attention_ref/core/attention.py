@@ -59,12 +59,12 @@ def _attention_forward(q, k, v, mask, names=("q", "k"), scale=None):
     """Steps 1-4 on checked inputs of one dtype; ``names`` label q and k in an overflow error.
     Step 1 scales q before the product: ``q k^T`` alone can exceed the dtype where S does not."""
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale  # a Python float: float32 stays float32
-    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is named after the formulas
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is named by the check below
         scores = (q * scale) @ k.swapaxes(-1, -2)  # 1. S = q k^T / sqrt(d_k), (..., Nq, Nk)
         masked = apply_mask(scores, mask)  # 2. S + mask, (..., Nq, Nk)
         weights = _softmax(masked, axis=-1)  # 3. P = softmax(S), (..., Nq, Nk)
         out = weights @ v  # 4. out = P v, (..., Nq, Dv)
-    check_scores_finite(scores, masked, mask, q, k, names)
+        check_scores_finite(scores, masked, mask, q, k, names)  # inside: see _pair_checks.py
     return out, AttentionCache(q, k, v, weights, out, scale)
 
 

@@ -28,11 +28,11 @@ class LinearCache(NamedTuple):
 
 def _linear_finite(x, W, b, names=("x", "W", "b")):
     """``y = x W + b`` on checked inputs; an overflow raises ``FloatingPointError`` naming them."""
-    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is named below, not warned
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is named by the check below
         y = x @ W  # (..., Dout)
         if b is not None:
             y = y + b  # (..., Dout)
-    check_result_finite(y, x, W, b, names)
+        check_result_finite(y, x, W, b, names)  # inside: see _pair_checks.py
     return y
 
 

@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._checks import as_upstream, unbroadcast
+from .._checks import as_upstream, signals_land_here, unbroadcast
 from .._pair_checks import check_multi_head_inputs, check_scores_finite
 from .linear import LinearCache, _linear_backward, _linear_finite
 from .masks import apply_mask
@@ -83,6 +83,7 @@ def multi_head_attention_separate_heads_forward(query, key, value, params, num_h
         with np.errstate(over="ignore", invalid="ignore"):  # an overflow is named just below
             S = np.einsum("...qd,...kd->...qk", Q, K) / math.sqrt(d_k)  # S_i = Q_i K_i^T / sqrt(d_k)
             masked = apply_mask(S, mask)  # (..., Nq, Nk)
+            signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
         check_scores_finite(S, masked, mask, Q, K, _SCORE_NAMES)
         P, softmax_cache = softmax_forward(masked, axis=-1)  # P_i = softmax(S_i), (..., Nq, Nk)
         heads.append(np.einsum("...qk,...kd->...qd", P, V))  # head_i = P_i V_i, (..., Nq, Dv)

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._checks import as_upstream
+from .._checks import as_upstream, signals_land_here
 from .._pair_checks import check_softmax_inputs
 
 __all__ = ["SoftmaxCache", "softmax_forward", "softmax_backward"]
@@ -32,6 +32,7 @@ def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
     m[m == -np.inf] = 0  # a row of only -inf: subtract 0, so exp gives 0, never nan
     with np.errstate(over="ignore"):  # x - m below the dtype's range is -inf: exp gives 0
         e = np.exp(x - m)
+        signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
     s = e.sum(axis=axis, keepdims=True)
     s[s == 0] = 1  # a row of only -inf: 0 / 1 = 0 instead of 0 / 0
     return e / s

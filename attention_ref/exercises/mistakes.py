@@ -17,6 +17,8 @@ from typing import Callable
 
 import numpy as np
 
+from .._checks import signals_land_here
+
 from ..core.heads import _merge
 from ..core.linear import LinearCache
 from ..core.multi_head import _multi_head_attention_backward
@@ -157,6 +159,7 @@ def _flash_parts(dout, cache, *, normalise=True, row_D=True, accumulate=True, sc
             with np.errstate(over="ignore", invalid="ignore"):
                 lse = row_max[..., qs:qe, None] + (log_row_sum[..., qs:qe, None] if normalise else 0)
                 p = np.exp(s - lse)  # (..., Bq, Bk)
+                signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
             p = np.nan_to_num(p)
             dp = dout[..., qs:qe, :] @ v[..., ks:ke, :].swapaxes(-1, -2)  # (..., Bq, Bk)
             D_blk = D[..., qs:qe, None] if row_D else (p * dp).sum(axis=-1, keepdims=True)

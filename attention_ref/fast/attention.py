@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from .._checks import as_upstream, overflow_error, scores_may_overflow, unbroadcast
+from .._checks import as_upstream, overflow_error, scores_may_overflow, signals_land_here, unbroadcast
 from .._pair_checks import check_attention_inputs, check_scale
 from ..core.attention import AttentionCache
 from .row_blocks import for_each_row_block, rows_per_block
@@ -38,6 +38,7 @@ def _attention_forward(q, k, v, mask, names=("q", "k"), scale=None):
     # 1. scores = (q / sqrt(d_k)) k^T, as in the reference
     with np.errstate(over="ignore", invalid="ignore"):  # an overflow is named below
         scores = (q * scale) @ k.swapaxes(-1, -2)  # (..., Nq, Nk)
+        signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
     if scores_may_overflow(q, k, scale) and not np.isfinite(scores).all():  # a pass only near the limit
         raise overflow_error("the attention scores q k^T / sqrt(d_k)", q.dtype, zip(names, (q, k)))
     # 2. masking, written into the fresh scores
@@ -50,6 +51,7 @@ def _attention_forward(q, k, v, mask, names=("q", "k"), scale=None):
         else:
             with np.errstate(over="ignore"):  # a +inf sum shows in the softmax's row maxima
                 scores += mask
+                signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
     # 3. weights = softmax(scores), in place over row blocks
     try:
         weights = softmax_in_place(scores)  # (..., Nq, Nk)

@@ -28,11 +28,11 @@ def _matmul_rows(x, W):
 
 def _linear_finite(x, W, b, names=("x", "W", "b")):
     """``y = x W + b`` on checked inputs; an overflow raises ``FloatingPointError`` naming them."""
-    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is named below
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is named by the check below
         y = _matmul_rows(x, W)  # (..., Dout)
         if b is not None:
             y += b  # y is fresh: adding in place saves one (..., Dout) array
-    check_result_finite(y, x, W, b, names)
+        check_result_finite(y, x, W, b, names)  # inside: see _pair_checks.py
     return y
 
 

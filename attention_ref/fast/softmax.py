@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._checks import signals_land_here
+
 from .row_blocks import for_each_row_block
 
 __all__ = ["ScoresOverflow", "softmax_in_place", "softmax_backward_in_place"]
@@ -29,6 +31,7 @@ def _softmax_rows(x: np.ndarray) -> None:
         raise ScoresOverflow
     with np.errstate(over="ignore"):  # x - m below the dtype's range is -inf: exp gives 0
         np.subtract(x, m, out=x)
+        signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
     np.exp(x, out=x)
     s = x.sum(axis=-1, keepdims=True)
     s[s == 0] = 1  # all -inf row: 0 / 1 = 0 instead of 0 / 0

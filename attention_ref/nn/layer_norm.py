@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._checks import as_real_array, as_upstream, cast, check_positive_real, common_dtype, require_ndim
+from .._checks import as_real_array, as_upstream, cast, check_positive_real, common_dtype, require_ndim, signals_land_here
 
 __all__ = ["LayerNormCache", "layer_norm_forward", "layer_norm_backward"]
 
@@ -83,6 +83,7 @@ def layer_norm_forward(x, gamma, beta, eps=1e-5):
         rstd = 1.0 / np.sqrt(var + eps)  # (..., 1); eps is a Python float, float32 stays float32
         # 2. normalise
         x_hat = xc * rstd  # (..., D)
+        signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
     too_large = ~np.isfinite(var)  # (..., 1): sum or (x - mu)^2 overflowed, x_hat did not have to
     if too_large.any():
         x_hat, rstd = _normalise_scaled(x, eps, too_large, x_hat, rstd)
@@ -103,6 +104,7 @@ def _normalise_scaled(x, eps, rows, x_hat, rstd):
         flat = spread == 0  # a constant row: x_hat = 0 and rstd = 1 / sqrt(eps), as unscaled
         x_hat_s = np.where(flat, 0, xcs / np.sqrt(spread))  # (..., D)
         rstd_s = np.where(flat, 1.0 / math.sqrt(eps), 1.0 / (s * np.sqrt(spread)))  # (..., 1)
+        signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
     # Python floats (0, 1 / math.sqrt(eps)) take the arrays' dtype: float32 stays float32
     return np.where(rows, x_hat_s, x_hat), np.where(rows, rstd_s, rstd)
 

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._checks import as_upstream
+from .._checks import as_upstream, signals_land_here
 from .layer_norm import check_norm_inputs
 
 __all__ = ["RMSNormCache", "rms_norm_forward", "rms_norm_backward"]
@@ -51,12 +51,14 @@ def rms_norm_forward(x, weight, eps=1e-6):
     # 1. mean square; a row whose squares overflow is computed from x / max|x| instead
     with np.errstate(over="ignore"):
         ms = (x * x).mean(axis=-1, keepdims=True)  # (..., 1)
+        signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
     rows = ~np.isfinite(ms)  # (..., 1)
     if rows.any():
         s = np.where(rows, np.abs(x).max(axis=-1, keepdims=True), 1.0)  # (..., 1): 1 on ordinary rows
         xs = x / s  # (..., D), entries in [-1, 1] on the rescaled rows
         with np.errstate(over="ignore", under="ignore"):  # eps / s^2 is 0 on those rows, as it should be
             rstd = 1.0 / (s * np.sqrt((xs * xs).mean(axis=-1, keepdims=True) + eps / (s * s)))  # (..., 1)
+            signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
     else:
         rstd = 1.0 / np.sqrt(ms + eps)  # (..., 1); eps is a Python float, float32 stays float32
     # 2. normalise, 3. scale

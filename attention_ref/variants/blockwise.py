@@ -41,6 +41,7 @@ from .._checks import (
     check_positive_int,
     overflow_error,
     scores_may_overflow,
+    signals_land_here,
     unbroadcast,
     warn_if_keep_mask,
 )
@@ -169,6 +170,7 @@ def _scores(q_blk, k, mask, qs, qe, ks, ke, n_q, n_k, causal, window, q=None):
     """
     with np.errstate(over="ignore", invalid="ignore"):  # reported below, by name
         s = q_blk @ k[..., ks:ke, :].swapaxes(-1, -2)  # (..., Bq, Bk)
+        signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
     if q is not None and not np.isfinite(s).all():
         raise overflow_error("the attention scores q k^T / sqrt(d_k)", s.dtype, [("q", q), ("k", k)])
     keep = _structural_keep(qs, qe, ks, ke, n_q, n_k, causal, window)
@@ -181,6 +183,7 @@ def _scores(q_blk, k, mask, qs, qe, ks, ke, n_q, n_k, causal, window, q=None):
         else:
             with np.errstate(over="ignore"):  # -1e300 cast to float32 is -inf (blocked, as meant); huge biases may sum to +-inf
                 s = s + _float_mask_tile(tile, s.dtype)
+                signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
     return s
 
 
@@ -259,6 +262,7 @@ def flash_attention_forward(q, k, v, mask=None, causal=False, block_size=128, *,
                 alpha = np.exp(m - m_ref)  # (..., Bq), 0 while nothing was summed
                 # 3. probabilities of this tile relative to m_new; rescale and accumulate
                 p = np.exp(s - m_ref[..., None])  # (..., Bq, Bk)
+                signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
             l = alpha * l + p.sum(axis=-1)
             acc = alpha[..., None] * acc + p @ v[..., ks:ke, :]  # (..., Bq, Dv)
             m = m_new
@@ -312,6 +316,7 @@ def flash_attention_backward(dout, cache: FlashAttentionCache):
             s = _scores(q_blk, k, mask, qs, qe, ks, ke, n_q, n_k, causal, window)  # (..., Bq, Bk)
             with np.errstate(over="ignore"):  # s - m may overflow to -inf: weight 0, as in the forward
                 p = np.exp((s - m_blk) - log_l_blk)  # (..., Bq, Bk); 0 for blocked keys and empty rows
+                signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
             # 3. acc += P v
             dv[..., ks:ke, :] += p.swapaxes(-1, -2) @ dout_blk  # (..., Bk, Dv)
             dp = dout_blk @ v[..., ks:ke, :].swapaxes(-1, -2)  # (..., Bq, Bk)

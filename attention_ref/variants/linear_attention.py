@@ -42,7 +42,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._checks import as_upstream, overflow_error, unbroadcast
+from .._checks import as_upstream, overflow_error, signals_land_here, unbroadcast
 from .._pair_checks import check_attention_inputs
 
 __all__ = ["DEN_EPS", "FEATURE_MAPS", "LinearAttentionCache", "linear_attention_forward", "linear_attention_backward"]
@@ -126,6 +126,7 @@ def linear_attention_forward(q, k, v, causal=False, feature_map="elu"):
     phi, _ = FEATURE_MAPS[feature_map]
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported below, by name
         fq, fk, S, z, den, out = _linear_attention(q, k, v, phi, causal)
+        signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
     if not (np.isfinite(den).all() and np.isfinite(out).all()):
         raise overflow_error("the linear-attention sums phi(k)^T v, phi(q) S and phi(q) . z",
                              q.dtype, [("q", q), ("k", k), ("v", v)])
