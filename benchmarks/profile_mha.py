@@ -2,12 +2,15 @@
 backward, timed on its own, next to what it would take at this machine's limits.
 
 For one configuration (batch B, length N, width D = 512, h = 8 heads, query = key = value,
-biases on) it runs the steps of ``multi_head_attention_forward`` / ``_backward`` one by one
-(the same operations, in the same order, on the same arrays) and prints for each: its time,
-its matrix-product FLOPs or the bytes it moves, and the time those would take at the
-measured matmul peak (a large square product) or memory bandwidth (a large copy). The
-column "x limit" is how far each step is from its limit; the last lines compare the sum of
-the steps with the library's own forward+backward.
+biases on) it runs the steps of the fast path's ``multi_head_attention_forward`` /
+``_backward`` (``attention_ref.fast``, what the public functions run at these sizes) one by
+one (the same operations, in the same order, on the same arrays; the backward's blocks of
+query rows are timed as whole steps) and prints for each: its time, its matrix-product FLOPs
+or the bytes it moves, and the time those would take at the measured matmul peak (a large
+square product) or memory bandwidth (a large copy). The column "x limit" is how far each
+step is from its limit; the last lines compare the sum of the steps with the library's own
+forward+backward, on the fast path and on the reference (``attention_ref.core``, the
+formulas without the speed tricks).
 
     python benchmarks/profile_mha.py                    # B=1, N=2048, float32 and float64
     python benchmarks/profile_mha.py --B 4 --N 512 --dtype float64
@@ -33,11 +36,10 @@ sys.path.insert(0, str(ROOT))
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_mha, beside this script
 
-import attention_ref as ar  # noqa: E402
-from attention_ref import _batch_blocks  # noqa: E402
-from attention_ref.core.attention import _softmax_rows_backward  # noqa: E402
+from attention_ref import core, fast  # noqa: E402
 from attention_ref.core.heads import _merge, _split  # noqa: E402
-from attention_ref.core.softmax import _softmax  # noqa: E402
+from attention_ref.fast.linear import _matmul_rows  # noqa: E402
+from attention_ref.fast.softmax import softmax_backward_in_place, softmax_in_place  # noqa: E402
 from bench_mha import median_time  # noqa: E402
 
 DOC = ROOT / "docs" / "performance.md"
@@ -80,20 +82,21 @@ def steps(B, N, dtype, repeats):
         return fn()
 
     # forward
-    Q = step("1. projections x W_q, x W_k, x W_v", lambda: [x @ p[f"W_{n}"] + p[f"b_{n}"] for n in "qkv"],
-             3 * mm_proj)
+    Q = step("1. projections x W_q, x W_k, x W_v",
+             lambda: [_matmul_rows(x, p[f"W_{n}"]) + p[f"b_{n}"] for n in "qkv"], 3 * mm_proj)
     q, k, v = (_split(a, H) for a in Q)  # (B, H, N, dk) views
     scores = step("3a. scores (q / sqrt(d_k)) k^T", lambda: (q * scale) @ k.swapaxes(-1, -2), mm_att)
     buffer = scores.copy()  # softmax of a softmax costs the same: the buffer is reused, no copy timed
     # max, subtract, exp, sum, divide: about 7 passes over the (B, H, N, N) array
-    step("3b. softmax, in place", lambda: _softmax(buffer, -1, out=buffer), 0, 7 * BHNN * item)
-    weights = _softmax(scores.copy(), -1)
+    step("3b. softmax, in place", lambda: softmax_in_place(buffer), 0, 7 * BHNN * item)
+    weights = softmax_in_place(scores.copy())
     o = step("3c. P v", lambda: weights @ v, mm_att)
     concat = step("5. merge heads (a copy)", lambda: _merge(o), 0, 2 * BND * item)
-    step("6. output projection concat W_o", lambda: concat @ p["W_o"] + p["b_o"], mm_proj)
+    step("6. output projection concat W_o", lambda: _matmul_rows(concat, p["W_o"]) + p["b_o"], mm_proj)
     # backward
     dconcat = step("b6. dW_o = concat^T dout, dconcat = dout W_o^T",
-                   lambda: (concat.reshape(-1, D).T @ dout.reshape(-1, D), dout @ p["W_o"].T)[1], 2 * mm_proj)
+                   lambda: (concat.reshape(-1, D).T @ dout.reshape(-1, D), _matmul_rows(dout, p["W_o"].T))[1],
+                   2 * mm_proj)
     do = _split(dconcat, H)
     step("b3c. dv = P^T do, dP = do v^T",
          lambda: (weights.swapaxes(-1, -2) @ do, do @ v.swapaxes(-1, -2)), 2 * mm_att)
@@ -101,7 +104,7 @@ def steps(B, N, dtype, repeats):
     D_rows = (do * o).sum(-1, keepdims=True)  # (B, H, N, 1)
     buffer = dP.copy()  # the library writes dS over dP, in row blocks: the same call on one buffer
     step("b3b. dS = P * (dP - rowsum(do * out)), in place",
-         lambda: _softmax_rows_backward(buffer, weights, D_rows), 0, 3 * BHNN * item)  # reads P, dP; writes dS
+         lambda: softmax_backward_in_place(buffer, weights, D_rows), 0, 3 * BHNN * item)  # reads P, dP; writes dS
     dS = weights * (dP - D_rows)
     dq_dk = step("b3a. dq = dS k / sqrt(d_k), dk = dS^T q / sqrt(d_k)",
                  lambda: ((dS @ k) * scale, (dS.swapaxes(-1, -2) @ q) * scale), 2 * mm_att)
@@ -109,25 +112,22 @@ def steps(B, N, dtype, repeats):
     step("b2. merge dq, dk, dv (copies)", lambda: [_merge(a) for a in grads], 0, 3 * 2 * BND * item)
     dQ = _merge(grads[0])
     step("b1. dW = x^T dQ (x3), dx = dQ W^T (x3)",
-         lambda: [(x.reshape(-1, D).T @ dQ.reshape(-1, D), dQ @ p["W_q"].T) for _ in range(3)], 6 * mm_proj)
+         lambda: [(x.reshape(-1, D).T @ dQ.reshape(-1, D), _matmul_rows(dQ, p["W_q"].T)) for _ in range(3)],
+         6 * mm_proj)
 
-    def library():
-        out, cache = ar.multi_head_attention_forward(x, x, x, p, H)
-        return ar.multi_head_attention_backward(dout, cache)
+    def library(path):
+        def run():
+            out, cache = path.multi_head_attention_forward(x, x, x, p, H)
+            return path.multi_head_attention_backward(dout, cache)
+        return run
 
-    minimum = _batch_blocks.MIN_ELEMENTS
-    _batch_blocks.MIN_ELEMENTS = 1 << 62  # the steps as above, in one piece
-    one_piece = _time(library, repeats)
-    _batch_blocks.MIN_ELEMENTS = minimum
-    return rows, one_piece, _time(library, repeats)
+    return rows, _time(library(fast), repeats), _time(library(core), repeats)
 
 
 def table(B, N, dtype, repeats):
     """The profile as markdown, and its total against the library's own time."""
     peak, bandwidth = limits(dtype, repeats)
-    rows, one_piece, library = steps(B, N, dtype, repeats)
-    with _batch_blocks.parallel_region(B * H * N * N):  # opens as the library's would
-        threads = _batch_blocks.workers()
+    rows, fast_time, reference_time = steps(B, N, dtype, repeats)
     lines = [f"B = {B}, N = {N}, D = {D}, h = {H}, {dtype}: matmul peak {peak / 1e9:.0f} GFLOP/s,"
              f" memory bandwidth {bandwidth / 1e9:.1f} GB/s (copy)",
              "",
@@ -140,13 +140,12 @@ def table(B, N, dtype, repeats):
         lines.append(f"| {name} | {t * 1e3:.1f} | {flops / 1e9:.2f} | {nbytes / 1e6:.0f} | {limit * 1e3:.1f} |"
                      f" {t / limit:.1f} |")
     flops = sum(f for _, _, f, _ in rows)
-    blocks = (f"with its (batch, head) blocks on {threads} threads {library * 1e3:.0f} ms" if threads else
-              "no blocks on threads here (too small, no threadpoolctl, or one BLAS thread)")
     lines += ["",
-              f"Sum of the steps {total * 1e3:.0f} ms; the library's forward+backward in one piece"
-              f" {one_piece * 1e3:.0f} ms (the rest: bias additions, checks, caches), {blocks}."
+              f"Sum of the steps {total * 1e3:.0f} ms; the library's forward+backward on the fast path"
+              f" (`attention_ref.fast`) {fast_time * 1e3:.0f} ms (the rest: bias additions, checks, caches),"
+              f" on the reference (`attention_ref.core`) {reference_time * 1e3:.0f} ms."
               f" All matrix products at the peak: {flops / peak * 1e3:.0f} ms"
-              f" ({flops / peak / min(one_piece, library):.0%} of the library's time)."]
+              f" ({flops / peak / fast_time:.0%} of the fast path's time)."]
     return "\n".join(lines)
 
 

@@ -2,8 +2,9 @@
 
 Measures forward + backward of five paths on q, k, v of shape (H, n, d) = (4, n, 64) in
 float32: the plain path (``scaled_dot_product_attention_*``, which holds H x n x n
-arrays), the blockwise path (``flash_attention_*``), blockwise causal, blockwise with a
-local window, and linear attention. For each n it records
+arrays; at every n measured here H n^2 >= ``FAST_MIN_ELEMENTS``, so the public functions
+run their fast path, ``attention_ref.fast``), the blockwise path (``flash_attention_*``),
+blockwise causal, blockwise with a local window, and linear attention. For each n it records
 
 * the tracemalloc peak of one forward + backward (inputs and ``dout`` are allocated
   before tracing starts, so the peak counts the output, the gradients and everything
@@ -65,7 +66,8 @@ from attention_ref import (  # noqa: E402
     scaled_dot_product_attention_backward,
     scaled_dot_product_attention_forward,
 )
-from attention_ref.core.attention import QUERY_BLOCK_ELEMENTS  # noqa: E402
+from attention_ref.fast.attention import QUERY_BLOCK_ELEMENTS  # noqa: E402
+from attention_ref.fast.dispatch import FAST_MIN_ELEMENTS  # noqa: E402
 
 HEADS, D, DTYPE, WINDOW, BLOCK = 4, 64, np.float32, 128, 128
 PLAIN_LIMIT = 4 * 2**30  # bytes
@@ -98,7 +100,10 @@ METHODS = {
 
 def plain_bytes(n: int) -> int:
     """The plain path's H x n x n probabilities and the backward's buffer for their gradient
-    (H x rows x n: blocks of query rows of about ``QUERY_BLOCK_ELEMENTS`` numbers)."""
+    (H x rows x n: blocks of query rows of about ``QUERY_BLOCK_ELEMENTS`` numbers), as the
+    fast path holds them: the public functions run it from ``FAST_MIN_ELEMENTS`` numbers in
+    the probabilities, H n^2 >= 2**18 from n = 256 (the reference, below that, holds a whole
+    second H x n x n array in the backward; ``main`` checks that every n measured is above)."""
     rows = min(n, max(1, QUERY_BLOCK_ELEMENTS // (HEADS * n)))
     return HEADS * (n + rows) * n * np.dtype(DTYPE).itemsize
 
@@ -377,6 +382,8 @@ def main(argv=None):
         parser.error("--write regenerates the committed docs and needs the full run: --quick sizes"
                      " must never become the committed numbers (use --out DIR to keep a quick run)")
     ns = [256 * 2**i for i in range(4 if args.quick else 7)]  # 256 ... 2048 or 16384
+    # the plain path's memory (plain_bytes) is the fast path's: the public functions must run it at every n
+    assert all(HEADS * n * n >= FAST_MIN_ELEMENTS for n in ns), "the plain path would run the reference"
     start = time.perf_counter()
     results = run(ns, args.min_time, args.max_repeats)
     results.update(decode_costs(ns, args.min_time, args.max_repeats))

@@ -18,6 +18,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 CHEAP_RUNS = {  # a few seconds each
     "bench_mha --quick": ["benchmarks/bench_mha.py", "--quick", "--no-torch", "--repeats", "1"],
+    "bench_mha --quick --case": ["benchmarks/bench_mha.py", "--quick", "--no-torch", "--repeats", "1",
+                                 "--case", "float32:1:8", "--no-tricks"],
     "variants --quick": ["benchmarks/variants.py", "--quick", "--min-time", "0", "--max-repeats", "1"],
     "profile_mha --quick": ["benchmarks/profile_mha.py", "--quick"],
     "claims (print)": ["examples/claims.py"],
@@ -74,6 +76,13 @@ def test_quick_write_is_refused(checkout, script):
     proc, status = _run_and_status(checkout, [script, "--quick", "--write"])
     assert proc.returncode == 2, proc.stdout  # argparse's usage error
     assert "--write" in proc.stderr and "full run" in proc.stderr, proc.stderr
+    assert status == ""
+
+
+def test_one_case_cannot_write_the_committed_docs(checkout):
+    proc, status = _run_and_status(checkout, ["benchmarks/bench_mha.py", "--case", "float32:1:2048", "--write"])
+    assert proc.returncode == 2, proc.stdout  # argparse's usage error, before any timing
+    assert "--case" in proc.stderr and "full run" in proc.stderr, proc.stderr
     assert status == ""
 
 
