@@ -351,9 +351,10 @@ def test_random_single_and_double_ctrl_c_leave_blas_and_later_calls_as_before(bl
     result = _run_child(body, timeout=150, seed=20240601, interrupts=200, budget_s=50)
     _no_error(result)
     assert result["blas_before"] == blas_before
-    # calls take ~0.05-0.15 s and the signals fall inside them: 200 land in ~40 s here; a
-    # machine several times slower still lands 100 in the 50 s budget
-    assert result["interrupted"] >= 100, result
+    # how many land in the time budget depends on the machine's speed (200 in ~40 s on a quiet
+    # 2-core machine, 7 on a loaded CI leg where one call took 2.5 s): the check is that none
+    # broke anything, so only a handful must have landed at all
+    assert result["interrupted"] >= 3, result
 
 
 @needs_thread_signals
@@ -372,7 +373,7 @@ def test_second_ctrl_c_right_after_the_first_leaves_later_calls_working(blas_bef
     ''') + _CTRL_C_ROUNDS
     result = _run_child(body, timeout=120, seed=7, interrupts=100, budget_s=30)
     _no_error(result)
-    assert result["interrupted"] >= 50, result
+    assert result["interrupted"] >= 3, result  # a count that depends on the machine's speed: see above
 
 
 @needs_thread_signals
