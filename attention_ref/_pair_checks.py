@@ -30,6 +30,7 @@ from ._checks import (
     broadcast_batch,
     cast,
     cast_mask,
+    check_float_dtype,
     check_mask_shape,
     check_positive_int,
     check_positive_real,
@@ -46,6 +47,26 @@ _WEIGHTS = ("W_q", "W_k", "W_v", "W_o")
 
 
 # ------------------------------------------------------------------------------ linear
+# ------------------------------------------------------------------------------ masks
+def check_padding_lengths(lengths, n):
+    """``padding_mask``'s inputs: integer lengths in [0, n], n a positive int."""
+    n = check_positive_int(n, "n")
+    lengths = np.asarray(lengths)
+    if lengths.dtype.kind not in "iu":
+        raise TypeError(f"lengths must be integers, got dtype {lengths.dtype}")
+    if lengths.size and (lengths.min() < 0 or lengths.max() > n):
+        raise ValueError(f"lengths must lie in [0, {n}], got {lengths.tolist()}")
+    return lengths, n
+
+
+def check_boolean_mask(mask, dtype):
+    """``mask_to_additive``'s inputs: a boolean mask and a float dtype."""
+    mask = np.asarray(mask)
+    if mask.dtype.kind != "b":
+        raise TypeError(f"mask must be boolean, got dtype {mask.dtype}")
+    return mask, check_float_dtype(dtype)
+
+
 def check_linear_inputs(x, W, b, names=("x", "W", "b")):
     """Validate and cast ``x, W, b`` to their common dtype; one line per rule."""
     x_name, W_name, b_name = names

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._checks import as_mask, check_float_dtype, check_nonnegative_int, check_positive_int
+from .._checks import as_mask, check_nonnegative_int
+from .._pair_checks import check_boolean_mask, check_padding_lengths
 
 __all__ = ["causal_mask", "padding_mask", "mask_to_additive", "combine_with_causal"]
 
@@ -65,22 +66,14 @@ def padding_mask(lengths, n: int) -> np.ndarray:
     mask : bool array (*batch, 1, n); ``mask[b, 0, j]`` is ``j < lengths[b]``. The middle
         axis of size 1 lets it broadcast against scores ``(*batch, n_q, n)``.
     """
-    n = check_positive_int(n, "n")
-    lengths = np.asarray(lengths)
-    if lengths.dtype.kind not in "iu":
-        raise TypeError(f"lengths must be integers, got dtype {lengths.dtype}")
-    if lengths.size and (lengths.min() < 0 or lengths.max() > n):
-        raise ValueError(f"lengths must lie in [0, {n}], got {lengths.tolist()}")
+    lengths, n = check_padding_lengths(lengths, n)
     positions = np.arange(n)  # (N,)
     return (positions < lengths[..., None])[..., None, :]  # (*batch, 1, N)
 
 
 def mask_to_additive(mask: np.ndarray, dtype=np.float64) -> np.ndarray:
     """Turn a boolean mask into the equivalent float mask (0 where allowed, -inf where not)."""
-    mask = np.asarray(mask)
-    if mask.dtype.kind != "b":
-        raise TypeError(f"mask must be boolean, got dtype {mask.dtype}")
-    dtype = check_float_dtype(dtype)  # a float, to hold -inf
+    mask, dtype = check_boolean_mask(mask, dtype)  # dtype: a float, to hold -inf
     return np.where(mask, 0.0, -np.inf).astype(dtype)
 
 
