@@ -55,9 +55,10 @@ def test_performance_table_matches_the_recorded_benchmark():
     run = json.loads((README.parent / "docs" / "performance_table.json").read_text())
     torch_rows = {(r["dtype"], r["B"], r["N"]): r for r in run["torch"]["rows"]}
     for r in run["numpy"]["rows"]:
-        ours = r["ours"]["median"]
+        fast, reference = r["fast"]["median"], r["reference"]["median"]
         theirs = torch_rows[(r["dtype"], r["B"], r["N"])]["torch"]["median"]
-        gflops = r["flops"] / ours / 1e9
-        row = (f"| {r['dtype']} | {r['B']} | {r['N']:,} | {ours * 1e3:.0f} ms | {gflops:.1f} |"
-               f" {100 * gflops / r['peak']:.0f}% | {theirs * 1e3:.0f} ms | {ours / theirs:.2f} |")
+        gflops = r["flops"] / fast / 1e9
+        row = (f"| {r['dtype']} | {r['B']} | {r['N']:,} | {fast * 1e3:.0f} ms | {gflops:.1f} |"
+               f" {100 * gflops / r['peak']:.0f}% | {reference * 1e3:.0f} ms | {theirs * 1e3:.0f} ms |"
+               f" {fast / theirs:.2f} |")
         assert row in TEXT, row
