@@ -13,7 +13,8 @@ Conventions (the same in every module):
 
 The folders are the layers, and imports flow down only: ``core`` (the layer of the
 documents, the reference) <- ``fast`` (the same pairs with speed tricks, checked against
-core) <- ``variants`` <- ``nn`` (layer classes, blocks, optimisers) <- ``documents``
+core) <- ``variants`` <- ``nn`` (layer classes, blocks, optimisers) <- ``models`` (GPT-2 and Llama whole, generation)
+<- ``documents``
 (claims, experiments, walkthrough) and ``plot``. ``docs/reading_guide.md`` says what to read
 first. Every name below is importable from ``attention_ref`` directly.
 """
@@ -45,11 +46,14 @@ from .variants import *  # noqa: F401,F403
 # decoder blocks, SGD and Adam
 from .nn import *  # noqa: F401,F403
 
+# models: GPT-2 and Llama as whole language models (ids -> logits -> loss and back), generation
+from .models import *  # noqa: F401,F403
+
 # deprecated: the library runs no threads of its own; these change nothing
 from ._moved import get_num_threads, set_num_threads
 
 # the flat module paths of 0.1 (attention_ref.masks, ...) still import, with a DeprecationWarning
-from . import _moved, core, fast, nn, variants
+from . import _moved, core, fast, models, nn, variants
 
 _moved.install()
 __getattr__ = _moved.module_getattr  # attention_ref.masks as an attribute, with the same warning
@@ -57,5 +61,5 @@ __getattr__ = _moved.module_getattr  # attention_ref.masks as an attribute, with
 __version__ = "0.2.0"
 
 __all__ = (["GradcheckError", "GradcheckReport", "gradcheck", "numerical_gradient"]
-           + core.__all__ + ["reference_only"] + variants.__all__ + nn.__all__
+           + core.__all__ + ["reference_only"] + variants.__all__ + nn.__all__ + models.__all__
            + ["get_num_threads", "set_num_threads"])

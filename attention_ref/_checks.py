@@ -124,6 +124,14 @@ def signals_land_here() -> None:
     still restores NumPy's error settings (see ``attention_ref._pair_checks``)."""
 
 
+def broadcasts_into(shape: tuple, target: tuple) -> bool:
+    """Whether an array of ``shape`` broadcasts to ``target`` without growing it."""
+    try:
+        return np.broadcast_shapes(tuple(shape), tuple(target)) == tuple(target)
+    except ValueError:
+        return False
+
+
 def broadcast_batch(names_shapes, what: str = "batch dimensions") -> tuple:
     """Broadcast the leading (batch) shapes of several arrays, or raise naming them all."""
     shapes = [s for _, s in names_shapes]
@@ -253,11 +261,7 @@ def check_mask_shape(mask: np.ndarray | None, target: tuple, name: str = "mask")
     """Raise unless ``mask`` broadcasts to ``target`` (the scores' shape) without growing it."""
     if mask is None:
         return
-    try:
-        shape = np.broadcast_shapes(mask.shape, target)
-    except ValueError:
-        shape = None
-    if shape != tuple(target):
+    if not broadcasts_into(mask.shape, target):
         raise ValueError(
             f"{name} of shape {mask.shape} does not broadcast to the attention scores'"
             f" shape {tuple(target)} (..., n_q, n_k)"

@@ -116,3 +116,29 @@ def loop_multi_head(query, key, value, params, num_heads, mask=None, num_kv_head
         weights.append(w)
     concat = np.concatenate(heads, axis=-1)
     return loop_linear(concat, params["W_o"], params.get("b_o")), np.stack(weights, axis=-3)
+
+
+def loop_embedding(ids, W):
+    """out[..., n, :] = W[ids[..., n], :], one position at a time."""
+    ids = np.asarray(ids)
+    flat = ids.reshape(-1)
+    out = np.zeros((flat.size, W.shape[1]), dtype=W.dtype)
+    for n in range(flat.size):
+        for j in range(W.shape[1]):
+            out[n, j] = W[int(flat[n]), j]
+    return out.reshape(ids.shape + (W.shape[1],))
+
+
+def loop_cross_entropy(logits, targets, ignore_index=-100):
+    """mean over the kept rows of -log(exp(z_t) / sum_v exp(z_v)), with math.log and math.exp."""
+    z = np.asarray(logits, dtype=np.float64).reshape(-1, np.shape(logits)[-1])
+    t = np.asarray(targets).reshape(-1)
+    total, count = 0.0, 0
+    for r in range(z.shape[0]):
+        if t[r] == ignore_index:
+            continue
+        m = max(z[r])
+        log_sum = m + math.log(sum(math.exp(v - m) for v in z[r]))
+        total += log_sum - z[r, int(t[r])]
+        count += 1
+    return total / count if count else 0.0

@@ -157,6 +157,30 @@ def _decoder_class(rng):
     return block(rng.standard_normal((3, 4)), rng.standard_normal((2, 4))), block.backward, "dout"
 
 
+def _embedding(rng):
+    out, cache = ar.embedding_forward([[0, 2], [1, 1]], rng.standard_normal((3, 4)))
+    return out, lambda d: ar.embedding_backward(d, cache), "dout"
+
+
+def _cross_entropy(rng):
+    loss, cache = ar.cross_entropy_forward(rng.standard_normal((2, 3, 5)), [[0, 1, 2], [3, 4, -100]])
+    return loss, lambda d: ar.cross_entropy_backward(d, cache), "dloss"
+
+
+_LM = {"gpt2": ar.LMConfig(family="gpt2", vocab_size=7, d_model=4, num_layers=1, num_heads=2, num_kv_heads=2,
+                           d_ff=8, max_positions=8, eps=1e-5),
+       "llama": ar.LMConfig(family="llama", vocab_size=7, d_model=4, num_layers=1, num_heads=2, num_kv_heads=1,
+                            d_ff=8, max_positions=8, eps=1e-6)}
+
+
+def _lm(family, backward):
+    def case(rng):
+        config = _LM[family]
+        logits, cache = ar.lm_forward([[1, 2, 3]], ar.init_lm_params(config, seed=0), config)
+        return logits, lambda d: backward(d, cache), "dlogits"
+    return case
+
+
 #: Every public backward with a cache: a forward, then ``(out, backward(dout), name of dout)``.
 BACKWARDS = {
     "linear_backward": _linear, "softmax_backward": _softmax,
@@ -170,6 +194,9 @@ BACKWARDS = {
     "gpt2_block_backward": _gpt2_block, "llama_block_backward": _llama_block,
     "toy_model_backward": _toy_model, "MultiHeadAttention.backward": _layer,
     "TransformerEncoderBlock.backward": _encoder_class, "TransformerDecoderBlock.backward": _decoder_class,
+    "embedding_backward": _embedding, "cross_entropy_backward": _cross_entropy,
+    "gpt2_lm_backward": _lm("gpt2", ar.gpt2_lm_backward), "llama_lm_backward": _lm("llama", ar.llama_lm_backward),
+    "lm_backward": _lm("llama", ar.lm_backward),
 }
 #: The two without a cache (a split and a merge are permutations): tested on their own below.
 CACHELESS = {"split_heads_backward", "merge_heads_backward"}
@@ -192,7 +219,7 @@ def test_every_public_backward_is_covered():
 @pytest.mark.parametrize("case", BACKWARDS)
 def test_upstream_of_the_wrong_shape_names_both_shapes(case):
     out, backward, name = BACKWARDS[case](np.random.default_rng(0))
-    bad = np.ones(out.shape[:-1] + (out.shape[-1] + 1,))
+    bad = np.ones(out.shape[:-1] + (out.shape[-1] + 1,) if out.ndim else (1,))  # a loss is 0-d
     with pytest.raises(ValueError) as info:
         backward(bad)
     message = str(info.value)

@@ -22,7 +22,7 @@ PACKAGE = ROOT / "attention_ref"
 GUIDE = ROOT / "docs" / "reading_guide.md"
 README = ROOT / "README.md"
 # the layers, lowest first; a module may import from its own layer and lower ones
-LAYERS = ["top", "core", "fast", "variants", "nn", "interop", "exercises", "documents", "plot"]
+LAYERS = ["top", "core", "fast", "variants", "nn", "models", "interop", "exercises", "documents", "plot"]
 RANK = {layer: i for i, layer in enumerate(LAYERS)}
 # the top level holds the shared machinery every layer may use; __init__ and __main__ sit above all
 ABOVE_ALL = {"attention_ref", "attention_ref.__main__", "attention_ref._moved"}
@@ -270,6 +270,16 @@ def test_readme_file_map_matches_the_tree():
     assert not missing, f"README's file map does not mention {sorted(missing)}"
 
 
+def test_reading_guide_line_counts_are_the_files():
+    """Every "`path` (N lines" of the reading guide is that file's length today."""
+    text = GUIDE.read_text(encoding="utf-8")
+    counts = re.findall(r"`(attention_ref/[\w/]+\.py)` \(([\d,]+) lines", text)
+    assert len(counts) >= 5
+    for path, n in counts:
+        actual = len((ROOT / path).read_text(encoding="utf-8").splitlines())
+        assert int(n.replace(",", "")) == actual, f"docs/reading_guide.md says {path} has {n} lines; it has {actual}"
+
+
 if __name__ == "__main__":  # python tests/test_layout.py --write: regenerate the guide's module map
     if sys.argv[1:] != ["--write"]:
         raise SystemExit("usage: python tests/test_layout.py --write")
@@ -277,3 +287,4 @@ if __name__ == "__main__":  # python tests/test_layout.py --write: regenerate th
     head, rest = text.split(BEGIN, 1)
     GUIDE.write_text(head + BEGIN + "\n" + module_map() + rest[rest.index(END):], encoding="utf-8")
     print(f"wrote the module map of {GUIDE.relative_to(ROOT)}")
+

@@ -4,7 +4,8 @@ gradient-checked like the core. May import from ``core`` and ``variants``.
 ``multi_head_attention`` (the :class:`MultiHeadAttention` class, with KV-cache decoding),
 ``layer_norm`` and ``rms_norm``, ``feed_forward`` (ReLU, GELU in its tanh and exact forms,
 with the vectorised ``erf``) and ``swiglu`` (Llama's), ``residual`` (Add & Norm, post- and
-pre-norm), ``encoder_block``, ``decoder_block``, the decoder-only blocks of real models
+pre-norm), ``embedding`` (token lookup, scatter-add backward), ``cross_entropy`` (the
+next-token loss, as torch's), ``encoder_block``, ``decoder_block``, the decoder-only blocks of real models
 ``gpt2_block`` and ``llama_block`` (RoPE, grouped-query heads, RMSNorm, SwiGLU), ``optim``
 (SGD and Adam).
 """
@@ -47,6 +48,8 @@ from .llama_block import (
     llama_block_forward,
 )
 from .optim import SGD, Adam
+from .embedding import EmbeddingCache, embedding_backward, embedding_forward
+from .cross_entropy import CrossEntropyCache, cross_entropy_backward, cross_entropy_forward, next_token_targets
 
 __all__ = [
     "MultiHeadAttention",
@@ -64,4 +67,6 @@ __all__ = [
     "LLAMA_PARAM_NAMES", "LlamaBlockCache", "init_llama_block_params", "llama_block_backward",
     "llama_block_decode_step", "llama_block_forward",
     "SGD", "Adam",
+    "EmbeddingCache", "embedding_backward", "embedding_forward",
+    "CrossEntropyCache", "cross_entropy_backward", "cross_entropy_forward", "next_token_targets",
 ]

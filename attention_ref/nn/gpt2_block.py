@@ -24,7 +24,7 @@ from .encoder_block import (
 )
 from .feed_forward import feed_forward_forward
 from .layer_norm import layer_norm_forward
-from .multi_head_attention import check_new_tokens, decode_attention
+from .multi_head_attention import check_decode_mask, check_new_tokens, decode_attention
 from .residual import split_params
 
 __all__ = ["gpt2_block_forward", "gpt2_block_backward", "gpt2_block_decode_step", "init_gpt2_block_params"]
@@ -62,21 +62,37 @@ def gpt2_block_backward(dout, cache: EncoderBlockCache):
     return encoder_block_backward(dout, cache)
 
 
-def gpt2_block_decode_step(x_t, params, num_heads, cache: KVCache, *, eps=1e-5, scale=None):
+def gpt2_block_decode_step(x_t, params, num_heads, cache: KVCache, *, eps=1e-5, scale=None, mask=None):
     """Decode with a key/value cache: the block's output for the new tokens ``x_t`` (..., t, d_model).
 
     ``t >= 1`` new tokens (a prompt to prefill, or one token) attend to the ``cache.length``
     cached ones and causally among themselves; their keys and values are appended to
-    ``cache``. Feeding a sequence in any split gives the rows of :func:`gpt2_block_forward`
-    over the whole of it. Inference only: no backward.
+    ``cache``, which must be this layer's own (a :class:`KVCache` filled by another layer is
+    refused). Feeding a sequence in any split gives the rows of :func:`gpt2_block_forward`
+    over the whole of it. GPT-2's positions are not the block's business: add
+    ``wpe[positions]`` to the tokens before the first block. Inference only: no backward.
+
+    Parameters
+    ----------
+    x_t : array (..., t, d_model), the new tokens
+    params, num_heads, eps, scale : as :func:`gpt2_block_forward`
+    cache : KVCache of this layer, (..., H, T, d_head) after T tokens
+    mask : optional extra mask of the new tokens against every key after this step,
+        broadcastable to (..., t, T + t) (bool, True = may attend; or float, added), combined
+        with the causal one: e.g. ``attention_mask[:, None, :]`` to hide left padding
+
+    Returns
+    -------
+    y_t : array (..., t, d_model)
     """
     x_t = check_new_tokens(x_t, cache)
     h = check_positive_int(num_heads, "num_heads")
     scale = check_scale(scale)
     p = split_params(params, ENCODER_GROUPS)
+    mask = check_decode_mask(mask, x_t, cache, x_t.dtype)
     # x + Attn(LN_1(x)): the new tokens attend to the cached ones and causally among themselves
     z, _ = layer_norm_forward(x_t, p["ln1"]["gamma"], p["ln1"]["beta"], eps)  # (..., t, D)
-    hidden = x_t + decode_attention(z, p["self_attn"], h, h, cache, scale=scale, name="z")  # (..., t, D)
+    hidden = x_t + decode_attention(z, p["self_attn"], h, h, cache, scale=scale, name="z", mask=mask)  # (..., t, D)
     # h + MLP(LN_2(h))
     u, _ = layer_norm_forward(hidden, p["ln2"]["gamma"], p["ln2"]["beta"], eps)
     m, _ = feed_forward_forward(u, p["ffn"], "gelu")

@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._checks import as_real_array, as_upstream, check_positive_int, require_ndim
+from .._checks import as_real_array, as_upstream, broadcasts_into, check_positive_int, require_ndim
 from .._pair_checks import check_scale
 from ..core.masks import combine_with_causal
 from .._pair_checks import check_multi_head_inputs
@@ -34,7 +34,7 @@ from ..core.multi_head import MultiHeadCache
 from ..fast.dispatch import _multi_head_attention_backward, _multi_head_attention_forward
 from ..variants.kv_cache import KVCache
 from ..variants.rope import rope_backward, rope_forward
-from .multi_head_attention import check_new_tokens, decode_attention
+from .multi_head_attention import check_decode_mask, check_new_tokens, decode_attention
 from .rms_norm import RMSNormCache, _rms_norm_backward, rms_norm_forward
 from .swiglu import SwiGLUCache, _swiglu_backward, swiglu_forward
 
@@ -181,35 +181,64 @@ def llama_block_backward(dout, cache: LlamaBlockCache):
 
 
 def llama_block_decode_step(x_t, params, num_heads, cache: KVCache, *, num_kv_heads=None, rope_base=10000.0,
-                            eps=1e-6, scale=None):
+                            eps=1e-6, scale=None, mask=None, positions=None):
     """Decode with a key/value cache: the block's output for the new tokens ``x_t``.
 
     ``x_t`` (..., t, d_model) holds ``t >= 1`` new tokens: a prompt (prefill) or one token.
-    They sit at positions ``T .. T + t - 1``, ``T = cache.length`` the tokens seen so far, and
-    RoPE rotates their queries and keys at those positions; the rotated keys and the values
-    are appended to ``cache`` once per key/value head, (..., Hkv, T + t, Dh). The new tokens
-    attend to every cached token and causally among themselves, so feeding a sequence in any
-    split gives the rows of :func:`llama_block_forward` over the whole of it. Inference only:
-    no backward. Returns ``y_t`` (..., t, d_model).
+    They sit at positions ``T .. T + t - 1``, ``T = cache.length`` the tokens seen so far
+    (or at ``positions``), and RoPE rotates their queries and keys at those positions; the
+    rotated keys and the values are appended to ``cache``, which must be this layer's own,
+    once per key/value head, (..., Hkv, T + t, Dh). The new tokens attend to every cached
+    token and causally among themselves, so feeding a sequence in any split gives the rows
+    of :func:`llama_block_forward` over the whole of it. Inference only: no backward.
+
+    Parameters
+    ----------
+    x_t : array (..., t, d_model), the new tokens
+    params, num_heads, num_kv_heads, rope_base, eps, scale : as :func:`llama_block_forward`
+    cache : KVCache of this layer (a cache filled by another layer is refused)
+    mask : optional extra mask of the new tokens against every key after this step,
+        broadcastable to (..., t, T + t), combined with the causal one (e.g. left padding)
+    positions : optional integer positions of the new tokens, broadcastable to (..., t):
+        with left padding, each row's positions count its real tokens only, as transformers'
+        ``generate`` does (default ``T .. T + t - 1`` for every row)
+
+    Returns
+    -------
+    y_t : array (..., t, d_model)
     """
     x_t = check_new_tokens(x_t, cache)
     num_heads = check_positive_int(num_heads, "num_heads")
     scale = check_scale(scale)
     _check_llama_params(params, x_t.shape[-1])
     num_kv_heads = _kv_heads(params, num_heads, num_kv_heads)
+    mask = check_decode_mask(mask, x_t, cache, x_t.dtype)
     attn_params = {name: params[f"self_attn.{name}"] for name in ("W_q", "W_k", "W_v", "W_o")}
-    positions = np.arange(cache.length, cache.length + x_t.shape[-2])  # (t,): the new tokens' positions
+    if positions is None:
+        positions = np.arange(cache.length, cache.length + x_t.shape[-2])  # (t,): the new tokens' positions
+    positions = check_decode_positions(positions, x_t)[..., None, :]  # (..., 1, t): the same for every head
     # 1. z = RMSNorm_1(x_t)
     z, _ = rms_norm_forward(x_t, params["input_norm.weight"], eps)  # (..., t, D)
     z, _, _, p, _, _, h, hkv = check_multi_head_inputs(z, z, z, attn_params, num_heads, num_kv_heads=num_kv_heads)
     # 2. attention: queries and keys rotated at the new positions; the rotated keys are cached
-    a = decode_attention(z, p, h, hkv, cache, scale=scale, name="z",
+    a = decode_attention(z, p, h, hkv, cache, scale=scale, name="z", mask=mask,
                          rotary=RotaryHalf(positions, positions, float(rope_base)))  # (..., t, D)
     # 3.-6. residual, RMSNorm_2, SwiGLU, residual
     hidden = x_t + a  # (..., t, D)
     u, _ = rms_norm_forward(hidden, params["post_attention_norm.weight"], eps)
     m, _ = swiglu_forward(u, params["mlp.W_gate"], params["mlp.W_up"], params["mlp.W_down"])
     return hidden + m  # (..., t, D)
+
+
+def check_decode_positions(positions, x_t):
+    """The new tokens' positions: integers broadcastable to x_t's (..., t) without growing it."""
+    positions = np.asarray(positions)
+    if positions.dtype.kind not in "iu":
+        raise TypeError(f"positions must be integers, got dtype {positions.dtype}")
+    if not broadcasts_into(positions.shape, x_t.shape[:-1]):
+        raise ValueError(f"positions of shape {positions.shape} must broadcast to the new tokens' {x_t.shape[:-1]}"
+                         " (..., t)")
+    return positions
 
 
 def init_llama_block_params(d_model, num_heads, d_ff, *, num_kv_heads=None, seed=None, dtype=np.float64):

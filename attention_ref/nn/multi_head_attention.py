@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._checks import as_real_array, check_float_dtype, check_positive_int
+from .._checks import as_mask, as_real_array, cast_mask, check_float_dtype, check_mask_shape, check_positive_int
 from .._pair_checks import check_multi_head_inputs
 from ..core.heads import _merge, _split
 from ..core.linear import glorot_uniform
 from ..core.masks import causal_mask
-from ..core.multi_head import _group_heads, _ungroup_heads
+from ..core.multi_head import _group_heads, _group_mask, _ungroup_heads
 from ..fast.dispatch import (
     _attention_forward,
     _linear_finite,
@@ -24,7 +24,7 @@ from ..core.separate_heads import (
 )
 from ..variants.kv_cache import KVCache
 
-__all__ = ["MultiHeadAttention", "check_new_tokens", "decode_attention"]
+__all__ = ["MultiHeadAttention", "check_new_tokens", "decode_attention", "check_decode_mask"]
 
 
 def check_new_tokens(x_t, cache) -> np.ndarray:
@@ -38,16 +38,20 @@ def check_new_tokens(x_t, cache) -> np.ndarray:
     return x_t
 
 
-def decode_attention(z, p, num_heads, num_kv_heads, cache: KVCache, *, scale=None, rotary=None, name="x_t"):
+def decode_attention(z, p, num_heads, num_kv_heads, cache: KVCache, *, scale=None, rotary=None, name="x_t",
+                     mask=None):
     """Multi-head attention of the new tokens ``z`` (..., t, D) in a decoding step.
 
     Projects them to queries, keys and values, rotates the queries and keys when ``rotary``
     is given (``rotary.forward(q, k) -> (q, k, cache)``, as in the core's multi-head path),
     appends the keys and values to ``cache`` (once per key/value head) and attends from each
     new query to every cached position and, causally, to the new ones before it; ``p`` holds
-    validated ``W_q ... W_o`` (biases optional). Returns ``concat W_o + b_o`` (..., t, D_out).
+    validated ``W_q ... W_o`` (biases optional). ``mask``, checked by :func:`check_decode_mask`,
+    is combined with that causal rule (e.g. the padding of left-padded prompts). Returns
+    ``concat W_o + b_o`` (..., t, D_out).
     """
     h, hkv = num_heads, num_kv_heads
+    cache.claim(p["W_k"])  # one cache per layer: another layer's cache is refused before it changes
     q = _split(_linear_finite(z, p["W_q"], p.get("b_q"), (name, "W_q", "b_q")), h)  # (..., H, t, Dk)
     k = _split(_linear_finite(z, p["W_k"], p.get("b_k"), (name, "W_k", "b_k")), hkv)  # (..., Hkv, t, Dk)
     v = _split(_linear_finite(z, p["W_v"], p.get("b_v"), (name, "W_v", "b_v")), hkv)  # (..., Hkv, t, Dv)
@@ -57,10 +61,31 @@ def decode_attention(z, p, num_heads, num_kv_heads, cache: KVCache, *, scale=Non
     keys = cache.keys[..., None, :, :]  # (..., Hkv, 1, T, Dk)
     values = cache.values[..., None, :, :]  # (..., Hkv, 1, T, Dv)
     t = z.shape[-2]  # the new tokens are the last t of the T cached: causal among themselves
-    mask = None if t == 1 else causal_mask(t, cache.length)  # (t, T)
-    o, _ = _attention_forward(_group_heads(q, hkv), keys, values, mask, scale=scale)  # (..., Hkv, G, t, Dv)
+    causal = None if t == 1 else causal_mask(t, cache.length)  # (t, T)
+    if mask is not None:
+        causal = mask if causal is None else combine_masks(mask, causal)  # (..., t, T)
+    o, _ = _attention_forward(_group_heads(q, hkv), keys, values, _group_mask(causal), scale=scale)  # (..., Hkv, G, t, Dv)
     heads = _ungroup_heads(o)  # (..., H, t, Dv)
     return _linear_finite(_merge(heads), p["W_o"], p.get("b_o"), ("heads", "W_o", "b_o"))  # (..., t, D_out)
+
+
+def combine_masks(mask, causal):
+    """An extra mask and the causal one: and-ed (boolean), or ``-inf`` where causal blocks (float)."""
+    if mask.dtype == bool:
+        return mask & causal
+    return np.where(causal, mask, -np.inf).astype(mask.dtype, copy=False)
+
+
+def check_decode_mask(mask, x_t, cache: KVCache, dtype):
+    """A decoding step's extra mask: broadcastable to (..., t, T + t), the new tokens against every
+    key after this step (the cached ones and the new ones); boolean (True = may attend) or float."""
+    mask = as_mask(mask)
+    if mask is None:
+        return None
+    t, total = x_t.shape[-2], cache.length + x_t.shape[-2]
+    check_mask_shape(mask, x_t.shape[:-2] + (t, total), "mask")
+    return cast_mask(mask, dtype)
+
 
 _STRATEGIES = {
     "parallel": (multi_head_attention_forward, multi_head_attention_backward),

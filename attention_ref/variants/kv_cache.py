@@ -5,6 +5,8 @@ Symbols: Hkv key/value heads, T tokens decoded so far, Dk/Dv head widths.
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from .._checks import as_real_array, require_ndim
@@ -24,6 +26,29 @@ class KVCache:
         self._k = None  # (..., Hkv, capacity, Dk)
         self._v = None  # (..., Hkv, capacity, Dv)
         self.length = 0
+        self._owner = None  # the key projection of the layer whose keys this cache holds
+
+    def claim(self, W_k) -> None:
+        """Bind the cache to one layer, known by its key projection ``W_k``; a later step of
+        another layer (a different ``W_k``) is refused before anything is appended.
+
+        Sharing one cache between two layers would interleave their keys and give wrong
+        outputs without any error: each layer needs its own cache. The layer is recognised
+        by the identity of its ``W_k`` array or, for a new array object, by its shape, dtype
+        and a sample of its entries (the same weights passed again as a copy are accepted).
+        """
+        W_k = np.asarray(W_k)
+        sample = W_k.reshape(-1)[:: max(1, W_k.size // 64)].copy()  # up to ~64 entries
+        if self._owner is None:
+            self._owner = (weakref.ref(W_k), W_k.shape, W_k.dtype, sample)
+            return
+        ref, shape, dtype, owner_sample = self._owner
+        if ref() is W_k or (shape == W_k.shape and dtype == W_k.dtype and np.array_equal(sample, owner_sample)):
+            return
+        raise ValueError(
+            f"this KVCache (length {self.length}) holds the keys of another layer: its key projection"
+            f" W_k of shape {W_k.shape} is not the one the cache was filled with (shape {shape});"
+            " use one KVCache per layer (e.g. [KVCache() for _ in range(num_layers)])")
 
     def __repr__(self):
         if self._k is None:

@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._checks import as_real_array, as_upstream, check_positive_real, require_ndim
+from .._checks import as_real_array, as_upstream, broadcasts_into, check_positive_real, require_ndim
 
 __all__ = ["RopeCache", "rope_forward", "rope_backward", "rope_angles", "ROPE_LAYOUTS"]
 
@@ -99,11 +99,7 @@ def rope_forward(x, positions=None, base=10000.0, layout="interleaved"):
         positions = np.arange(x.shape[-2])  # (N,)
     else:
         positions = as_real_array(positions, "positions")
-        try:
-            grown = np.broadcast_shapes(positions.shape, x.shape[:-1]) != x.shape[:-1]
-        except ValueError:
-            grown = True
-        if grown:
+        if not broadcasts_into(positions.shape, x.shape[:-1]):
             raise ValueError(f"positions of shape {positions.shape} must broadcast to x's"
                              f" leading shape {x.shape[:-1]} (x has shape {x.shape})")
     # 1. angles in float64 for accuracy at large positions (see rope_angles); cos and sin

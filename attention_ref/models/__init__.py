@@ -1,0 +1,20 @@
+"""Whole language models above the blocks of ``nn``: GPT-2 and Llama from token ids to the
+logits and back, their loss, and generation with one key/value cache per layer.
+
+``config`` (:class:`LMConfig`, read from transformers' ``config.json``), ``params`` (one flat
+dict named like transformers' modules, random initialisation), ``gpt2`` and ``llama`` (the
+forward and backward of each family, numbered steps), ``lm`` (:func:`lm_forward` and
+:func:`lm_backward` for either, :func:`lm_loss`), ``generate`` (:class:`LMDecoder`,
+:func:`generate`). May import from ``core``, ``fast``, ``variants`` and ``nn``.
+"""
+from .config import FAMILIES, LMConfig
+from .params import block_params, init_lm_params, param_names
+from .gpt2 import GPT2LMCache, gpt2_lm_backward, gpt2_lm_forward
+from .llama import LlamaLMCache, llama_lm_backward, llama_lm_forward
+from .lm import lm_backward, lm_forward, lm_loss
+from .generate import LMDecoder, generate
+
+__all__ = ["FAMILIES", "LMConfig", "block_params", "init_lm_params", "param_names",
+           "GPT2LMCache", "gpt2_lm_backward", "gpt2_lm_forward",
+           "LlamaLMCache", "llama_lm_backward", "llama_lm_forward",
+           "lm_backward", "lm_forward", "lm_loss", "LMDecoder", "generate"]

@@ -1,0 +1,143 @@
+"""What a whole language model is: its family and sizes, read from transformers' ``config.json``.
+
+:class:`LMConfig` holds what the forward needs and nothing of training or serving; it is built
+from the dict transformers writes (``LMConfig.from_dict``), from a transformers config object
+(``LMConfig.from_transformers``) or by hand. A setting that would change the maths and that
+this package does not implement (Llama 3's RoPE scaling, biases in Llama's projections, an
+activation other than GPT-2's tanh GELU or Llama's SiLU) is refused with an error that names
+it, rather than ignored.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+__all__ = ["LMConfig", "FAMILIES"]
+
+#: The model families this package runs whole: transformers' ``model_type``.
+FAMILIES = ("gpt2", "llama")
+
+
+@dataclass(frozen=True)
+class LMConfig:
+    """A GPT-2 or Llama language model's shape and constants.
+
+    Attributes
+    ----------
+    family : ``"gpt2"`` or ``"llama"`` (transformers' ``model_type``)
+    vocab_size, d_model, num_layers, num_heads : V, D, the blocks, H
+    num_kv_heads : Hkv, the key/value heads (GPT-2: H)
+    d_ff : the MLP's hidden width F
+    max_positions : the longest sequence (GPT-2's position table has this many rows)
+    eps : the norms' epsilon (GPT-2's ``layer_norm_epsilon``, Llama's ``rms_norm_eps``)
+    rope_theta : Llama's RoPE base
+    tie_word_embeddings : the LM head is the token table transposed (GPT-2: True)
+    pad_token_id : Llama's embedding row that gets no gradient (transformers' ``padding_idx``)
+    scale_attn_weights, scale_attn_by_inverse_layer_idx : GPT-2's attention scaling
+        (scores times ``1/sqrt(d_head)``, then times ``1/(layer + 1)``)
+    """
+
+    family: str
+    vocab_size: int
+    d_model: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    d_ff: int
+    max_positions: int
+    eps: float
+    rope_theta: float = 10000.0
+    tie_word_embeddings: bool = True
+    pad_token_id: int | None = None
+    scale_attn_weights: bool = True
+    scale_attn_by_inverse_layer_idx: bool = False
+
+    def __post_init__(self):
+        if self.family not in FAMILIES:
+            raise ValueError(f"family must be one of {FAMILIES}, got {self.family!r}")
+        for name in ("vocab_size", "d_model", "num_layers", "num_heads", "num_kv_heads", "d_ff", "max_positions"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_kv_heads = {self.num_kv_heads} must divide num_heads = {self.num_heads}")
+        if self.family == "gpt2" and self.num_kv_heads != self.num_heads:
+            raise ValueError("GPT-2 has as many key/value heads as query heads:"
+                             f" num_kv_heads = {self.num_kv_heads}, num_heads = {self.num_heads}")
+        if not self.eps > 0:
+            raise ValueError(f"eps must be positive, got {self.eps!r}")
+        if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
+            raise ValueError(f"pad_token_id = {self.pad_token_id} is not a token id in [0, {self.vocab_size})")
+
+    @property
+    def head_scale(self):
+        """The attention scores' factor of each layer (None: ``1/sqrt(d_head)``)."""
+        scales = []
+        for layer in range(self.num_layers):
+            if self.family == "llama" or (self.scale_attn_weights and not self.scale_attn_by_inverse_layer_idx):
+                scales.append(None)
+            else:
+                d_head = self.d_model // self.num_heads
+                base = d_head ** -0.5 if self.scale_attn_weights else 1.0
+                scales.append(base / (layer + 1) if self.scale_attn_by_inverse_layer_idx else base)
+        return tuple(scales)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_transformers(cls, config) -> "LMConfig":
+        """From a transformers config object (``GPT2Config``, ``LlamaConfig``)."""
+        return cls.from_dict(config.to_dict())
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "LMConfig":
+        """From transformers' ``config.json`` as a dict (4.x and 5.x spellings)."""
+        family = d.get("model_type")
+        if family == "gpt2":
+            return _gpt2(d)
+        if family == "llama":
+            return _llama(d)
+        raise ValueError(f"model_type {family!r} is not supported: this package runs {FAMILIES} whole")
+
+
+def _refuse(what: str, value, family: str):
+    raise ValueError(f"{family}: {what} = {value!r} is not supported by attention_ref (it changes the maths"
+                     " this package implements); the model cannot be run here")
+
+
+def _gpt2(d):
+    act = d.get("activation_function", "gelu_new")
+    if act not in ("gelu_new", "gelu_pytorch_tanh"):
+        _refuse("activation_function", act, "gpt2")  # the blocks use the tanh GELU
+    if d.get("add_cross_attention"):
+        _refuse("add_cross_attention", True, "gpt2")
+    D, H = d["n_embd"], d["n_head"]
+    return LMConfig(family="gpt2", vocab_size=d["vocab_size"], d_model=D, num_layers=d["n_layer"], num_heads=H,
+                    num_kv_heads=H, d_ff=d.get("n_inner") or 4 * D, max_positions=d["n_positions"],
+                    eps=d.get("layer_norm_epsilon", 1e-5), tie_word_embeddings=d.get("tie_word_embeddings", True),
+                    scale_attn_weights=d.get("scale_attn_weights", True),
+                    scale_attn_by_inverse_layer_idx=d.get("scale_attn_by_inverse_layer_idx", False))
+
+
+def _llama(d):
+    if d.get("hidden_act", "silu") != "silu":
+        _refuse("hidden_act", d["hidden_act"], "llama")
+    for flag in ("attention_bias", "mlp_bias"):
+        if d.get(flag):
+            _refuse(flag, True, "llama")
+    # RoPE: transformers 4.x writes rope_theta and rope_scaling; 5.x writes rope_parameters
+    rope = d.get("rope_parameters") or d.get("rope_scaling") or {}
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type != "default":
+        _refuse("the RoPE scaling rope_type", rope_type, "llama")  # e.g. Llama 3's "llama3"
+    theta = d.get("rope_theta", rope.get("rope_theta", 10000.0))
+    D, H = d["hidden_size"], d["num_attention_heads"]
+    head_dim = d.get("head_dim") or D // H
+    if head_dim * H != D:
+        _refuse("head_dim", head_dim, "llama")  # the blocks take d_head = d_model / num_heads
+    pad = d.get("pad_token_id")
+    return LMConfig(family="llama", vocab_size=d["vocab_size"], d_model=D, num_layers=d["num_hidden_layers"],
+                    num_heads=H, num_kv_heads=d.get("num_key_value_heads") or H, d_ff=d["intermediate_size"],
+                    max_positions=d.get("max_position_embeddings", 2048), eps=d.get("rms_norm_eps", 1e-6),
+                    rope_theta=float(theta), tie_word_embeddings=d.get("tie_word_embeddings", False),
+                    pad_token_id=pad if isinstance(pad, int) and 0 <= pad < d["vocab_size"] else None)

@@ -1,0 +1,127 @@
+"""A whole model's parameters: one flat dict, named like transformers' modules.
+
+GPT-2: ``wte`` (V, D), ``wpe`` (P, D), ``h.<i>.<block name>`` (the names of
+:func:`attention_ref.gpt2_block_forward`), ``ln_f.gamma``, ``ln_f.beta``, and ``lm_head.W``
+(D, V) only when the head is not tied to ``wte``.
+Llama: ``embed_tokens`` (V, D), ``layers.<i>.<block name>`` (:data:`attention_ref.LLAMA_PARAM_NAMES`),
+``norm.weight``, and ``lm_head.W`` (D, V) unless tied.
+
+Gradients come back as a dict with the same keys and shapes, so an optimiser steps over both.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._pair_checks import as_attention_mask, as_token_ids
+from ..nn.encoder_block import ENCODER_GROUPS
+from ..nn.gpt2_block import init_gpt2_block_params
+from ..nn.llama_block import LLAMA_PARAM_NAMES, init_llama_block_params
+from .config import LMConfig
+
+__all__ = ["param_names", "block_params", "init_lm_params", "check_lm_params", "check_lm_inputs", "head_weight",
+           "add_head_gradient", "TOKEN_TABLE", "LAYER_PREFIX"]
+
+#: The token table's name and a layer's prefix in each family.
+TOKEN_TABLE = {"gpt2": "wte", "llama": "embed_tokens"}
+LAYER_PREFIX = {"gpt2": "h", "llama": "layers"}
+_GPT2_BLOCK = tuple(f"{group}.{name}" for group, names in ENCODER_GROUPS.items() for name in names)
+
+
+def _block_names(config: LMConfig):
+    return _GPT2_BLOCK if config.family == "gpt2" else LLAMA_PARAM_NAMES
+
+
+def param_names(config: LMConfig) -> tuple:
+    """Every key of a model's params, in the order of the forward."""
+    names = ["wte", "wpe"] if config.family == "gpt2" else ["embed_tokens"]
+    prefix = LAYER_PREFIX[config.family]
+    names += [f"{prefix}.{i}.{n}" for i in range(config.num_layers) for n in _block_names(config)]
+    names += ["ln_f.gamma", "ln_f.beta"] if config.family == "gpt2" else ["norm.weight"]
+    return tuple(names + ([] if config.tie_word_embeddings else ["lm_head.W"]))
+
+
+def block_params(params: dict, config: LMConfig, layer: int) -> dict:
+    """Layer ``layer``'s params under the block's own names (the prefix removed)."""
+    prefix = f"{LAYER_PREFIX[config.family]}.{layer}."
+    return {k[len(prefix):]: v for k, v in params.items() if k.startswith(prefix)}
+
+
+def check_lm_params(params, config: LMConfig) -> None:
+    """``params`` has the model's keys (the biases of GPT-2's blocks may be absent) and tables of
+    the config's shapes; anything else is named."""
+    if not isinstance(config, LMConfig):
+        raise TypeError(f"config must be an LMConfig (attention_ref.LMConfig.from_dict(config.json)),"
+                        f" got {type(config).__name__}")
+    if not isinstance(params, dict):
+        raise TypeError(f"params must be a dict of arrays, got {type(params).__name__}")
+    names = param_names(config)
+    optional = {n for n in names if n.rsplit(".", 1)[-1].startswith("b_")}
+    missing = [n for n in names if n not in params and n not in optional]
+    unknown = sorted(set(params) - set(names))
+    if missing or unknown:
+        raise ValueError(f"params do not match the {config.family} config ({config.num_layers} layers,"
+                         f" tie_word_embeddings={config.tie_word_embeddings}): missing {missing[:6]}"
+                         f"{'...' if len(missing) > 6 else ''}, unknown {unknown[:6]}{'...' if len(unknown) > 6 else ''}")
+    V, D = config.vocab_size, config.d_model
+    shapes = {TOKEN_TABLE[config.family]: (V, D), "lm_head.W": (D, V)}
+    if config.family == "gpt2":
+        shapes["wpe"] = (config.max_positions, D)
+    for name, shape in shapes.items():
+        if name in params and np.shape(params[name]) != shape:
+            raise ValueError(f"params['{name}'] must have shape {shape} (vocab_size = {V}, d_model = {D},"
+                             f" max_positions = {config.max_positions}), got {np.shape(params[name])}")
+
+
+def check_lm_inputs(ids, params, config: LMConfig, attention_mask=None):
+    """A whole model's inputs: the params against the config, the ids in the vocabulary, and
+    transformers' ``attention_mask`` as a key mask (..., 1, T) for the blocks (None when there
+    is no padding). Returns ``(ids, mask)``."""
+    check_lm_params(params, config)
+    ids = as_token_ids(ids, "ids", config.vocab_size)
+    if ids.ndim < 1:
+        raise ValueError(f"ids must have shape (..., T), got a scalar {ids!r}")
+    keep = as_attention_mask(attention_mask, ids.shape)  # (..., T)
+    return ids, (None if keep.all() else keep[..., None, :])  # (..., 1, T): a query sees real keys only
+
+
+def head_weight(params: dict, config: LMConfig):
+    """The LM head's weight (D, V): the token table transposed when tied, else ``lm_head.W``."""
+    return params[TOKEN_TABLE[config.family]].T if config.tie_word_embeddings else params["lm_head.W"]
+
+
+def add_head_gradient(grads: dict, dW_head, config: LMConfig) -> None:
+    """The head's gradient (D, V) into ``grads``: added to the token table's (transposed) when
+    tied, so the table's gradient is the sum of its two uses; else as ``lm_head.W``'s."""
+    table = TOKEN_TABLE[config.family]
+    if config.tie_word_embeddings:
+        grads[table] = grads[table] + dW_head.T
+    else:
+        grads["lm_head.W"] = dW_head
+
+
+def init_lm_params(config: LMConfig, *, seed=None, dtype=np.float64) -> dict:
+    """Random weights of the config's shapes: normal with std 0.02 (transformers'
+    ``initializer_range``), norms at 1 and biases at 0 as the blocks' own initialisers."""
+    rng = np.random.default_rng(seed)
+    V, D = config.vocab_size, config.d_model
+    params = {}
+    if config.family == "gpt2":
+        params["wte"] = (0.02 * rng.standard_normal((V, D))).astype(dtype)
+        params["wpe"] = (0.01 * rng.standard_normal((config.max_positions, D))).astype(dtype)
+    else:
+        params["embed_tokens"] = (0.02 * rng.standard_normal((V, D))).astype(dtype)
+    for i in range(config.num_layers):
+        seed_i = int(rng.integers(2**31))
+        if config.family == "gpt2":
+            block = init_gpt2_block_params(D, config.num_heads, config.d_ff, seed=seed_i, dtype=dtype)
+        else:
+            block = init_llama_block_params(D, config.num_heads, config.d_ff, num_kv_heads=config.num_kv_heads,
+                                            seed=seed_i, dtype=dtype)
+        params.update({f"{LAYER_PREFIX[config.family]}.{i}.{k}": v for k, v in block.items()})
+    if config.family == "gpt2":
+        params["ln_f.gamma"], params["ln_f.beta"] = np.ones(D, dtype), np.zeros(D, dtype)
+    else:
+        params["norm.weight"] = np.ones(D, dtype)
+    if not config.tie_word_embeddings:
+        params["lm_head.W"] = (0.02 * rng.standard_normal((D, V))).astype(dtype)
+    return {name: params[name] for name in param_names(config) if name in params}

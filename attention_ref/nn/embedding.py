@@ -1,0 +1,62 @@
+"""Token embedding: row ``ids[..., n]`` of a table ``W`` (V, D), and its backward, a scatter-add.
+
+Symbols: ``...`` batch axes, N positions, V the vocabulary (rows of the table), D the width.
+
+Forward: ``out[..., n, :] = W[ids[..., n], :]``, a lookup. It is the product of a one-hot
+row ``e_id`` (V,) with ``W``, so its backward is ``dW = sum over positions of e_id^T dout``:
+each position adds its upstream row to the row of ``W`` it read. Rows read twice get both
+contributions; rows never read get 0. A ``padding_idx`` row (transformers' ``pad_token_id``
+of Llama's ``embed_tokens``) gets no gradient at all.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from .._checks import as_upstream
+from .._pair_checks import check_embedding_inputs
+
+__all__ = ["EmbeddingCache", "embedding_forward", "embedding_backward"]
+
+
+class EmbeddingCache(NamedTuple):
+    """What ``embedding_backward`` needs: the ids, the table's shape and dtype, the padding row."""
+
+    ids: np.ndarray  # (..., N) integers
+    table_shape: tuple  # (V, D)
+    dtype: np.dtype
+    padding_idx: int | None
+
+
+def embedding_forward(ids, W, padding_idx=None):
+    """Look up the rows of ``W`` named by ``ids``.
+
+    Parameters
+    ----------
+    ids : integer array (..., N), each in ``[0, V)``
+    W : array (V, D), one row per token
+    padding_idx : optional row that receives no gradient (its lookups still read it)
+
+    Returns
+    -------
+    out : array (..., N, D), ``W[ids]`` (a new array)
+    cache : EmbeddingCache for :func:`embedding_backward`
+    """
+    ids, W, padding_idx = check_embedding_inputs(ids, W, padding_idx)
+    out = W[ids]  # (..., N, D): row ids[..., n] of W
+    return out, EmbeddingCache(ids, W.shape, W.dtype, padding_idx)
+
+
+def embedding_backward(dout, cache: EmbeddingCache):
+    """Gradient of :func:`embedding_forward` with respect to ``W``: ``dW`` (V, D).
+
+    ``dW[v] = sum of dout[..., n, :] over the positions with ids[..., n] = v``, a scatter-add
+    (``np.add.at``: a token read at several positions gets the sum); the padding row's is 0.
+    """
+    dout = as_upstream(dout, cache.ids.shape + cache.table_shape[-1:], cache.dtype, "dout")
+    dW = np.zeros(cache.table_shape, cache.dtype)  # (V, D)
+    np.add.at(dW, cache.ids.reshape(-1), dout.reshape(-1, cache.table_shape[-1]))  # (V, D) += (B*N, D) by row
+    if cache.padding_idx is not None:
+        dW[cache.padding_idx] = 0.0
+    return dW

@@ -1,0 +1,244 @@
+"""GPT-2 and Llama as whole language models, without torch: every gradient of a tiny model
+against finite differences, the decoder's logits against the full forward, left padding that
+changes nothing, the loading round trip, and the errors."""
+import json
+
+import numpy as np
+import pytest
+
+import attention_ref as ar
+from attention_ref.interop import from_transformers_state, load_pretrained, to_transformers, write_safetensors
+
+GPT2 = ar.LMConfig(family="gpt2", vocab_size=11, d_model=8, num_layers=2, num_heads=2, num_kv_heads=2, d_ff=12,
+                   max_positions=16, eps=1e-5)
+LLAMA = ar.LMConfig(family="llama", vocab_size=13, d_model=8, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=12,
+                    max_positions=64, eps=1e-6, rope_theta=100.0, tie_word_embeddings=False, pad_token_id=0)
+CONFIGS = {
+    "gpt2": GPT2,
+    "gpt2-untied-scaled-by-layer": ar.LMConfig(**{**GPT2.to_dict(), "tie_word_embeddings": False,
+                                                  "scale_attn_by_inverse_layer_idx": True}),
+    "llama": LLAMA,
+    "llama-tied": ar.LMConfig(**{**LLAMA.to_dict(), "tie_word_embeddings": True}),
+}
+
+
+def _model(name, seed=0):
+    config = CONFIGS[name]
+    params = ar.init_lm_params(config, seed=seed)
+    rng = np.random.default_rng(seed + 1)
+    # larger, non-special weights: the attention is far from uniform and every norm parameter matters
+    return {k: v * 10 + 0.1 * rng.standard_normal(v.shape) if v.ndim == 2 else v + 0.3 * rng.standard_normal(v.shape)
+            for k, v in params.items()}, config
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_every_gradient_of_a_tiny_model_against_finite_differences(name):
+    params, config = _model(name)
+    rng = np.random.default_rng(2)
+    ids = rng.integers(0, config.vocab_size, (2, 5))
+    ids[0, 1] = 0  # Llama's pad row is read, and gets no gradient
+    mask = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+    keys = [k for k in params if not (config.pad_token_id is not None and k == "embed_tokens")]
+
+    def forward(sub):
+        return ar.lm_forward(ids, {**params, **sub}, config, attention_mask=mask)
+
+    def backward(dlogits, cache):
+        grads = ar.lm_backward(dlogits, cache)
+        return {k: grads[k] for k in keys}
+
+    report = ar.gradcheck(forward, backward, {k: params[k] for k in keys}, atol=1e-7, rtol=1e-5)
+    report.raise_if_failed()
+    grads = ar.lm_backward(np.ones((2, 5, config.vocab_size)), forward({})[1])
+    assert sorted(grads) == sorted(params) and all(grads[k].shape == params[k].shape for k in params)
+    if config.pad_token_id is not None:  # the table's other rows, by finite differences; the pad row: 0
+        table = [k for k in params if k == "embed_tokens"][0]
+        if not config.tie_word_embeddings:
+            assert not grads[table][config.pad_token_id].any()
+        rows = [r for r in range(config.vocab_size) if r != config.pad_token_id]
+
+        def forward_rows(W_rows):
+            W = params[table].copy()
+            W[rows] = W_rows
+            return forward({table: W})
+
+        def backward_rows(dlogits, cache):
+            return ar.lm_backward(dlogits, cache)[table][rows]
+
+        ar.gradcheck(forward_rows, backward_rows, params[table][rows], atol=1e-7, rtol=1e-5).raise_if_failed()
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_lm_loss_is_the_mean_next_token_cross_entropy(name):
+    params, config = _model(name)
+    ids = np.random.default_rng(3).integers(1, config.vocab_size, (2, 6))
+    mask = np.array([[1] * 6, [1, 1, 1, 1, 0, 0]])
+    loss, grads, logits = ar.lm_loss(ids, params, config, attention_mask=mask)
+    z = logits - logits.max(axis=-1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+    terms = [-logp[b, n, ids[b, n + 1]] for b in range(2) for n in range(5) if mask[b, n + 1]]
+    assert loss == pytest.approx(np.mean(terms), rel=1e-12)
+    assert sorted(grads) == sorted(params)
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_decoder_gives_the_full_forward_logits_step_by_step(name):
+    params, config = _model(name)
+    ids = np.random.default_rng(4).integers(1, config.vocab_size, (3, 7))
+    full, _ = ar.lm_forward(ids, params, config)
+    decoder = ar.LMDecoder(params, config)
+    first = decoder.prefill(ids[:, :4])
+    np.testing.assert_allclose(first, full[:, :4], rtol=1e-12, atol=1e-12)
+    for n in range(4, 7):
+        np.testing.assert_allclose(decoder.step(ids[:, n]), full[:, n], rtol=1e-12, atol=1e-12)
+    assert all(c.length == 7 for c in decoder.caches) and len({id(c) for c in decoder.caches}) == config.num_layers
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_left_padding_changes_no_token(name):
+    """A prompt generated alone and inside a left-padded batch gives the same tokens (positions
+    count real tokens only, padding keys are hidden)."""
+    params, config = _model(name)
+    rng = np.random.default_rng(5)
+    long, short = rng.integers(1, config.vocab_size, 6), rng.integers(1, config.vocab_size, 3)
+    batch = np.stack([long, np.concatenate([[0, 0, 0], short])])
+    mask = np.array([[1] * 6, [0, 0, 0, 1, 1, 1]])
+    together = ar.generate(batch, params, config, 5, attention_mask=mask)
+    np.testing.assert_array_equal(together[0], ar.generate(long, params, config, 5))
+    np.testing.assert_array_equal(together[1, 3:], ar.generate(short, params, config, 5))
+    np.testing.assert_array_equal(together[:, :6], batch)
+
+
+def test_sampling_is_seeded_and_top_k_1_is_greedy():
+    params, config = _model("llama")
+    ids = np.array([[3, 4, 5]])
+    a = ar.generate(ids, params, config, 8, temperature=1.5, seed=7)
+    np.testing.assert_array_equal(a, ar.generate(ids, params, config, 8, temperature=1.5, seed=7))
+    np.testing.assert_array_equal(ar.generate(ids, params, config, 8, temperature=2.0, top_k=1, seed=1),
+                                  ar.generate(ids, params, config, 8))
+    draws = {tuple(ar.generate(ids, params, config, 4, temperature=5.0, seed=s)[0, 3:]) for s in range(6)}
+    assert len(draws) > 1  # sampling at a high temperature does not always give the greedy tokens
+    assert ar.generate(ids, params, config, 0).shape == (1, 3)
+
+
+def test_sampling_follows_the_softmax():
+    """Frequencies of the first sampled token against softmax(logits / T) (and top_k)."""
+    from attention_ref.models.generate import _pick
+
+    logits = np.array([[2.0, 1.0, 0.0, -1.0]] * 20000)
+    rng = np.random.default_rng(0)
+    p = np.exp(logits[0] / 0.8)
+    p /= p.sum()
+    freq = np.bincount(_pick(logits, 0.8, None, rng), minlength=4) / 20000
+    np.testing.assert_allclose(freq, p, atol=0.015)
+    top2 = np.bincount(_pick(logits, 1.0, 2, rng), minlength=4) / 20000
+    np.testing.assert_allclose(top2, [np.e / (np.e + 1), 1 / (np.e + 1), 0, 0], atol=0.015)
+
+
+def test_one_kv_cache_per_layer():
+    params, config = _model("gpt2")
+    x = np.random.default_rng(6).standard_normal((1, 3, config.d_model))
+    cache = ar.KVCache()
+    ar.gpt2_block_decode_step(x, ar.block_params(params, config, 0), 2, cache)
+    with pytest.raises(ValueError, match="holds the keys of another layer.*one KVCache per layer"):
+        ar.gpt2_block_decode_step(x, ar.block_params(params, config, 1), 2, cache)
+    assert cache.length == 3  # refused before anything was appended
+    same = {k: v.copy() for k, v in ar.block_params(params, config, 0).items()}  # the same weights, copied
+    ar.gpt2_block_decode_step(x[:, :1], same, 2, cache)
+    assert cache.length == 4
+    lparams, lconfig = _model("llama")
+    cache = ar.KVCache()
+    ar.llama_block_decode_step(x, ar.block_params(lparams, lconfig, 0), 4, cache)
+    with pytest.raises(ValueError, match="another layer"):
+        ar.llama_block_decode_step(x, ar.block_params(lparams, lconfig, 1), 4, cache)
+
+
+@pytest.mark.parametrize("name", ["gpt2-untied-scaled-by-layer", "llama", "llama-tied"])
+def test_load_pretrained_round_trip(tmp_path, name):
+    """Our params under transformers' names, written as save_pretrained does (config.json and
+    model.safetensors, or shards with their index), read back equal."""
+    params, config = _model(name)
+    hf = {"gpt2": {"model_type": "gpt2", "vocab_size": config.vocab_size, "n_embd": config.d_model,
+                   "n_layer": config.num_layers, "n_head": config.num_heads, "n_positions": config.max_positions,
+                   "n_inner": config.d_ff, "layer_norm_epsilon": config.eps,
+                   "tie_word_embeddings": config.tie_word_embeddings,
+                   "scale_attn_by_inverse_layer_idx": config.scale_attn_by_inverse_layer_idx},
+          "llama": {"model_type": "llama", "vocab_size": config.vocab_size, "hidden_size": config.d_model,
+                    "num_hidden_layers": config.num_layers, "num_attention_heads": config.num_heads,
+                    "num_key_value_heads": config.num_kv_heads, "intermediate_size": config.d_ff,
+                    "rms_norm_eps": config.eps, "rope_parameters": {"rope_type": "default",
+                                                                    "rope_theta": config.rope_theta},
+                    "max_position_embeddings": config.max_positions, "pad_token_id": config.pad_token_id,
+                    "tie_word_embeddings": config.tie_word_embeddings}}[config.family]
+    (tmp_path / "config.json").write_text(json.dumps(hf))
+    state = to_transformers(params, config)
+    assert ("lm_head.weight" in state) == (not config.tie_word_embeddings)
+    if name == "llama":  # sharded, as save_pretrained(max_shard_size=...) writes it
+        names = sorted(state)
+        shards = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+        for file, keys in shards.items():
+            write_safetensors({k: state[k] for k in keys}, tmp_path / file)
+        (tmp_path / "model.safetensors.index.json").write_text(json.dumps(
+            {"metadata": {}, "weight_map": {k: f for f, keys in shards.items() for k in keys}}))
+    else:
+        write_safetensors(state, tmp_path / "model.safetensors")
+    loaded, loaded_config = load_pretrained(tmp_path)
+    assert loaded_config == config
+    assert sorted(loaded) == sorted(params)
+    for k in params:
+        np.testing.assert_array_equal(loaded[k], params[k], err_msg=k)
+    f32, _ = load_pretrained(tmp_path, dtype=np.float32)
+    assert all(v.dtype == np.float32 for v in f32.values())
+
+
+def test_loading_refuses_what_it_does_not_implement(tmp_path):
+    llama3 = {"model_type": "llama", "vocab_size": 8, "hidden_size": 4, "num_hidden_layers": 1,
+              "num_attention_heads": 2, "intermediate_size": 8,
+              "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}
+    with pytest.raises(ValueError, match="rope_type = 'llama3' is not supported"):
+        ar.LMConfig.from_dict(llama3)
+    with pytest.raises(ValueError, match="model_type 'bert' is not supported"):
+        ar.LMConfig.from_dict({"model_type": "bert"})
+    with pytest.raises(ValueError, match="activation_function = 'relu'"):
+        ar.LMConfig.from_dict({"model_type": "gpt2", "activation_function": "relu", "vocab_size": 8, "n_embd": 4,
+                               "n_layer": 1, "n_head": 2, "n_positions": 8})
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        load_pretrained(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({**llama3, "rope_scaling": None}))
+    with pytest.raises(FileNotFoundError, match="neither model.safetensors nor"):
+        load_pretrained(tmp_path)
+    params, config = _model("gpt2")
+    state = to_transformers(params, config)
+    del state["transformer.h.1.mlp.c_fc.weight"]
+    with pytest.raises(KeyError, match="transformer.h.1.mlp.c_fc.weight"):
+        from_transformers_state(state, config)
+
+
+def test_bad_inputs_are_named():
+    params, config = _model("gpt2")
+    with pytest.raises(ValueError, match=r"ids\[0, 2\] = 11 is not a token id in \[0, 11\)"):
+        ar.lm_forward([[1, 2, 11]], params, config)
+    with pytest.raises(ValueError, match="more than GPT-2's max_positions = 16"):
+        ar.lm_forward(np.ones((1, 17), int), params, config)
+    with pytest.raises(ValueError, match=r"missing \['h.1.ln2.gamma'\]"):
+        ar.lm_forward([[1]], {k: v for k, v in params.items() if k != "h.1.ln2.gamma"}, config)
+    with pytest.raises(TypeError, match="config must be an LMConfig"):
+        ar.lm_forward([[1]], params, {"model_type": "gpt2"})
+    with pytest.raises(ValueError, match="must be left-padded"):
+        ar.generate([[1, 2, 0]], params, config, 2, attention_mask=[[1, 1, 0]])
+    with pytest.raises(ValueError, match="temperature must be a finite number >= 0"):
+        ar.generate([[1, 2]], params, config, 2, temperature=-1)
+    with pytest.raises(ValueError, match="attention_mask must hold 0/1"):
+        ar.lm_forward([[1, 2]], params, config, attention_mask=[[1, 2]])
+    with pytest.raises(ValueError, match=r"dlogits must have shape \(1, 2, 11\)"):
+        ar.lm_backward(np.ones((1, 2, 10)), ar.lm_forward([[1, 2]], params, config)[1])
+
+
+def test_float32_stays_float32():
+    params, config = _model("llama")
+    p32 = {k: v.astype(np.float32) for k, v in params.items()}
+    logits, cache = ar.lm_forward([[1, 2, 3]], p32, config)
+    assert logits.dtype == np.float32
+    grads = ar.lm_backward(np.ones_like(logits), cache)
+    assert all(g.dtype == np.float32 for g in grads.values())
+    np.testing.assert_allclose(logits, ar.lm_forward([[1, 2, 3]], params, config)[0], rtol=1e-4, atol=1e-4)
