@@ -13,6 +13,7 @@ only with ``--write``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
@@ -21,38 +22,21 @@ import numpy as np
 OUT = Path(__file__).resolve().parents[1] / "notebooks" / "data"
 
 
-def _llama_in_float64(m, torch):
-    """transformers casts Llama's RMSNorm and RoPE angles to float32: the same formulas in float64."""
-    def rms_norm(self, hidden_states):
-        variance = hidden_states.pow(2).mean(-1, keepdim=True)
-        return self.weight * (hidden_states * torch.rsqrt(variance + self.variance_epsilon))
-
-    def rotary(self, x, position_ids):
-        half = self.inv_freq.shape[0]
-        inv_freq = 1.0 / (self.config.rope_theta ** (torch.arange(0, 2 * half, 2, dtype=torch.float64) / (2 * half)))
-        freqs = position_ids[:, :, None].to(torch.float64) * inv_freq[None, None, :]
-        emb = torch.cat((freqs, freqs), dim=-1)
-        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
-
-    originals = m.LlamaRMSNorm.forward, m.LlamaRotaryEmbedding.forward
-    m.LlamaRMSNorm.forward, m.LlamaRotaryEmbedding.forward = rms_norm, rotary
-    return originals  # for the caller to put back
-
-
 def build(name):
     """(arrays to store, a one-line summary) for ``"gpt2"`` or ``"llama"``."""
     import torch
     import transformers
 
+    from attention_ref.interop import llama_in_float64  # transformers' float32 steps, in float64
+
     torch.manual_seed(0)
+    in_float64 = contextlib.nullcontext() if name == "gpt2" else llama_in_float64()
     if name == "gpt2":
         config = transformers.GPT2Config(n_embd=16, n_head=4, n_layer=1, n_positions=32, vocab_size=32, resid_pdrop=0.0,
                                          embd_pdrop=0.0, attn_pdrop=0.0, attn_implementation="eager")
         model = transformers.GPT2Model(config).double().eval()
         noise = lambda n: n.endswith("bias") or "ln" in n  # noqa: E731
     else:
-        from transformers.models.llama import modeling_llama
-        originals = _llama_in_float64(modeling_llama, torch)
         config = transformers.LlamaConfig(hidden_size=16, intermediate_size=32, num_attention_heads=4,
                                           num_key_value_heads=2, num_hidden_layers=1, rms_norm_eps=1e-6,
                                           rope_theta=100.0, max_position_embeddings=64, vocab_size=32,
@@ -63,13 +47,10 @@ def build(name):
         for n, p in model.named_parameters():
             p.add_(0.1 * torch.randn_like(p)) if noise(n) else p.mul_(1.0 if name == "gpt2" else 10.0)
     x = torch.randn(2, 8, 16, dtype=torch.float64, requires_grad=True)
-    try:
+    with in_float64:
         out = model(inputs_embeds=x).last_hidden_state
         dout = torch.randn_like(out)
         (out * dout).sum().backward()
-    finally:
-        if name == "llama":
-            modeling_llama.LlamaRMSNorm.forward, modeling_llama.LlamaRotaryEmbedding.forward = originals
     arrays = {f"state/{k}": v.detach().numpy() for k, v in model.state_dict().items()}
     arrays.update({f"grad/{k}": p.grad.numpy() for k, p in model.named_parameters() if p.grad is not None})
     arrays.update({"input": x.detach().numpy(), "output": out.detach().numpy(), "dout": dout.numpy(),

@@ -2,7 +2,10 @@
 
 ``mappings``: where each tensor of ``torch.nn.MultiheadAttention``, GPT-2, BERT and Llama goes,
 as tables (``docs/model_mappings.md`` is rendered from them); ``converters``: the functions
-that apply them to a state dict, an ``.npz`` or a ``.safetensors`` file.
+that apply them to a state dict, an ``.npz`` or a ``.safetensors`` file; ``pretrained``: whole
+GPT-2 and Llama models from a ``save_pretrained`` directory (:func:`load_pretrained`) and our
+params or gradients under transformers' names (:func:`to_transformers`); ``safetensors``: the
+file format in plain NumPy.
 """
 from .converters import (
     from_bert_layer,
@@ -14,6 +17,11 @@ from .converters import (
     load_state,
 )
 from .mappings import MAPPINGS, render_markdown
+from .float64 import llama_in_float64
+from .pretrained import from_transformers_state, load_pretrained, read_state_dir, to_transformers
+from .safetensors import read_safetensors, write_safetensors
 
 __all__ = ["from_bert_layer", "from_gpt2_attention", "from_gpt2_block", "from_llama_attention", "from_llama_block",
-           "from_torch_multihead_attention", "load_state", "MAPPINGS", "render_markdown"]
+           "from_torch_multihead_attention", "load_state", "MAPPINGS", "render_markdown",
+           "from_transformers_state", "load_pretrained", "read_state_dir", "to_transformers", "read_safetensors",
+           "write_safetensors", "llama_in_float64"]

@@ -28,12 +28,9 @@ def load_state(source) -> Mapping:
         with np.load(path) as f:
             return {k: f[k] for k in f.files}
     if path.suffix == ".safetensors":
-        try:
-            from safetensors.numpy import load_file
-        except ImportError:
-            raise ImportError(f"reading {path} needs the safetensors package (pip install safetensors);"
-                              " or save the state dict as .npz") from None
-        return load_file(str(path))
+        from .safetensors import read_safetensors  # plain NumPy, no safetensors package needed
+
+        return read_safetensors(path)
     raise ValueError(f"state must be a mapping, an .npz or a .safetensors file, got {source!r}")
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["Rule", "MAPPINGS", "render_markdown", "HOW"]
+__all__ = ["Rule", "MAPPINGS", "WHOLE_MODELS", "render_markdown", "HOW"]
 
 
 class Rule(NamedTuple):
@@ -98,6 +98,26 @@ MAPPINGS = {
         Rule("mlp.up_proj.weight", ("mlp.W_up",), "transpose"),
         Rule("mlp.down_proj.weight", ("mlp.W_down",), "transpose"),
     ],
+    "transformers GPT2LMHeadModel (whole model; blocks: transformer.h.<i>. as GPT2Block)": [
+        Rule("transformer.wte.weight", ("wte",), "as is"),
+        Rule("transformer.wpe.weight", ("wpe",), "as is"),
+        Rule("transformer.ln_f.weight", ("ln_f.gamma",), "as is"),
+        Rule("transformer.ln_f.bias", ("ln_f.beta",), "as is"),
+        Rule("lm_head.weight", ("lm_head.W",), "transpose", optional=True),  # tied (the default): absent
+    ],
+    "transformers LlamaForCausalLM (whole model; blocks: model.layers.<i>. as LlamaDecoderLayer)": [
+        Rule("model.embed_tokens.weight", ("embed_tokens",), "as is"),
+        Rule("model.norm.weight", ("norm.weight",), "as is"),
+        Rule("lm_head.weight", ("lm_head.W",), "transpose", optional=True),  # tied: absent
+    ],
+}
+
+#: Whole models: their table, the prefix of layer i in their state dict and its block table.
+WHOLE_MODELS = {
+    "gpt2": ("transformers GPT2LMHeadModel (whole model; blocks: transformer.h.<i>. as GPT2Block)",
+             "transformer.h.{i}.", "transformers GPT2Block (h.<i>.)"),
+    "llama": ("transformers LlamaForCausalLM (whole model; blocks: model.layers.<i>. as LlamaDecoderLayer)",
+              "model.layers.{i}.", "transformers LlamaDecoderLayer (layers.<i>.)"),
 }
 
 

@@ -4,8 +4,8 @@ gradient (inputs and weights) at 1e-10 relative. Skipped when torch or transform
 (``pip install torch==2.13.0 transformers==4.57.1``; CPU build).
 
 transformers computes Llama's RMSNorm and RoPE angles in float32 even in a float64 model
-(``hidden_states.to(torch.float32)``, ``inv_freq.float()``): the test patches both with the
-same formulas in float64, and uses the ``sdpa`` attention (its softmax runs in the model's
+(``hidden_states.to(torch.float32)``, ``inv_freq.float()``): the test runs both with the same
+formulas in float64 (``attention_ref.interop.llama_in_float64()``), and uses the ``sdpa`` attention (its softmax runs in the model's
 dtype), so that 1e-10 compares formulas, not float32 rounding.
 """
 import numpy as np
@@ -35,6 +35,26 @@ def _close(ours, theirs, what, scale=None):
 
 def _state(module):
     return {k: v.detach().numpy() for k, v in module.state_dict().items()}
+
+
+def _every_gradient(model, ours):
+    """Every parameter's gradient of ``model`` against ``ours`` (transformers' names -> arrays):
+    the two sets of names must be the same, so none is skipped."""
+    named = {k: p for k, p in model.named_parameters() if p.grad is not None}
+    assert sorted(ours) == sorted(named), sorted(set(ours) ^ set(named))
+    for name, p in named.items():
+        scale = None
+        if name.endswith("key.bias"):  # d b_k is 0 up to rounding (softmax is shift-invariant):
+            scale = float(named[name.replace("key.bias", "query.bias")].grad.abs().max())  # its neighbour's
+        _close(ours[name], p.grad, f"d {name}", scale=scale)
+
+
+def _block_grads(table, grads, prefix):
+    """Our block's gradients under transformers' names (the converter's table, backwards)."""
+    from attention_ref.interop.mappings import MAPPINGS
+    from attention_ref.interop.pretrained import _reverse
+
+    return _reverse(MAPPINGS[table], grads, "", prefix)
 
 
 @pytest.fixture(autouse=True)
@@ -103,41 +123,25 @@ def test_gpt2_model_layer(scale_attn_weights):
     dy, dgamma_f, dbeta_f = ar.layer_norm_backward(dout.numpy(), ln_cache)
     dx, grads = ar.gpt2_block_backward(dy, cache)
     _close(dx, x.grad, "d inputs_embeds")
-    named = dict(model.named_parameters())
-    c_attn = named["h.0.attn.c_attn.weight"].grad.numpy()
-    for i, n in enumerate("qkv"):
-        _close(grads[f"self_attn.W_{n}"], c_attn[:, i * 16:(i + 1) * 16], f"dW_{n}")
-    for ours_name, theirs in [("self_attn.W_o", "h.0.attn.c_proj.weight"), ("ffn.W_1", "h.0.mlp.c_fc.weight"),
-                              ("ffn.W_2", "h.0.mlp.c_proj.weight"), ("ln1.gamma", "h.0.ln_1.weight"),
-                              ("ln2.beta", "h.0.ln_2.bias"), ("ffn.b_1", "h.0.mlp.c_fc.bias")]:
-        _close(grads[ours_name], named[theirs].grad, ours_name)
-    _close(dgamma_f, named["ln_f.weight"].grad, "d ln_f")
+    theirs = _block_grads("transformers GPT2Block (h.<i>.)", grads, "h.0.")
+    theirs.update({"wpe.weight": np.pad(dx.sum(axis=0), ((0, config.n_positions - N), (0, 0))),
+                   "ln_f.weight": dgamma_f, "ln_f.bias": dbeta_f})
+    _every_gradient(model, theirs)  # all 12 tensors of the block, wpe and ln_f
 
 
 # -- Llama -------------------------------------------------------------------------------------------
 
-def _llama_in_float64(monkeypatch, m):
-    """transformers' RMSNorm and RoPE angles, in float64 (their code casts to float32)."""
-    def rms_norm(self, hidden_states):
-        variance = hidden_states.pow(2).mean(-1, keepdim=True)
-        return self.weight * (hidden_states * torch.rsqrt(variance + self.variance_epsilon))
+@pytest.fixture
+def llama_in_float64():
+    """transformers' RMSNorm and RoPE angles in float64 (their code casts to float32)."""
+    from attention_ref.interop import llama_in_float64
 
-    def rotary(self, x, position_ids):
-        inv_freq = 1.0 / (self.config.rope_theta ** (torch.arange(0, self.inv_freq.shape[0] * 2, 2,
-                                                                    dtype=torch.float64) / (self.inv_freq.shape[0] * 2)))
-        freqs = position_ids[:, :, None].to(torch.float64) * inv_freq[None, None, :]
-        emb = torch.cat((freqs, freqs), dim=-1)
-        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
-
-    monkeypatch.setattr(m.LlamaRMSNorm, "forward", rms_norm)
-    monkeypatch.setattr(m.LlamaRotaryEmbedding, "forward", rotary)
+    with llama_in_float64():
+        yield
 
 
 @pytest.mark.parametrize("kv_heads", [2, 4])
-def test_llama_model_layer(monkeypatch, kv_heads):
-    from transformers.models.llama import modeling_llama
-
-    _llama_in_float64(monkeypatch, modeling_llama)
+def test_llama_model_layer(llama_in_float64, kv_heads):
     config = transformers.LlamaConfig(hidden_size=16, intermediate_size=24, num_attention_heads=4,
                                       num_key_value_heads=kv_heads, num_hidden_layers=1, rms_norm_eps=1e-6,
                                       rope_theta=500.0, max_position_embeddings=64, vocab_size=32,
@@ -163,16 +167,9 @@ def test_llama_model_layer(monkeypatch, kv_heads):
     dy, dnorm = ar.rms_norm_backward(dout.numpy(), norm_cache)
     dx, grads = ar.llama_block_backward(dy, cache)
     _close(dx, x.grad, "d inputs_embeds")
-    named = dict(model.named_parameters())
-    for ours_name, theirs in [("self_attn.W_q", "q_proj"), ("self_attn.W_k", "k_proj"), ("self_attn.W_v", "v_proj"),
-                              ("self_attn.W_o", "o_proj"), ("mlp.W_gate", "gate_proj"), ("mlp.W_up", "up_proj"),
-                              ("mlp.W_down", "down_proj")]:
-        group = "self_attn" if ours_name.startswith("self_attn") else "mlp"
-        _close(grads[ours_name], named[f"layers.0.{group}.{theirs}.weight"].grad.T, ours_name)
-    _close(grads["input_norm.weight"], named["layers.0.input_layernorm.weight"].grad, "d input_layernorm")
-    _close(grads["post_attention_norm.weight"], named["layers.0.post_attention_layernorm.weight"].grad,
-           "d post_attention_layernorm")
-    _close(dnorm, named["norm.weight"].grad, "d norm")
+    theirs = _block_grads("transformers LlamaDecoderLayer (layers.<i>.)", grads, "layers.0.")
+    theirs["norm.weight"] = dnorm
+    _every_gradient(model, theirs)  # the block's 9 tensors and the final norm
 
 
 # -- KV-cache decoding, step by step, against the model's own past_key_values --------------------
@@ -188,12 +185,9 @@ def _decode_theirs(model, x, splits):
     return torch.cat(outs, dim=1)
 
 
-def test_llama_decoding_matches_past_key_values(monkeypatch):
-    from transformers.models.llama import modeling_llama
-
+def test_llama_decoding_matches_past_key_values(llama_in_float64):
     from attention_ref.variants.kv_cache import KVCache
 
-    _llama_in_float64(monkeypatch, modeling_llama)
     config = transformers.LlamaConfig(hidden_size=16, intermediate_size=24, num_attention_heads=4,
                                       num_key_value_heads=2, num_hidden_layers=1, rms_norm_eps=1e-6, rope_theta=500.0,
                                       max_position_embeddings=64, vocab_size=32, attn_implementation="sdpa")
@@ -266,13 +260,13 @@ def test_bert_model_layer():
     ours, cache = ar.encoder_block_forward(e, params, 4, activation="gelu_exact", eps=eps)
     _close(ours, out, "output")
     de, grads = ar.encoder_block_backward(dout.numpy(), cache)
-    dx, _, _ = ar.layer_norm_backward(de, e_cache)
+    dx, dgamma_e, dbeta_e = ar.layer_norm_backward(de, e_cache)
     _close(dx, x.grad, "d inputs_embeds")
-    named = dict(model.named_parameters())
-    for ours_name, theirs in [("self_attn.W_q", "attention.self.query.weight"), ("ffn.W_1", "intermediate.dense.weight"),
-                              ("ffn.W_2", "output.dense.weight"), ("self_attn.W_o", "attention.output.dense.weight")]:
-        _close(grads[ours_name], named[f"encoder.layer.0.{theirs}"].grad.T, ours_name)
-    _close(grads["ln2.gamma"], named["encoder.layer.0.output.LayerNorm.weight"].grad, "d ln2")
+    theirs = _block_grads("transformers BertLayer (encoder.layer.<i>.)", grads, "encoder.layer.0.")
+    theirs.update({"embeddings.position_embeddings.weight": np.pad(dx.sum(axis=0), ((0, 32 - N), (0, 0))),
+                   "embeddings.token_type_embeddings.weight": np.stack([dx.sum(axis=(0, 1)), np.zeros(16)]),
+                   "embeddings.LayerNorm.weight": dgamma_e, "embeddings.LayerNorm.bias": dbeta_e})
+    _every_gradient(model, theirs)  # the layer's 16 tensors and the embeddings'
 
 
 # -- the fixtures of notebook 14 still come from transformers ----------------------------------------

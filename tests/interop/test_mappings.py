@@ -89,17 +89,37 @@ def test_missing_and_misshaped_tensors_are_named(tmp_path):
         load_state(tmp_path / "state.pt")
 
 
-def test_safetensors_is_optional(tmp_path):
-    try:
-        import safetensors  # noqa: F401
-    except ImportError:
-        with pytest.raises(ImportError, match="needs the safetensors package"):
-            load_state(tmp_path / "model.safetensors")
-    else:
-        from safetensors.numpy import save_file
+def test_safetensors_read_in_plain_numpy(tmp_path):
+    """Our reader and writer round-trip every dtype they name, bfloat16 is read exactly, and
+    files written by the safetensors package (when installed) read the same."""
+    from attention_ref.interop import read_safetensors, write_safetensors
 
-        save_file({"in_proj_weight": np.ones((6, 2)), "out_proj.weight": np.ones((2, 2))}, str(tmp_path / "m.safetensors"))
-        assert from_torch_multihead_attention(load_state(tmp_path / "m.safetensors"))["W_o"].shape == (2, 2)
+    rng = np.random.default_rng(0)
+    tensors = {"a": rng.standard_normal((3, 4)), "b": rng.standard_normal(5).astype(np.float32),
+               "c": np.arange(6, dtype=np.int64).reshape(2, 3), "d": np.float16([1.5, -2.25]),
+               "e": np.zeros((0, 3))}
+    write_safetensors(tensors, tmp_path / "m.safetensors", metadata={"format": "np"})
+    back = load_state(tmp_path / "m.safetensors")
+    assert sorted(back) == sorted(tensors)
+    for k, v in tensors.items():
+        assert back[k].dtype == v.dtype and back[k].shape == v.shape
+        np.testing.assert_array_equal(back[k], v)
+    # bfloat16: the high 16 bits of a float32; 1.5 and -2.25 are exact in it
+    import json
+    import struct
+    bits = (np.float32([1.5, -2.25]).view(np.uint32) >> 16).astype("<u2").tobytes()
+    header = json.dumps({"w": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]}}).encode()
+    (tmp_path / "bf16.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + bits)
+    np.testing.assert_array_equal(read_safetensors(tmp_path / "bf16.safetensors")["w"], np.float32([1.5, -2.25]))
+    with pytest.raises(ValueError, match="not a safetensors file"):
+        (tmp_path / "bad.safetensors").write_bytes(b"abc")
+        read_safetensors(tmp_path / "bad.safetensors")
+    try:
+        from safetensors.numpy import save_file
+    except ImportError:
+        return
+    save_file({"in_proj_weight": np.ones((6, 2)), "out_proj.weight": np.ones((2, 2))}, str(tmp_path / "s.safetensors"))
+    assert from_torch_multihead_attention(load_state(tmp_path / "s.safetensors"))["W_o"].shape == (2, 2)
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--write"]:

@@ -1,0 +1,150 @@
+"""Whole GPT-2 and Llama language models against transformers: built from small configs with
+random weights in float64, written by ``save_pretrained`` and read by our ``load_pretrained``
+(no torch in the reading); logits, the loss and the gradient of every parameter (all of
+``named_parameters()``, none skipped) at 1e-10 relative; ``generate`` token for token against
+``model.generate(do_sample=False)`` on a left-padded batch; each decoding step's logits
+against a float64 loop over transformers' own ``past_key_values``.
+
+Where transformers works in float32 inside a float64 model, the test runs the same formula in
+float64 instead, so that 1e-10 compares formulas, not float32 rounding:
+
+* Llama's RMSNorm (``hidden_states.to(torch.float32)``) and RoPE angles (``inv_freq.float()``):
+  both replaced by the same formulas in float64 with ``attention_ref.interop.llama_in_float64()``;
+* the eager softmax of Llama (``softmax(..., dtype=torch.float32)``): the ``sdpa`` attention is
+  used instead, whose softmax runs in the model's dtype;
+* the ``labels=`` loss (``ForCausalLMLoss`` calls ``logits.float()``): the test computes the same
+  shifted ``cross_entropy`` on the float64 logits, and checks the ``labels=`` loss at 1e-6 only;
+* ``generate``'s logits (cast to float32 before the argmax): the tokens are compared as they are,
+  the logits through the float64 loop over ``past_key_values``.
+
+Runs on transformers 4.x (``rope_theta``) and 5.x (``rope_parameters["rope_theta"]``).
+"""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import attention_ref as ar  # noqa: E402
+from attention_ref.interop import load_pretrained, to_transformers  # noqa: E402
+
+RTOL = 1e-10
+
+
+def _close(ours, theirs, what):
+    theirs = theirs.detach().numpy() if hasattr(theirs, "detach") else np.asarray(theirs)
+    scale = max(float(np.abs(theirs).max()), 1e-300)
+    err = float(np.abs(np.asarray(ours) - theirs).max())
+    assert err <= RTOL * scale, f"{what}: max abs error {err:.2e} against max |value| {scale:.2e}"
+
+
+@pytest.fixture
+def llama_in_float64():
+    """transformers' RMSNorm and RoPE angles with the same formulas in float64."""
+    from attention_ref.interop import llama_in_float64
+
+    with llama_in_float64():
+        yield
+
+
+def _gpt2(tie=True):
+    config = transformers.GPT2Config(vocab_size=37, n_embd=16, n_head=4, n_layer=2, n_positions=32, resid_pdrop=0.0,
+                                     embd_pdrop=0.0, attn_pdrop=0.0, attn_implementation="eager",
+                                     tie_word_embeddings=tie, eos_token_id=None, bos_token_id=None)
+    model = transformers.GPT2LMHeadModel(config).double().eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias") or "ln" in name:
+                p.add_(0.1 * torch.randn_like(p))  # no special values
+    return model
+
+
+def _llama(tie=False):
+    config = transformers.LlamaConfig(vocab_size=41, hidden_size=16, intermediate_size=24, num_attention_heads=4,
+                                      num_key_value_heads=2, num_hidden_layers=2, rms_norm_eps=1e-6, rope_theta=500.0,
+                                      max_position_embeddings=64, pad_token_id=0, bos_token_id=None, eos_token_id=None,
+                                      tie_word_embeddings=tie, attn_implementation="sdpa")
+    model = transformers.LlamaForCausalLM(config).double().eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.mul_(10.0) if "norm" not in name else p.add_(0.1 * torch.randn_like(p))  # the attention not uniform
+    return model
+
+
+MODELS = {"gpt2": lambda: _gpt2(True), "gpt2-untied": lambda: _gpt2(False),
+          "llama": lambda: _llama(False), "llama-tied": lambda: _llama(True)}
+
+
+@pytest.fixture(params=list(MODELS))
+def saved(request, tmp_path, llama_in_float64):
+    """A model, saved by save_pretrained and loaded by load_pretrained."""
+    torch.manual_seed(0)
+    model = MODELS[request.param]()
+    model.save_pretrained(tmp_path)
+    params, config = load_pretrained(tmp_path)
+    return model, params, config
+
+
+def test_logits_loss_and_every_gradient(saved):
+    model, params, config = saved
+    torch.manual_seed(1)
+    V = config.vocab_size
+    ids = torch.randint(1, V, (2, 9))
+    ids[0, 4] = 0  # Llama's pad token inside a sequence: its row is read, and gets no gradient
+    mask = torch.ones_like(ids)
+    mask[1, 6:] = 0  # right padding in the second row
+    labels = ids.masked_fill(mask == 0, -100)
+    out = model(ids, attention_mask=mask, labels=labels)
+    loss_64 = torch.nn.functional.cross_entropy(out.logits[:, :-1].reshape(-1, V), labels[:, 1:].reshape(-1))
+    loss_64.backward()
+
+    loss, grads, logits = ar.lm_loss(ids.numpy(), params, config, attention_mask=mask.numpy())
+    real = mask.numpy().astype(bool)
+    _close(logits[real], out.logits[mask.bool()], "logits")
+    assert abs(loss - loss_64.item()) <= RTOL * abs(loss_64.item()), (loss, loss_64.item())
+    assert abs(loss - out.loss.item()) <= 1e-6 * abs(loss)  # labels=: computed in float32 by transformers
+    theirs = to_transformers(grads, config)
+    named = dict(model.named_parameters())
+    assert sorted(theirs) == sorted(named)  # every parameter, a tied one once under its own name
+    for name, p in named.items():
+        _close(theirs[name], p.grad, f"d {name}")
+
+
+def test_generate_left_padded_batch_token_for_token(saved):
+    model, params, config = saved
+    torch.manual_seed(2)
+    ids = torch.randint(1, config.vocab_size, (3, 6))
+    mask = torch.ones_like(ids)
+    mask[1, :2] = 0
+    mask[2, :4] = 0
+    ids = ids.masked_fill(mask == 0, 0)
+    theirs = model.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False, pad_token_id=0)
+    ours = ar.generate(ids.numpy(), params, config, 8, attention_mask=mask.numpy())
+    np.testing.assert_array_equal(ours, theirs.numpy())
+
+
+def test_each_decoding_step_against_past_key_values(saved):
+    """Our decoder's logits at every step against transformers' model run step by step on its
+    own cache, in float64 (the positions and masks of a left-padded batch, as generate)."""
+    model, params, config = saved
+    torch.manual_seed(3)
+    ids = torch.randint(1, config.vocab_size, (2, 5))
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    ids = ids.masked_fill(mask == 0, 0)
+    steps = torch.randint(1, config.vocab_size, (2, 4))
+    decoder = ar.LMDecoder(params, config)
+    ours = [decoder.prefill(ids.numpy(), mask.numpy())[:, -1]]
+    ours += [decoder.step(steps[:, i].numpy()) for i in range(4)]
+    with torch.no_grad():
+        positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
+        res = model(ids, attention_mask=mask, position_ids=positions, use_cache=True)
+        theirs, past = [res.logits[:, -1]], res.past_key_values
+        for i in range(4):
+            mask = torch.cat([mask, torch.ones(2, 1, dtype=mask.dtype)], dim=1)
+            positions = positions[:, -1:] + 1
+            res = model(steps[:, i:i + 1], attention_mask=mask, position_ids=positions, past_key_values=past,
+                        use_cache=True)
+            theirs.append(res.logits[:, -1])
+            past = res.past_key_values
+    for i, (a, b) in enumerate(zip(ours, theirs)):
+        _close(a, b, f"logits of step {i}")
