@@ -9,7 +9,8 @@ import pytest
 README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
 TEXT = README.read_text(encoding="utf-8")
 # every ```python block followed by "prints" and a ```text block with its output
-EXAMPLES = re.findall(r"```python\n(.*?)```\s*\nprints\s*\n\s*```text\n(.*?)```", TEXT, flags=re.S)
+# (a code block never spans a fence: a block without "prints" after it is not an example)
+EXAMPLES = re.findall(r"```python\n((?:(?!```).)*?)```\s*\nprints\s*\n\s*```text\n(.*?)```", TEXT, flags=re.S)
 
 
 def test_readme_has_examples():

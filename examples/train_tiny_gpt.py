@@ -1,0 +1,191 @@
+"""Train a tiny byte-level GPT from scratch with the hand-derived gradients and Adam.
+
+    python examples/train_tiny_gpt.py                # about 3 minutes on 2 cores; prints only
+    python examples/train_tiny_gpt.py --write        # also rewrites docs/train_tiny_gpt.json,
+                                                     # docs/figures/train_tiny_gpt.png and the
+                                                     # generated block of docs/whole_models.md
+    python examples/train_tiny_gpt.py --steps 200    # a shorter run
+
+The text is real and on every machine without a download: the source of ten modules of
+Python's own standard library (``CORPUS``), read as bytes (a vocabulary of 256), the last
+10% of it held out. The model is GPT-2's (``attention_ref.gpt2_lm_forward``): learned token
+and position embeddings, 2 blocks of causal self-attention with 4 heads, width 64, contexts
+of 64 bytes. Each step draws 16 random windows, computes the next-byte loss and every
+gradient with ``attention_ref.lm_loss`` (hand-derived backward passes only) and takes one
+Adam step. The held-out loss is measured on 64 fixed windows every ``--eval-every`` steps.
+The standard library differs a little between Python versions, so the numbers do too
+(the committed run says which Python it used).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import re
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # this checkout's package
+
+import attention_ref as ar  # noqa: E402
+
+#: The standard library modules whose source is the text (in this order).
+CORPUS = ("argparse", "textwrap", "calendar", "difflib", "pprint", "shlex", "fractions", "heapq", "bisect",
+          "functools")
+RESULTS = ROOT / "docs" / "train_tiny_gpt.json"
+FIGURE = ROOT / "docs" / "figures" / "train_tiny_gpt.png"
+DOC = ROOT / "docs" / "whole_models.md"
+_BLOCK = re.compile(r"(<!-- begin generated: train_tiny_gpt -->\n)(.*?)(<!-- end generated: train_tiny_gpt -->)", re.S)
+
+CONFIG = ar.LMConfig(family="gpt2", vocab_size=256, d_model=64, num_layers=2, num_heads=4, num_kv_heads=4, d_ff=256,
+                     max_positions=64, eps=1e-5)
+
+
+def corpus() -> bytes:
+    """The text: the modules of CORPUS, read from this Python's standard library."""
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    return b"".join((stdlib / f"{name}.py").read_bytes() for name in CORPUS)
+
+
+def split(data: bytes, held_out=0.1):
+    ids = np.frombuffer(data, np.uint8).astype(np.int64)
+    cut = int(len(ids) * (1 - held_out))
+    return ids[:cut], ids[cut:]
+
+
+def windows(ids, starts, length):
+    return np.stack([ids[s:s + length] for s in starts])  # (B, length)
+
+
+def held_out_loss(params, val, starts):
+    loss, _ = ar.cross_entropy_forward(*_logits_and_targets(params, windows(val, starts, CONFIG.max_positions)))
+    return float(loss)
+
+
+def _logits_and_targets(params, batch):
+    logits, _ = ar.lm_forward(batch, params, CONFIG)
+    return logits, ar.next_token_targets(batch)
+
+
+def progress(step, steps, train, val, start):
+    width = 30
+    done = int(width * step / steps)
+    sys.stderr.write(f"\rstep {step:>5}/{steps} [{'#' * done}{'.' * (width - done)}] train {train:.3f}"
+                     f"  held-out {val:.3f}  {time.perf_counter() - start:5.0f} s")
+    sys.stderr.flush()
+
+
+def train(steps=3000, batch_size=16, lr=3e-3, eval_every=100, seed=0, show_progress=True):
+    """Train; returns the record: losses, the final held-out loss, samples, time."""
+    train_ids, val_ids = split(corpus())
+    rng = np.random.default_rng(seed)
+    T = CONFIG.max_positions
+    val_starts = np.random.default_rng(12345).integers(0, len(val_ids) - T, 64)  # fixed held-out windows
+    params = ar.init_lm_params(CONFIG, seed=seed)
+    adam = ar.Adam(params, lr=lr)
+    record = {"step": [], "train": [], "held_out": []}
+    start, recent = time.perf_counter(), []
+    for step in range(1, steps + 1):
+        batch = windows(train_ids, rng.integers(0, len(train_ids) - T, batch_size), T)  # (B, T)
+        loss, grads, _ = ar.lm_loss(batch, adam.params, CONFIG)
+        adam.lr = lr * min(1.0, step / 100) * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * step / steps)))  # warm-up, cosine
+        adam.step(grads)
+        recent.append(loss)
+        if step % eval_every == 0 or step == steps:
+            record["step"].append(step)
+            record["train"].append(float(np.mean(recent)))
+            record["held_out"].append(held_out_loss(adam.params, val_ids, val_starts))
+            recent = []
+            if show_progress:
+                progress(step, steps, record["train"][-1], record["held_out"][-1], start)
+    if show_progress:
+        sys.stderr.write("\n")
+    seconds = time.perf_counter() - start
+    prompts = [b"def ", b"class ", b"    if "]
+    samples = []
+    for i, prompt in enumerate(prompts):
+        ids = np.frombuffer(prompt, np.uint8).astype(np.int64)
+        out = ar.generate(ids, adam.params, CONFIG, T - len(ids), temperature=0.8, top_k=40, seed=i)  # to 64 bytes
+        samples.append(bytes(out.astype(np.uint8)).decode("utf-8", errors="replace"))
+    return {"config": CONFIG.to_dict(), "corpus": list(CORPUS), "bytes": {"train": len(train_ids),
+            "held_out": len(val_ids)}, "steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed,
+            "parameters": int(sum(v.size for v in params.values())), "curve": record, "final_held_out": record["held_out"][-1], "uniform": float(np.log(256)),
+            "seconds": round(seconds, 1), "samples": samples, "python": platform.python_version(),
+            "numpy": np.__version__, "date": time.strftime("%Y-%m-%d")}
+
+
+def render_block(result) -> str:
+    """The generated block of docs/whole_models.md, from the JSON."""
+    lines = [f"Run of {result['date']} (Python {result['python']}, NumPy {result['numpy']}): {result['steps']} steps"
+             f" of {result['batch_size']} windows of {result['config']['max_positions']} bytes,"
+             f" {result['parameters']:,} parameters,"
+             f" {result['bytes']['train']:,} bytes of training text and {result['bytes']['held_out']:,} held out,"
+             f" {result['seconds']:.0f} s. Final held-out loss **{result['final_held_out']:.3f}** nats per byte"
+             f" (uniform over 256 bytes: {result['uniform']:.3f}).",
+             "",
+             "![Training and held-out loss of the tiny GPT](figures/train_tiny_gpt.png)",
+             "",
+             "Samples (temperature 0.8, top 40), each from its prompt:",
+             ""]
+    for sample in result["samples"]:
+        lines += ["```python", sample.rstrip(), "```", ""]
+    return "\n".join(lines)
+
+
+def plot(result, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    c = result["curve"]
+    ax.plot(c["step"], c["train"], label="training (mean since the last point)")
+    ax.plot(c["step"], c["held_out"], label="held out (64 fixed windows)")
+    ax.axhline(result["uniform"], color="grey", linestyle=":", label="uniform over 256 bytes")
+    ax.set_xlabel("Adam step")
+    ax.set_ylabel("next-byte loss (nats)")
+    ax.set_title("A tiny GPT on Python's standard library, hand-derived gradients")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--eval-every", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--write", action="store_true",
+                        help="rewrite docs/train_tiny_gpt.json, its figure and the block of docs/whole_models.md")
+    parser.add_argument("--render", action="store_true", help="rewrite the doc block from the committed JSON only")
+    args = parser.parse_args(argv)
+    if args.render:
+        result = json.loads(RESULTS.read_text())
+    else:
+        result = train(args.steps, eval_every=args.eval_every, seed=args.seed)
+        print(f"final held-out loss {result['final_held_out']:.3f} nats per byte after {result['steps']} steps"
+              f" ({result['seconds']:.0f} s); uniform: {result['uniform']:.3f}")
+        for sample in result["samples"]:
+            print("---\n" + sample)
+    if args.write:
+        RESULTS.write_text(json.dumps(result, indent=1) + "\n")
+        plot(result, FIGURE)
+        print(f"wrote {RESULTS} and {FIGURE}")
+    if args.write or args.render:
+        text = DOC.read_text()
+        if not _BLOCK.search(text):
+            raise SystemExit(f"{DOC} has no generated block 'train_tiny_gpt'")
+        DOC.write_text(_BLOCK.sub(lambda m: m.group(1) + render_block(result) + "\n" + m.group(3), text))
+        print(f"wrote the generated block of {DOC}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
