@@ -35,18 +35,37 @@ class Case:
     kwargs: dict = field(default_factory=dict)
     factors: dict = field(default_factory=dict)  # name -> value, for naming a constant ratio
     masked: np.ndarray | None = None  # entries of the first gradient that a mask blocks
+    feature: str = ""  # what is special about this case, said when only it goes wrong
+    sizes: dict = field(default_factory=dict)  # h, d_head, ...: compared between wrong and right cases
 
     def describe(self) -> str:
-        shapes = ", ".join(str(np.shape(a)) if isinstance(a, np.ndarray) else
+        shapes = ", ".join(_positional(a) if isinstance(a, np.ndarray) else
                            ("params" if isinstance(a, dict) else repr(a)) for a in self.inputs)
-        extra = "".join(f", {k}={'mask ' + str(np.shape(v)) if isinstance(v, np.ndarray) else v!r}"
-                        for k, v in self.kwargs.items())
-        return f"inputs {shapes}{extra}"
+        extra = "".join(f", {k}={_kwarg(v)}" for k, v in self.kwargs.items())
+        return f"inputs {shapes}{extra}" + (f" ({self.feature})" if self.feature else "")
+
+
+def _positional(a) -> str:
+    """An input array as its shape, with "bool" or "with -inf" when it is a mask or holds one."""
+    if a.dtype == bool:
+        return f"bool {np.shape(a)}"
+    return f"{np.shape(a)} with -inf" if a.dtype.kind == "f" and np.isneginf(a).any() else str(np.shape(a))
+
+
+def _kwarg(v) -> str:
+    if isinstance(v, np.ndarray):
+        return f"{'bool' if v.dtype == bool else 'float'} mask {np.shape(v)}"
+    return repr(v)
 
 
 @dataclass(frozen=True)
 class Exercise:
-    """A backward to derive, with everything needed to check an attempt at it."""
+    """A backward to derive, with everything needed to check an attempt at it.
+
+    ``steps`` locate a mistake no catalogue entry names: the backward's steps in order, each
+    with the outputs it alone feeds; when exactly one step's outputs are the wrong ones, the
+    error is in that step. ``cache_fields`` lists every field of the cache the attempt gets.
+    """
 
     name: str
     forward_name: str
@@ -60,6 +79,8 @@ class Exercise:
     call: Callable = None  # how to call an attempt: call(fn, dout, cache); default fn(dout, cache)
     mistakes: tuple = ()
     wrap_forward: Callable = None  # a student's forward -> one returning (out, cache), when it differs
+    steps: tuple = ()  # ((step, frozenset of the outputs it feeds), ...) in the backward's order
+    cache_fields: tuple = ()  # ((field, shape and meaning), ...)
 
     def run(self, fn, dout, cache):
         """Call an attempt (or the reference) with this exercise's signature."""
@@ -105,21 +126,44 @@ def _linear_cases(rng):
             Case((rng.standard_normal(d_in), W, None))]
 
 
+def _large_scores(rng, b, n_q, n_k, d_k, d_v):
+    """q, k, v whose scores sit near 800 (exp overflows float64 beyond 709) but differ by a few
+    units within a row, so the probabilities stay spread: subtracting the row maximum matters."""
+    u = rng.standard_normal(d_k)
+    u /= np.linalg.norm(u)
+    c = math.sqrt(800.0 * math.sqrt(d_k))  # q . k / sqrt(d_k) = c^2 / sqrt(d_k) + small = 800 + small
+    q = c * u + rng.standard_normal((b, n_q, d_k))
+    k = c * u + 0.05 * rng.standard_normal((b, n_k, d_k))
+    return q, k, rng.standard_normal((b, n_k, d_v))
+
+
+def _float_mask(rng, n_q, n_k):
+    """An additive mask: -inf on some keys (every query keeps one), a bias on the others."""
+    keep = _keep_mask(rng, n_q, n_k)
+    return np.where(keep, rng.standard_normal((n_q, n_k)), -np.inf)
+
+
 def _attention_cases(rng):
     b, n_q, n_k = _sizes(rng)
     d_k, d_v = _sizes(rng, 2)
     q3, k3, v3 = (rng.standard_normal((b, n, d)) for n, d in ((n_q, d_k), (n_k, d_k), (n_k, d_v)))
-    qc, kc, vc = (rng.standard_normal((b, 2, n_q, d)) for d in (d_k, d_k, d_v))
+    qc, kc, vc = (rng.standard_normal((b, 3, n_q, d)) for d in (d_k, d_k, d_v))
+    big = _large_scores(rng, b, n_q, n_k, d_k, d_v)
     return [Case((qc, kc, vc, causal_mask(n_q)), factors=_scale_factors(d_k)),  # square first: a wrong
             Case((q3[0], k3[0], v3[0]), factors=_scale_factors(d_k)),             # product shows in values
-            Case((q3, k3, v3, _keep_mask(rng, n_q, n_k)), factors=_scale_factors(d_k))]
+            Case((q3, k3, v3, _keep_mask(rng, n_q, n_k)), factors=_scale_factors(d_k)),
+            Case((q3, k3, v3, _float_mask(rng, n_q, n_k)), factors=_scale_factors(d_k)),
+            Case((*big, _keep_mask(rng, n_q, n_k)), factors=_scale_factors(d_k), feature="scores near 800")]
 
 
 def _head_cases(rng):
-    b, n, d_head = _sizes(rng)
-    h = int(rng.integers(2, 5))
-    return [Case((rng.standard_normal((n, h * d_head)), h)), Case((rng.standard_normal((b, n, h * d_head)), h)),
-            Case((rng.standard_normal((b, 2, n, h * d_head)), h))]
+    b, n = _sizes(rng, 2)
+    cases = []
+    for h in (2, 1, int(rng.integers(3, 5))):  # the head count and width change from case to case
+        d_head = int(rng.integers(2, 5))
+        shape = ((n,), (b, n), (b, 2, n))[len(cases)]
+        cases.append(Case((rng.standard_normal(shape + (h * d_head,)), h), sizes={"h": h, "d_head": d_head}))
+    return cases
 
 
 def _layer_norm_cases(rng):
@@ -134,15 +178,22 @@ def _flash_cases(rng):
     b, n_q, n_k = _sizes(rng, low=3, high=7)
     d_k, d_v = _sizes(rng, 2)
     q, k, v = (rng.standard_normal((b, n, d)) for n, d in ((n_q, d_k), (n_k, d_k), (n_k, d_v)))
+    big = _large_scores(rng, b, n_q, n_k, d_k, d_v)
+    n = max(n_q, n_k)
+    qw, kw, vw = (rng.standard_normal((b, n + 2, d)) for d in (d_k, d_k, d_v))
     return [Case((q, k, v), {"block_size": 2}, _scale_factors(d_k)),
             Case((q, k[:, :n_q], v[:, :n_q]), {"causal": True, "block_size": 2}, _scale_factors(d_k)),
-            Case((q[0], k[0], v[0]), {"mask": _keep_mask(rng, n_q, n_k), "block_size": 3}, _scale_factors(d_k))]
+            Case((q[0], k[0], v[0]), {"mask": _keep_mask(rng, n_q, n_k), "block_size": 3}, _scale_factors(d_k)),
+            Case((qw, kw, vw), {"window": 1, "block_size": 2}, _scale_factors(d_k)),
+            Case(big, {"block_size": 2}, _scale_factors(d_k), feature="scores near 800")]
 
 
 def _multi_head_cases(rng):
     b, n_q, n_k = _sizes(rng)
     cases = []
-    for h, bias, self_attention in ((2, True, False), (1, True, True), (3, False, False)):
+    # self-attention (square) first: a product of the wrong shapes then fails on a later case,
+    # after the first one has shown what the attempt computes
+    for h, bias, self_attention in ((1, True, True), (2, True, False), (3, False, False), (2, False, False)):
         d_head = int(rng.integers(2, 4))
         d = h * d_head
         params = {}
@@ -151,30 +202,118 @@ def _multi_head_cases(rng):
             params["b_" + name] = 0.1 * rng.standard_normal(d) if bias else None
         query = rng.standard_normal((b, n_q, d))
         key = query if self_attention else rng.standard_normal((b, n_k, d))
-        mask = causal_mask(n_q) if self_attention else _keep_mask(rng, n_q, n_k)
+        value = key if self_attention else rng.standard_normal((b, n_k, d))
+        mask = causal_mask(n_q) if self_attention else _keep_mask(rng, n_q, n_k) if bias else \
+            _float_mask(rng, n_q, n_k)
+        feature = ""
+        if len(cases) == 3:  # scores near 800: the query and key projections share a large direction
+            params["W_k"] = params["W_q"]
+            query, key, value = _large_scores(rng, b, n_q, n_k, d, d)
+            u = np.linalg.lstsq(params["W_q"].T, np.ones(d), rcond=None)[0]  # u W_q = (1, ..., 1)
+            u /= np.linalg.norm(u @ params["W_q"])  # |u W_q| = 1, spread evenly over the heads
+            c = math.sqrt(800.0 * math.sqrt(d_head) * h)  # each head holds 1/h of |u W_q|^2
+            query = c * u + rng.standard_normal((b, n_q, d)) * 0.5
+            key = c * u + 0.02 * rng.standard_normal((b, n_k, d))
+            mask, feature = _keep_mask(rng, n_q, n_k), "scores near 800"
         factors = {**_scale_factors(d_head), "h": h, "1/h": 1 / h}
-        cases.append(Case((query, key, key if self_attention else rng.standard_normal((b, n_k, d)), params, h),
-                          {"mask": mask}, factors))
+        cases.append(Case((query, key, value, params, h), {"mask": mask}, factors, feature=feature,
+                          sizes={"h": h, "d_head": d_head}))
     return cases
 
 
 def _encoder_cases(rng):
     b, n, d_head = _sizes(rng, high=4)
     cases = []
-    for h, norm_first, mask in ((2, False, None), (1, True, "padding"), (2, True, "causal")):
+    for h, norm_first, mask in ((2, False, None), (1, True, "padding"), (3, True, "causal")):
         d = h * d_head
         params = init_encoder_block_params(d, h, 2 * d, seed=int(rng.integers(1 << 30)))
         params = {k: v + 0.1 * rng.standard_normal(v.shape) for k, v in params.items()}  # no special values
         m = None if mask is None else causal_mask(n) if mask == "causal" else \
             (np.arange(n) < int(rng.integers(1, n + 1)))[None, None, :]  # (1, 1, N): a padded tail
-        cases.append(Case((rng.standard_normal((b, n, d)), params, h), {"mask": m, "norm_first": norm_first}))
+        cases.append(Case((rng.standard_normal((b, n, d)), params, h), {"mask": m, "norm_first": norm_first},
+                          sizes={"h": h, "d_head": d_head}))
     return cases
 
 
 def _exercise(name, forward_name, signature, returns, formula, hints, cases, forward, backward, call=None,
               wrap_forward=None):
     return Exercise(name, forward_name, signature, returns, formula, tuple(hints), cases, forward, backward,
-                    call, MISTAKES.get(name, ()), wrap_forward)
+                    call, MISTAKES.get(name, ()), wrap_forward, STEPS.get(name, ()), CACHE_FIELDS.get(name, ()))
+
+
+def _steps(*pairs):
+    return tuple((step, frozenset(outputs.split())) for step, outputs in pairs)
+
+
+_QKV = "dquery W_q b_q dkey W_k b_k dvalue W_v b_v"
+_ATTN = "self_attn.W_q self_attn.b_q self_attn.W_k self_attn.b_k self_attn.W_v self_attn.b_v self_attn.W_o self_attn.b_o"
+#: exercise -> the backward's steps, each with the outputs it alone feeds (see Exercise)
+STEPS = {
+    "linear_backward": _steps(("dx = dy W^T", "dx"), ("dW = x^T dy, leading axes folded into the rows", "dW"),
+                              ("db = dy summed over every axis but the last", "db")),
+    "scaled_dot_product_attention_backward": _steps(
+        ("dv = P^T dout", "dv"),
+        ("the softmax step, dP = dout v^T then dS = P * (dP - D) with D_i = rowsum(dout_i * out_i)", "dq dk"),
+        ("dq = dS k * scale", "dq"), ("dk = dS^T q * scale", "dk")),
+    "layer_norm_backward": _steps(
+        ("dx: g = gamma * dy, then rstd (g - mean(g) - x_hat mean(g x_hat))", "dx"),
+        ("dgamma = dy * x_hat summed over the rows", "dgamma"), ("dbeta = dy summed over the rows", "dbeta")),
+    "flash_attention_backward": _steps(
+        ("dv[keys] += P^T dout[queries]", "dv"),
+        ("each tile's dP = dout v^T, D or dS = P * (dP - D)", "dq dk"),
+        ("dq[queries] += dS k * scale", "dq"), ("dk[keys] += dS^T q * scale", "dk"),
+        ("the recomputed P: the tiles visited, the masks or the saved statistics", "dq dk dv")),
+    "multi_head_attention_backward": _steps(
+        ("dW_o = concat^T dout", "W_o"), ("db_o = dout summed over every axis but the last", "b_o"),
+        ("the attention's dv = P^T dout (or the value heads' merge)", "dvalue W_v b_v"),
+        ("the attention's softmax step, dP = dout v^T then dS = P * (dP - D)", "dquery W_q b_q dkey W_k b_k"),
+        ("the attention's dq = dS k * scale (or the query heads' merge)", "dquery W_q b_q"),
+        ("the attention's dk = dS^T q * scale (or the key heads' merge)", "dkey W_k b_k"),
+        ("dconcat = dout W_o^T or its split into heads", _QKV),
+        ("dquery = dQ W_q^T", "dquery"), ("dW_q = query^T dQ", "W_q"), ("db_q", "b_q"),
+        ("dkey = dK W_k^T", "dkey"), ("dW_k = key^T dK", "W_k"), ("db_k", "b_k"),
+        ("dvalue = dV W_v^T", "dvalue"), ("dW_v = value^T dV", "W_v"), ("db_v", "b_v")),
+    "encoder_block_backward": _steps(
+        ("the feed-forward's weight gradients", "ffn.W_1 ffn.b_1 ffn.W_2 ffn.b_2"),
+        ("ln2's dgamma and dbeta", "ln2.gamma ln2.beta"),
+        ("the self-attention's weight gradients", _ATTN), ("ln1's dgamma and dbeta", "ln1.gamma ln1.beta"),
+        ("dx: dquery + dkey + dvalue, ln1's input gradient, or the residual term", "dx"),
+        ("the first sub-layer (self-attention, ln1, their residual) or the gradient the second passes to it",
+         _ATTN + " ln1.gamma ln1.beta dx")),
+}
+
+#: exercise -> every field of the cache its backward receives, with shapes
+CACHE_FIELDS = {
+    "softmax_backward": (("y", "(... same shape as x), the softmax output"), ("axis", "int, the softmax's axis")),
+    "linear_backward": (("x", "(..., d_in), the input"), ("W", "(d_in, d_out)"),
+                        ("has_bias", "bool: return db = None when False")),
+    "scaled_dot_product_attention_backward": (
+        ("q", "(..., Nq, Dk)"), ("k", "(..., Nk, Dk)"), ("v", "(..., Nk, Dv)"),
+        ("weights", "(..., Nq, Nk), P = softmax(S), exactly 0 where masked"), ("out", "(..., Nq, Dv), P v"),
+        ("scale", "float, 1/sqrt(d_k)")),
+    "split_heads_backward": (("(none)", "the backward gets dheads (..., H, N, Dh) only"),),
+    "merge_heads_backward": (("(none)", "the backward gets dmerged (..., N, H*Dh) and num_heads"),),
+    "layer_norm_backward": (("x_hat", "(..., D), (x - mu) * rstd"), ("rstd", "(..., 1), 1 / sqrt(var + eps)"),
+                            ("gamma", "(D,)")),
+    "flash_attention_backward": (
+        ("q", "(..., Nq, Dk)"), ("k", "(..., Nk, Dk)"), ("v", "(..., Nk, Dv)"),
+        ("mask", "the caller's mask or None, broadcastable to (..., Nq, Nk)"), ("out", "(..., Nq, Dv)"),
+        ("row_max", "(..., Nq), m: each query's largest masked, scaled score"),
+        ("log_row_sum", "(..., Nq), log l: l = sum_j exp(S_ij - m_i); +inf for a query with no key"),
+        ("scale", "float, 1/sqrt(d_k)"), ("causal", "bool"), ("window", "int or None"),
+        ("block_size", "int, the tile side")),
+    "encoder_block_backward": (
+        ("attn", "ResidualCache of the first sub-layer: sublayer (MultiHeadCache), norm (LayerNormCache),"
+                 " norm_first, x_shape, y_shape, y_dtype"),
+        ("ffn", "ResidualCache of the second sub-layer: sublayer (FeedForwardCache), norm, ..."),
+        ("param_keys", "tuple, the keys of params in order")),
+    "multi_head_attention_backward": (
+        ("q_proj, k_proj, v_proj", "LinearCache (x, W, has_bias) of each projection"),
+        ("attention", "AttentionCache (q, k, v, weights, out, scale) with a group axis: q (..., H, 1, Nq, Dk)"),
+        ("heads", "(..., H, Nq, Dv), the heads' outputs"), ("head_mask", "None here"),
+        ("o_proj", "LinearCache of the output projection"), ("num_heads, num_kv_heads", "ints (equal here)"),
+        ("param_keys", "tuple, the keys of params in order"), ("rotary", "None here (RoPE, for Llama)")),
+}
 
 
 EXERCISES = {e.name: e for e in [
@@ -224,7 +363,7 @@ EXERCISES = {e.name: e for e in [
         "Derive dheads from dmerged.",
         ["The merge is a moveaxis of H after N and a reshape; undo them in reverse order.",
          "Split the last axis into (H, Dh) first, then move H before N."],
-        lambda rng: [Case((split_heads(*c.inputs), c.inputs[1])) for c in _head_cases(rng)],
+        lambda rng: [Case((split_heads(*c.inputs), c.inputs[1]), sizes=c.sizes) for c in _head_cases(rng)],
         lambda heads, h: (merge_heads(heads), h), merge_heads_backward,
         wrap_forward=lambda f: lambda heads, h: (f(heads), h)),
     _exercise(

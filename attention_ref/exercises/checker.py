@@ -21,7 +21,16 @@ from pathlib import Path
 import numpy as np
 
 from .catalogue import EXERCISES
-from .diagnosis import _FLOAT32_RTOL, ATOL, RTOL, as_gradient_array, close, observe
+from .diagnosis import (
+    _FLOAT32_RTOL,
+    ATOL,
+    RTOL,
+    as_gradient_array,
+    close,
+    close_or_same_nonfinite,
+    observe,
+    ratio,
+)
 from .mistakes import ANY
 
 __all__ = ["CheckResult", "check", "hint"]
@@ -90,20 +99,33 @@ def _matches(got, predicted):
         if p is None or g is None:
             if p is not g:
                 return False
-        elif not close(g, np.asarray(p), rtol=_FLOAT32_RTOL if np.asarray(g).dtype == np.float32 else RTOL):
+        elif not close_or_same_nonfinite(g, np.asarray(p),
+                                         rtol=_FLOAT32_RTOL if np.asarray(g).dtype == np.float32 else RTOL):
             return False
     return len(got) == len(predicted)
 
 
-def _same(a, b) -> bool:
-    """Two caches (or arrays) hold the same numbers."""
-    if isinstance(a, np.ndarray):
-        return isinstance(b, np.ndarray) and a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
-    if isinstance(a, (tuple, list)) and type(a) is type(b) and len(a) == len(b):
-        return all(_same(x, y) for x, y in zip(a, b))
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    return True  # numbers, strings, None: not arrays a backward could write into
+def _written(a, b, path="cache"):
+    """The first place where ``a`` (after the attempt) no longer holds ``b``'s numbers, as a
+    path such as ``cache.y`` or ``cache.attention.q``; None when nothing was written into."""
+    if isinstance(b, np.ndarray):
+        same = isinstance(a, np.ndarray) and a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
+        return None if same else path
+    if isinstance(b, (tuple, list)) and type(a) is type(b) and len(a) == len(b):
+        names = getattr(b, "_fields", None) or [f"[{i}]" for i in range(len(b))]
+        for name, x, y in zip(names, a, b):
+            found = _written(x, y, f"{path}.{name}" if not name.startswith("[") else path + name)
+            if found:
+                return found
+        return None
+    if isinstance(b, Mapping) and isinstance(a, Mapping):
+        if a.keys() != b.keys():
+            return path
+        for key in b:
+            found = _written(a[key], b[key], f"{path}[{key!r}]")
+            if found:
+                return found
+    return None  # numbers, strings, None: not arrays a backward could write into
 
 
 def _axis_names(ndim):
@@ -119,15 +141,20 @@ def _where(exc) -> str:
     return ""
 
 
+#: exercise name -> the hints read in this process (``check``'s "next:" suggests the next unread)
+_HINTS_READ: dict = {}
+
+
 def hint(name: str, number: int = 1) -> str:
     """Hint ``number`` (from 1) of an exercise; each hint says more than the one before."""
     e = _exercise(name)
     if not 1 <= number <= len(e.hints):
         raise ValueError(f"{name} has hints 1 to {len(e.hints)}, got {number}")
+    _HINTS_READ.setdefault(name, set()).add(number)
     return textwrap.fill(f"hint {number} of {len(e.hints)}: {e.hints[number - 1]}", WIDTH, subsequent_indent="    ")
 
 
-def check(name: str, attempt, forward=None, *, seed: int = 0) -> CheckResult:
+def check(name: str, attempt, forward=None, *, seed: int = 0, hints_read=None) -> CheckResult:
     """Check a student's backward for exercise ``name`` (the library function's name).
 
     Parameters
@@ -137,6 +164,8 @@ def check(name: str, attempt, forward=None, *, seed: int = 0) -> CheckResult:
     forward : optional student forward with the library forward's signature; its output is
         compared with the library's and its cache is what ``attempt`` receives
     seed : the inputs and upstream gradients are drawn from this seed
+    hints_read : the hint numbers already read, for the report's "next:" line (default: those
+        :func:`hint` returned in this process)
 
     Returns
     -------
@@ -179,9 +208,12 @@ def check(name: str, attempt, forward=None, *, seed: int = 0) -> CheckResult:
                              f" {exc}{_where(exc)}") if failed else None
             if diagnosis is None:
                 diagnosis = f"your backward raised {type(exc).__name__}: {exc}{_where(exc)} (on {case.describe()})"
+                if runs:  # the cases before were right: what is new in this one?
+                    diagnosis += "; " + _sizes_differ(runs + [(case,)], [len(runs) + 1]).rstrip("; ")
             break
-        if not (_same(theirs, given) and np.array_equal(their_dout, dout)):
-            note = "your backward wrote into its arguments (the cache or dout); a backward must not"
+        place = _written(theirs, given) or (None if np.array_equal(their_dout, dout) else "dout")
+        if place:
+            note = f"your backward wrote into {place}; a backward must not change its arguments"
             notes.append(note) if note not in notes else None
         got = _flatten(e.returns, result, keys)
         if isinstance(got, str):
@@ -202,7 +234,7 @@ def check(name: str, attempt, forward=None, *, seed: int = 0) -> CheckResult:
                 if ok and t.size:  # relative to the case's largest gradient: a zero gradient is rounding
                     worst_rel = max(worst_rel, float(np.abs(arr - t).max()) / max(scale, ATOL))
                 shape = str(arr.shape) if arr is not None else type(g).__name__
-                lines.append(f"  {n:<16} shape {shape:<14} {'ok' if ok else 'WRONG'}")
+                lines.append(f"  {n:<16} shape {shape:<14} {'ok' if ok else 'WRONG'}{_size_of_error(arr, t)}")
             if not ok:
                 failed.append((case, n, g, t))
     right = diagnosis is None and not failed
@@ -221,12 +253,49 @@ def check(name: str, attempt, forward=None, *, seed: int = 0) -> CheckResult:
     report = [verdict, *lines, textwrap.fill(f"diagnosis: {diagnosis}", WIDTH, subsequent_indent="  ",
                                              break_on_hyphens=False)]
     if not passed:
-        report += [f"next: hint(\"{name}\", 1) in Python, or", f"  python -m attention_ref exercise hint {name} 1"]
+        report += _next(e, diagnosis, hints_read)
     return CheckResult(name, passed, diagnosis, "\n".join(report))
 
 
+def _size_of_error(arr, t) -> str:
+    """After WRONG: the expected shape when it differs, else the largest error against the
+    largest entry (or where NaN appears)."""
+    if arr is None or arr.shape != t.shape:
+        return f" (expected {t.shape})"
+    if not t.size:
+        return ""
+    if not np.isfinite(arr).all():
+        return " (NaN/inf)"
+    err, big = float(np.abs(arr - t).max()), float(np.abs(t).max())
+    return f" (max error {err:.1e}, max |true| {big:.1e})" if err > _tolerance_of(t) else ""
+
+
+def _tolerance_of(t):
+    return RTOL * (float(np.abs(t).max()) if t.size else 0.0) + ATOL
+
+
+def _next(e, diagnosis, hints_read) -> list:
+    """The "next:" lines: what to do about the dtype, else the next unread hint, else none left."""
+    if "dtype" in diagnosis and "precision" in diagnosis or "float32's precision" in diagnosis:
+        return ["next: keep every step in the inputs' dtype (no float32 arrays, no .astype), then check"
+                " again"[:WIDTH]]
+    read = set(hints_read if hints_read is not None else _HINTS_READ.get(e.name, ()))
+    unread = [i for i in range(1, len(e.hints) + 1) if i not in read]
+    if not unread:
+        return [f"next: all {len(e.hints)} hints are read; compare your steps with the forward's, in reverse:",
+                f"  python -m pydoc attention_ref.{e.forward_name}"]
+    n = unread[0]
+    return [f"next: hint {n} of {len(e.hints)}:", f"  python -m attention_ref exercise hint {e.name} {n}",
+            f"  (in Python: hint(\"{e.name}\", {n}))"]
+
+
 def _name_the_mistake(e, runs, failed) -> str:
-    """The catalogue mistake that reproduces the attempt on every case run, else what can be seen."""
+    """What is wrong, most specific first: outputs in the wrong order; a catalogue mistake that
+    reproduces the attempt on every case; a factor that varies with the cases; then the step
+    the wrong outputs point at, with what can be seen."""
+    swapped = _swapped(runs)
+    if swapped:
+        return swapped
     for mistake in e.mistakes:
         differs = False
         for _, dout, cache, got, truth, keys in runs:
@@ -241,13 +310,112 @@ def _name_the_mistake(e, runs, failed) -> str:
             if differs:
                 return mistake.sentence
     case, name, got, truth = failed[0]
-    masked = case.masked if name == e.returns[0] else None
-    arr = as_gradient_array(got)
-    seen = observe(name, got, truth, case.factors, masked, _axis_names(arr.ndim if arr is not None else 0),
-                   parameter=name.startswith("grads[") or name not in ("dx", "dq", "dk", "dv", "dquery", "dkey",
-                                                                       "dvalue", "dheads"))
+    factor = _factor_across_cases(runs, name)
+    if factor:
+        return factor
+    said = [_observe(e, c, n, g, t) for c, n, g, t in failed if c is case]  # every wrong output of that case
+    specific = [x for x in said if "none of the classic mistakes explains" not in x]
+    skipped = [x for x in specific if "was never computed" in x]  # a block of zeros says the most
+    seen = (skipped or specific or said)[0]
     wrong = sorted({i for i, (c, *_) in enumerate(runs, 1) if any(c is f[0] for f in failed)})
     if len(wrong) < len(runs):  # some cases are right: say which are not, the inputs tell why
         only = "; ".join(f"case {i} ({runs[i - 1][0].describe()})" for i in wrong)
-        seen = f"only {only} {'is' if len(wrong) == 1 else 'are'} wrong, the other cases are right: {seen}"
-    return seen
+        sizes = _sizes_differ(runs, wrong)
+        if sizes and "none of the classic mistakes explains" in seen:
+            seen = ""  # the sizes say more than a largest error does
+        seen = (f"only {only} {'is' if len(wrong) == 1 else 'are'} wrong, the other cases are right: "
+                + (sizes + seen if seen else sizes.rstrip("; ")))
+    return _locate(e, runs, failed) + seen
+
+
+def _sizes_differ(runs, wrong) -> str:
+    """When the wrong cases and the right ones have no head count (or head width) in common: the
+    attempt reads it from somewhere other than its arguments."""
+    said = []
+    for label in ("h", "d_head"):
+        bad = {runs[i - 1][0].sizes.get(label) for i in wrong} - {None}
+        good = {c.sizes.get(label) for j, (c, *_) in enumerate(runs, 1) if j not in wrong} - {None}
+        if bad and good and not bad & good:
+            said.append(f"{label} = {', '.join(map(str, sorted(bad)))} in the wrong cases and"
+                        f" {', '.join(map(str, sorted(good)))} in the right ones")
+    if not said:
+        return ""
+    return (f"{' and '.join(said)}: the mistake depends on the heads (are the head count and width read"
+            " from the arguments, the cache or the shapes, not from a global? is every head computed?); ")
+
+
+def _observe(e, case, name, got, truth) -> str:
+    masked = case.masked if name == e.returns[0] else None
+    arr = as_gradient_array(got)
+    return observe(name, got, truth, case.factors, masked, _axis_names(arr.ndim if arr is not None else 0),
+                   parameter=name.startswith("grads[") or name not in ("dx", "dq", "dk", "dv", "dquery", "dkey",
+                                                                       "dvalue", "dheads"))
+
+
+def _swapped(runs):
+    """"your dx equals the true dW": an output that is wrong in place but equals another output's
+    true value in every case (outputs returned in another order, dict entries exchanged)."""
+    names = [n for n, _ in runs[0][4]]
+
+    def right(g, t):
+        return g is None if t is None else close(g, np.asarray(t))
+
+    for i, name in enumerate(names):
+        if all(right(r[3][i][1], r[4][i][1]) for r in runs):
+            continue
+        for j, other in enumerate(names):
+            if j != i and all(r[4][j][1] is not None and np.size(r[4][j][1]) and close(r[3][i][1], np.asarray(r[4][j][1]))
+                              for r in runs):
+                return (f"your {_short(name)} equals the true {_short(other)}: the outputs are in the wrong"
+                        f" order (or two entries exchanged); return ({', '.join(_short(n) for n in names)})"
+                        " in that order")
+    return None
+
+
+def _factor_across_cases(runs, name):
+    """A factor that changes with the cases: ``name`` is c_i times the truth on case i, with
+    c_i = the same named factor of every case (1/h is 1 where h = 1, 1/3 where h = 3)."""
+    ratios = []
+    for case, _, _, got, truth, _ in runs:
+        g = dict(got).get(name)
+        t = dict(truth).get(name)
+        g = as_gradient_array(g)
+        if g is None or t is None or g.shape != np.shape(t) or not np.isfinite(g).all():
+            return None
+        c = ratio(g.astype(np.float64), np.asarray(t, dtype=np.float64))
+        if c is None:
+            return None
+        ratios.append((case, c))
+    if len({round(c, 9) for _, c in ratios}) < 2:
+        return None  # one ratio for every case: observe names it, with the case's factors
+    common = set.intersection(*(set(case.factors) for case, _ in ratios))
+    for label in sorted(common):
+        if all(abs(c - case.factors[label]) <= 1e-6 * max(1.0, abs(c)) for case, c in ratios):
+            shown = ", ".join(f"{c:.4g}" for _, c in ratios)
+            return (f"{name} is {label} times the true gradient in every case (ratios {shown}, as {label}"
+                    f" changes from case to case): a factor {label} is missing or extra")
+    return None
+
+
+def _locate(e, runs, failed) -> str:
+    """"dv is right, dq and dk are wrong: the error is in <step>: ", from the exercise's steps;
+    empty when no single step feeds exactly the wrong outputs."""
+    names = [n for n, _ in runs[0][4]]
+    present = {_short(n) for r in runs for n, t in r[4] if t is not None}  # absent biases are never wrong
+    wrong = {n for _, n, _, _ in failed}
+    right = [n for n in names if n not in wrong and _short(n) in present]
+    if not e.steps or not right:
+        return ""
+    for step, outputs in e.steps:
+        if set(outputs) & present == {_short(n) for n in wrong}:
+            ordered = [n for n in names if n in wrong]
+            r = ", ".join(_short(n) for n in right)
+            w = ", ".join(_short(n) for n in ordered)
+            return (f"{r} {'is' if len(right) == 1 else 'are'} right, {w} {'is' if len(ordered) == 1 else 'are'}"
+                    f" wrong: the error is in {step}; ")
+    return ""
+
+
+def _short(name):
+    """grads['W_q'] -> W_q, for the sentences."""
+    return name[7:-2] if name.startswith("grads[") else name

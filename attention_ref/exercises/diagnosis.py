@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["as_gradient_array", "close", "observe", "RTOL", "ATOL"]
+__all__ = ["as_gradient_array", "close", "close_or_same_nonfinite", "observe", "ratio", "RTOL", "ATOL"]
 
 #: An output is right when ``max |got - truth| <= RTOL * max |truth| + ATOL`` (float64 inputs:
 #: a correct attempt differs from the library by rounding, about 1e-15 of the largest entry).
@@ -43,6 +43,21 @@ def close(got, truth, rtol=RTOL) -> bool:
     return truth.size == 0 or float(np.abs(got - truth).max()) <= _tolerance(truth, rtol)
 
 
+def close_or_same_nonfinite(got, truth, rtol=RTOL) -> bool:
+    """Like :func:`close`, except that NaN and infinity count as equal where both have them (a
+    mistake that overflows matches an attempt that overflows the same way)."""
+    got, truth = as_gradient_array(got), as_gradient_array(truth)
+    if got is None or truth is None or got.shape != truth.shape:
+        return False
+    bad_g, bad_t = ~np.isfinite(got), ~np.isfinite(truth)
+    if not np.array_equal(bad_g, bad_t):
+        return False
+    if not bad_t.any():
+        return close(got, truth, rtol)
+    finite = ~bad_t
+    return close(got[finite], truth[finite], rtol)
+
+
 def _shape_sentence(name, got, truth, parameter):
     g, t = got.shape, truth.shape
     if len(g) >= 2 and g == t[:-2] + t[-2:][::-1]:
@@ -58,7 +73,7 @@ def _shape_sentence(name, got, truth, parameter):
     return f"{name} has shape {g}, expected {t} (a gradient has the shape of what it differentiates)"
 
 
-def _ratio(got, truth):
+def ratio(got, truth):
     """The constant c with got = c * truth, or None."""
     denom = float(np.sum(truth * truth))
     if denom == 0.0:
@@ -96,7 +111,11 @@ def observe(name, got, truth, factors=None, masked=None, axis_names=None, parame
             return (f"{name} is right to {arr.dtype} precision but has dtype {arr.dtype}: compute in the"
                     f" inputs' dtype ({truth.dtype}); the check needs its digits")
         arr = arr.astype(truth.dtype)  # wrong beyond the precision: look at how
-    c = _ratio(arr, truth)
+    elif close(arr, truth, _FLOAT32_RTOL):  # right to about 1e-7 but not to 1e-8: precision, not maths
+        rel = float(np.abs(arr - truth).max()) / max(float(np.abs(truth).max()), ATOL)
+        return (f"{name} agrees with the true gradient only to about {rel:.0e} relative, float32's"
+                f" precision: part of the work is done in float32 (or cast through it); keep it in {truth.dtype}")
+    c = ratio(arr, truth)
     if c is not None:
         if abs(c + 1) <= 1e-6:
             return f"{name} has the wrong sign everywhere ({name} = -1 x the true gradient)"
@@ -116,6 +135,16 @@ def observe(name, got, truth, factors=None, masked=None, axis_names=None, parame
         return (f"{name} is right except at masked entries, where it must be 0: no gradient flows into a"
                 " blocked score (its probability is exactly 0)")
     labels = axis_names or {}
+    zeros = (arr == 0) & (truth != 0) & err  # wrong because it is exactly 0 there
+    if zeros.any() and not (err & ~zeros).any():
+        for axis in range(arr.ndim):
+            bad = _confined(err, axis)
+            if bad is not None:
+                what = labels.get(axis - arr.ndim, f"index along axis {axis}")
+                return (f"{name} is exactly 0 at {what} {bad} of {arr.shape[axis]} and right elsewhere: that"
+                        " part was never computed (a head, a tile or a batch item skipped by a loop or slice)")
+        return (f"{name} is exactly 0 at {int(zeros.sum())} entries where the true gradient is not, and right"
+                " elsewhere: a block of it was never computed (a tile skipped, or a range that stops short)")
     for axis in range(arr.ndim - 1):
         bad = _confined(err, axis)
         if bad is not None:

@@ -17,11 +17,12 @@ from typing import Callable
 
 import numpy as np
 
-from .._checks import signals_land_here
+from .._checks import signals_land_here, unbroadcast
 
-from ..core.heads import _merge
-from ..core.linear import LinearCache
-from ..core.multi_head import _multi_head_attention_backward
+from ..core.attention import _attention_backward
+from ..core.heads import _merge, _split
+from ..core.linear import LinearCache, _linear_backward
+from ..core.multi_head import _group_heads, _multi_head_attention_backward, _ungroup_heads
 from ..core.softmax import _softmax
 from ..variants.blockwise import _key_blocks, _scores
 from ..nn.feed_forward import _feed_forward_backward
@@ -64,6 +65,11 @@ def _softmax_sum_term_sign(dy, cache):
     return y * (dy + (dy * y).sum(axis=axis, keepdims=True))
 
 
+def _softmax_sum_axis(dy, cache, *, fixed):
+    y, _ = cache
+    return y * (dy - (dy * y).sum(axis=fixed, keepdims=True))
+
+
 # -- linear: y = x W + b -----------------------------------------------------------------
 
 def _linear_dW_transposed(dy, cache: LinearCache):
@@ -82,24 +88,34 @@ def _linear_db_not_summed(dy, cache: LinearCache):
 
 # -- scaled dot-product attention --------------------------------------------------------
 
-def _attention_parts(dout, cache, *, scale_power=1, softmax="full", mask=True, dk_transposed=False):
+def _attention_parts(dout, cache, *, scale_power=1, softmax="full", mask=True, dk_transposed=False,
+                     recompute=None):
     """The attention backward with one step done the wrong way (the right way by default);
-    ``scale_power`` 0 forgets ``1/sqrt(d_k)``, 2 applies it twice."""
+    ``scale_power`` 0 forgets ``1/sqrt(d_k)``, 2 applies it twice; ``recompute="no max"``
+    recomputes P as exp(S) / sum exp(S), without subtracting the row maximum."""
     q, k, v, P, out, true_scale = cache
     scale = true_scale ** scale_power
     if not mask:  # recompute the probabilities without the mask
         P = _softmax((q * true_scale) @ k.swapaxes(-1, -2), -1)  # (..., Nq, Nk)
+    if recompute == "no max":  # the same probabilities, from the scores themselves
+        with np.errstate(over="ignore", invalid="ignore"):
+            S = (q * true_scale) @ k.swapaxes(-1, -2)  # (..., Nq, Nk)
+            E = np.where(P > 0, np.exp(S), 0.0)  # the mask through the cached zeros
+            P = E / E.sum(axis=-1, keepdims=True)  # inf / inf = nan where exp overflows
+            signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
     dv = P.swapaxes(-1, -2) @ dout  # (..., Nk, Dv)
     dP = dout @ v.swapaxes(-1, -2)  # (..., Nq, Nk)
-    if softmax == "full":
-        dS = P * (dP - (P * dP).sum(axis=-1, keepdims=True))  # (..., Nq, Nk)
-    elif softmax == "diagonal":
-        dS = P * (1 - P) * dP
-    else:  # "no softmax": the scores treated as the weights
-        dS = dP
+    with np.errstate(invalid="ignore"):
+        if softmax == "full":
+            dS = P * (dP - (P * dP).sum(axis=-1, keepdims=True))  # (..., Nq, Nk)
+        elif softmax == "diagonal":
+            dS = P * (1 - P) * dP
+        else:  # "no softmax": the scores treated as the weights
+            dS = dP
+        signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
     dq = dS @ k * scale  # (..., Nq, Dk)
     dk = (dS @ q if dk_transposed else dS.swapaxes(-1, -2) @ q) * scale  # (..., Nk, Dk)
-    return _sum_to(dq, q.shape), _sum_to(dk, k.shape), _sum_to(dv, v.shape)
+    return unbroadcast(dq, q.shape), unbroadcast(dk, k.shape), unbroadcast(dv, v.shape)
 
 
 # -- heads ----------------------------------------------------------------------------------
@@ -141,9 +157,13 @@ def _layer_norm_dgamma_not_summed(dy, cache):
 
 # -- blockwise (flash) attention -------------------------------------------------------------
 
-def _flash_parts(dout, cache, *, normalise=True, row_D=True, accumulate=True, scaled=True):
+def _flash_parts(dout, cache, *, normalise=True, row_D=True, accumulate=True, scaled=True, softmax="full",
+                 use_window=True, use_causal=True, use_mask=True, subtract_max=True):
     """The tiled backward with one step done the wrong way (the right way by default)."""
     q, k, v, mask, out, row_max, log_row_sum, scale, causal, window, block = cache
+    window = window if use_window else None
+    causal = causal if use_causal else False
+    mask = mask if use_mask else None
     n_q, n_k = q.shape[-2], k.shape[-2]
     batch = out.shape[:-2]
     D = (dout * out).sum(axis=-1)  # (..., Nq)
@@ -158,12 +178,16 @@ def _flash_parts(dout, cache, *, normalise=True, row_D=True, accumulate=True, sc
             s = _scores(q_blk, k, mask, qs, qe, ks, ke, n_q, n_k, causal, window)  # (..., Bq, Bk)
             with np.errstate(over="ignore", invalid="ignore"):
                 lse = row_max[..., qs:qe, None] + (log_row_sum[..., qs:qe, None] if normalise else 0)
-                p = np.exp(s - lse)  # (..., Bq, Bk)
+                if subtract_max:
+                    p = np.nan_to_num(np.exp(s - lse))  # (..., Bq, Bk); blocked: exp(-inf) = 0
+                else:  # exp(S) / exp(m + log l): equal on paper, inf / inf where exp(S) overflows
+                    p = np.where(np.isneginf(s), 0.0, np.exp(s) / np.exp(lse))
                 signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
-            p = np.nan_to_num(p)
             dp = dout[..., qs:qe, :] @ v[..., ks:ke, :].swapaxes(-1, -2)  # (..., Bq, Bk)
-            D_blk = D[..., qs:qe, None] if row_D else (p * dp).sum(axis=-1, keepdims=True)
-            ds = p * (dp - D_blk)  # (..., Bq, Bk)
+            with np.errstate(invalid="ignore"):
+                D_blk = D[..., qs:qe, None] if row_D else (p * dp).sum(axis=-1, keepdims=True)
+                ds = p * (dp - D_blk) if softmax == "full" else p * (1 - p) * dp  # (..., Bq, Bk)
+                signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
             s_ = scale if scaled else 1.0
             dq[..., qs:qe, :] += ds @ k[..., ks:ke, :] * s_
             if accumulate:
@@ -176,6 +200,21 @@ def _flash_parts(dout, cache, *, normalise=True, row_D=True, accumulate=True, sc
 
 
 # -- multi-head attention: the library's backward with one step changed ---------------------
+
+def _multi_head_parts(dout, c, attention_backward=_attention_backward):
+    """The multi-head backward (no head mask, no rotary: the exercise has neither) with its
+    attention step done by ``attention_backward``: a part's mistake inside the whole."""
+    h, hkv = c.num_heads, c.num_kv_heads
+    grads = {}
+    dconcat, grads["W_o"], grads["b_o"] = _linear_backward(dout, c.o_proj)  # (..., Nq, H*Dv)
+    do = _group_heads(_split(dconcat, h), hkv)  # (..., Hkv, G, Nq, Dv)
+    dq, dk, dv = attention_backward(do, c.attention)
+    dQ, dK, dV = _merge(_ungroup_heads(dq)), _merge(dk[..., 0, :, :]), _merge(dv[..., 0, :, :])
+    dquery, grads["W_q"], grads["b_q"] = _linear_backward(dQ, c.q_proj)
+    dkey, grads["W_k"], grads["b_k"] = _linear_backward(dK, c.k_proj)
+    dvalue, grads["W_v"], grads["b_v"] = _linear_backward(dV, c.v_proj)
+    return dquery, dkey, dvalue, {n: grads[n] for n in c.param_keys}
+
 
 def _multi_head_dW_o_transposed(dout, cache):
     dquery, dkey, dvalue, grads = _multi_head_attention_backward(dout, cache)
@@ -197,26 +236,30 @@ def _multi_head_b_o_not_summed(dout, cache):
 
 # -- encoder block: two residual sub-layers; x feeds query, key and value -------------------------
 
-def _residual_parts(dy, cache, sublayer_backward, *, skip=True):
+def _residual_parts(dy, cache, sublayer_backward, *, skip=True, norm_backward=_layer_norm_backward):
     """The residual sub-layer's backward; ``skip=False`` forgets the skip connection's term."""
     if cache.norm_first:  # y = x + s(LN(x))
         dz, extra = sublayer_backward(dy, cache.sublayer)
-        dx_norm, dgamma, dbeta = _layer_norm_backward(dz, cache.norm)
+        dx_norm, dgamma, dbeta = norm_backward(dz, cache.norm)
         return (dy + dx_norm if skip else dx_norm), extra, dgamma, dbeta
-    dsum, dgamma, dbeta = _layer_norm_backward(dy, cache.norm)  # y = LN(x + s(x))
+    dsum, dgamma, dbeta = norm_backward(dy, cache.norm)  # y = LN(x + s(x))
     dz, extra = sublayer_backward(dsum, cache.sublayer)
     return (dsum + dz if skip else dz), extra, dgamma, dbeta
 
 
-def _encoder_parts(dout, cache, *, paths=("query", "key", "value"), skip=True):
-    """The encoder block's backward with one step done the wrong way (the right way by default)."""
+def _encoder_parts(dout, cache, *, paths=("query", "key", "value"), skip=True, norm_backward=_layer_norm_backward,
+                   attention_backward=_attention_backward):
+    """The encoder block's backward with one step done the wrong way (the right way by default);
+    ``norm_backward`` and ``attention_backward`` put a part's mistake inside the whole."""
     def self_attention(ds, c):
-        dquery, dkey, dvalue, grads = _multi_head_attention_backward(ds, c)
+        dquery, dkey, dvalue, grads = _multi_head_parts(ds, c, attention_backward)
         return sum(d for name, d in zip(("query", "key", "value"), (dquery, dkey, dvalue)) if name in paths), grads
     g = {}
-    dh, g["ffn"], dgamma2, dbeta2 = _residual_parts(dout, cache.ffn, _feed_forward_backward, skip=skip)
+    dh, g["ffn"], dgamma2, dbeta2 = _residual_parts(dout, cache.ffn, _feed_forward_backward, skip=skip,
+                                                    norm_backward=norm_backward)
     g["ln2"] = {"gamma": dgamma2, "beta": dbeta2}
-    dx, g["self_attn"], dgamma1, dbeta1 = _residual_parts(dh, cache.attn, self_attention, skip=skip)
+    dx, g["self_attn"], dgamma1, dbeta1 = _residual_parts(dh, cache.attn, self_attention, skip=skip,
+                                                          norm_backward=norm_backward)
     g["ln1"] = {"gamma": dgamma1, "beta": dbeta1}
     return dx, join_grads(g, cache.param_keys)
 
@@ -235,6 +278,12 @@ MISTAKES = {
         Mistake("sum term with the wrong sign",
                 "the sum term has the wrong sign, dx_i = y_i (dy_i + sum_j y_j dy_j); it is"
                 " dx_i = y_i (dy_i - sum_j y_j dy_j)", _softmax_sum_term_sign),
+        Mistake("sum along axis 0",
+                "your sum_j y_j dy_j runs along axis 0 whatever the softmax's axis: sum along"
+                " cache.axis (keepdims=True), the axis the softmax normalised", partial(_softmax_sum_axis, fixed=0)),
+        Mistake("sum along the last axis whatever cache.axis",
+                "your sum_j y_j dy_j always runs along the last axis: right for the default axis=-1,"
+                " wrong for another; sum along cache.axis", partial(_softmax_sum_axis, fixed=-1)),
     ),
     "linear_backward": (
         Mistake("transposed weight gradient",
@@ -264,6 +313,10 @@ MISTAKES = {
         Mistake("dk without the transpose",
                 "your dk is dS q / sqrt(d_k); S_ij pairs query i with key j, so dk = dS^T q / sqrt(d_k)",
                 partial(_attention_parts, dk_transposed=True)),
+        Mistake("P recomputed without the row maximum",
+                "you recomputed P = exp(S) / sum exp(S) without subtracting the row maximum: exp"
+                " overflows on large scores (inf / inf = NaN); use the cached weights, or"
+                " exp(S - max S) / sum exp(S - max S)", partial(_attention_parts, recompute="no max")),
     ),
     "split_heads_backward": (
         Mistake("reshape without moving the heads back",
@@ -309,6 +362,23 @@ MISTAKES = {
         Mistake("missing 1/sqrt(d_k)",
                 "your dq and dk miss the factor 1/sqrt(d_k): dq = dS k / sqrt(d_k), dk = dS^T q / sqrt(d_k)",
                 partial(_flash_parts, scaled=False)),
+        Mistake("diagonal-only softmax Jacobian",
+                "inside each tile you used the diagonal-only softmax Jacobian, dS = P (1 - P) dP; it is"
+                " dS = P * (dP - D) with D_i = rowsum(dout_i * out_i)", partial(_flash_parts, softmax="diagonal")),
+        Mistake("window ignored",
+                "your backward ignores the window: keys farther than `window` from a query get P = 0 in the"
+                " forward; skip those tiles and mask those scores (_key_blocks and _scores take window)",
+                partial(_flash_parts, use_window=False)),
+        Mistake("causal rule ignored",
+                "your backward ignores causal=True: keys after a query get P = 0 in the forward; pass"
+                " causal to _key_blocks and _scores", partial(_flash_parts, use_causal=False)),
+        Mistake("user mask ignored",
+                "your backward ignores the caller's mask (cache.mask): blocked keys get P = 0 in the"
+                " forward; pass it to _scores", partial(_flash_parts, use_mask=False)),
+        Mistake("P recomputed without the row maximum",
+                "you recomputed P as exp(S) / exp(m + log l): equal on paper, but exp(S) overflows on"
+                " large scores (inf / inf = NaN); subtract first, P = exp(S - m - log l)",
+                partial(_flash_parts, subtract_max=False)),
     ),
     "encoder_block_backward": (
         Mistake("self-attention paths not summed",
@@ -333,3 +403,24 @@ MISTAKES = {
                 " of every batch item, so sum over all axes but the last", _multi_head_b_o_not_summed),
     ),
 }
+
+
+def _inside(part: str, mistakes, names, make):
+    """A part's catalogue mistakes, named inside a composite exercise: ``make(backward)`` is the
+    composite backward with the part's step done by that (wrong) backward."""
+    return tuple(Mistake(f"{part}: {m.name}", f"in the {part}, {m.sentence}", make(m.backward))
+                 for m in mistakes if m.name in names)
+
+
+_ATTENTION_PARTS = ("diagonal-only softmax Jacobian", "softmax skipped", "masked positions let through",
+                    "dk without the transpose", "1/sqrt(d_k) applied twice", "P recomputed without the row maximum")
+MISTAKES["multi_head_attention_backward"] += _inside(
+    "attention step", MISTAKES["scaled_dot_product_attention_backward"], _ATTENTION_PARTS,
+    lambda wrong: partial(_multi_head_parts, attention_backward=wrong))
+MISTAKES["encoder_block_backward"] += _inside(
+    "layer norms", MISTAKES["layer_norm_backward"],
+    ("mean and variance treated as constants", "variance treated as a constant", "gain forgotten in dx"),
+    lambda wrong: partial(_encoder_parts, norm_backward=wrong))
+MISTAKES["encoder_block_backward"] += _inside(
+    "self-attention's attention step", MISTAKES["scaled_dot_product_attention_backward"],
+    ("missing 1/sqrt(d_k)",) + _ATTENTION_PARTS[:-1], lambda wrong: partial(_encoder_parts, attention_backward=wrong))

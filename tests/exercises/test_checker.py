@@ -48,9 +48,11 @@ def layer_norm_backward(dy, cache):
     return dx, rows.sum(axis=0), dy.reshape(-1, x_hat.shape[-1]).sum(axis=0)
 
 
-def flash_attention_backward(dout, cache, *, normalise=True, row_D=True, accumulate=True, scaled=True):
+def flash_attention_backward(dout, cache, *, normalise=True, row_D=True, accumulate=True, scaled=True,
+                             diagonal=False, use_window=True, use_causal=True, use_mask=True, subtract_max=True):
     """Tile by tile; the keywords make it one of the classic wrong versions."""
     q, k, v, mask, out, m, log_l, scale, causal, window, block = cache
+    window, causal, mask = window if use_window else None, causal and use_causal, mask if use_mask else None
     n_q, n_k = q.shape[-2], k.shape[-2]
     dq, dk, dv = np.zeros(out.shape[:-1] + q.shape[-1:]), np.zeros(out.shape[:-2] + k.shape[-2:]), \
         np.zeros(out.shape[:-2] + v.shape[-2:])
@@ -61,10 +63,12 @@ def flash_attention_backward(dout, cache, *, normalise=True, row_D=True, accumul
         for ks in _key_blocks(qs, qe, n_q, n_k, block, causal, window):
             ke = min(ks + block, n_k)
             s = _scores(q[..., qs:qe, :] * scale, k, mask, qs, qe, ks, ke, n_q, n_k, causal, window)
-            with np.errstate(invalid="ignore"):
-                p = np.nan_to_num(np.exp(s - m[..., qs:qe, None] - (log_l[..., qs:qe, None] if normalise else 0)))
-            dp = dout[..., qs:qe, :] @ np.swapaxes(v[..., ks:ke, :], -1, -2)
-            ds = p * (dp - (D[..., qs:qe, :] if row_D else np.sum(p * dp, axis=-1, keepdims=True)))
+            with np.errstate(over="ignore", invalid="ignore"):
+                lse = m[..., qs:qe, None] + (log_l[..., qs:qe, None] if normalise else 0)
+                p = np.nan_to_num(np.exp(s - lse)) if subtract_max else np.where(s == -np.inf, 0, np.exp(s) / np.exp(lse))
+                dp = dout[..., qs:qe, :] @ np.swapaxes(v[..., ks:ke, :], -1, -2)
+                ds = p * (1 - p) * dp if diagonal else \
+                    p * (dp - (D[..., qs:qe, :] if row_D else np.sum(p * dp, axis=-1, keepdims=True)))
             dq[..., qs:qe, :] += ds @ k[..., ks:ke, :] * factor
             new_dk = np.swapaxes(ds, -1, -2) @ q[..., qs:qe, :] * factor
             new_dv = np.swapaxes(p, -1, -2) @ dout[..., qs:qe, :]
@@ -77,7 +81,7 @@ def flash_attention_backward(dout, cache, *, normalise=True, row_D=True, accumul
     return dq, dk, dv
 
 
-def multi_head_attention_backward(dout, cache, *, transpose_dW_o=False, scale=None, sum_b_o=True):
+def multi_head_attention_backward(dout, cache, *, transpose_dW_o=False, scale=None, sum_b_o=True, attention=None):
     """Composed from the pieces above; the keywords make it one of the classic wrong versions."""
     h = cache.num_heads
     grads = {}
@@ -89,7 +93,8 @@ def multi_head_attention_backward(dout, cache, *, transpose_dW_o=False, scale=No
         dout.reshape(-1, dout.shape[-1]).sum(0) if sum_b_o else dout.sum(axis=0)
     dheads = merge_heads_backward(dmerged, h)[..., :, None, :, :]  # (..., H, 1, Nq, Dv)
     att = cache.attention if scale is None else cache.attention._replace(scale=scale)
-    dq, dk, dv = attention_backward(dheads, att)
+    dq, dk, dv = (attention or attention_backward)(dheads, att)
+    dq, dk, dv = dq, dk.sum(axis=-3, keepdims=True), dv.sum(axis=-3, keepdims=True)  # (..., H, 1, N, D)
     out = []
     for name, d, proj in (("q", dq, cache.q_proj), ("k", dk, cache.k_proj), ("v", dv, cache.v_proj)):
         dp = split_heads_backward(d[..., :, 0, :, :])
@@ -101,21 +106,26 @@ def multi_head_attention_backward(dout, cache, *, transpose_dW_o=False, scale=No
     return out[0], out[1], out[2], {key: grads[key] for key in cache.param_keys}
 
 
-def encoder_block_backward(dout, cache, *, paths=3, skip=True):
-    """Composed from the public pieces; the keywords make it one of the classic wrong versions."""
-    from attention_ref import feed_forward_backward, multi_head_attention_backward as mha_backward
-    from attention_ref.nn.residual import join_grads, residual_backward
+def encoder_block_backward(dout, cache, *, paths=3, skip=True, norm=None, attention=None):
+    """Composed from the pieces above; the keywords make it one of the classic wrong versions
+    (``norm`` and ``attention``: a part's wrong backward inside the whole)."""
+    from attention_ref import feed_forward_backward
+    from attention_ref.nn.residual import join_grads
+
+    norm = norm or layer_norm_backward
 
     def self_attention_backward(ds, c):
-        dquery, dkey, dvalue, grads = mha_backward(ds, c)
+        dquery, dkey, dvalue, grads = multi_head_attention_backward(ds, c, attention=attention)
         return (dquery + dkey + dvalue if paths == 3 else dquery), grads
 
     def residual(d, c, sub):
-        dx, extra, dgamma, dbeta = residual_backward(d, c, sub)
-        if not skip:  # subtract the skip connection's term again: what forgetting it gives
-            through = d if c.norm_first else ar_layer_norm_backward(d, c.norm)[0]
-            dx = dx - through
-        return dx, extra, dgamma, dbeta
+        if c.norm_first:  # y = x + s(LN(x))
+            dz, extra = sub(d, c.sublayer)
+            dx_norm, dgamma, dbeta = norm(dz, c.norm)
+            return (d + dx_norm if skip else dx_norm), extra, dgamma, dbeta
+        dsum, dgamma, dbeta = norm(d, c.norm)  # y = LN(x + s(x))
+        dz, extra = sub(dsum, c.sublayer)
+        return (dsum + dz if skip else dz), extra, dgamma, dbeta
 
     dh, g_ffn, dgamma2, dbeta2 = residual(dout, cache.ffn, feed_forward_backward)
     dx, g_attn, dgamma1, dbeta1 = residual(dh, cache.attn, self_attention_backward)
@@ -151,7 +161,7 @@ def test_correct_attempts_pass_on_50_seeds(name):
 
 # -- the classic mistakes, as a student writes them --------------------------------------------
 
-def _attention_wrong(*, scale_power=1, mask=True, softmax="full", dk_transposed=False):
+def _attention_wrong(*, scale_power=1, mask=True, softmax="full", dk_transposed=False, no_max=False):
     def backward(dout, cache):
         q, k, v, P, _, scale = cache
         s = scale ** scale_power
@@ -159,17 +169,32 @@ def _attention_wrong(*, scale_power=1, mask=True, softmax="full", dk_transposed=
             S = q @ np.swapaxes(k, -1, -2) * cache.scale
             P = np.exp(S - S.max(-1, keepdims=True))
             P = P / P.sum(-1, keepdims=True)
+        if no_max:  # recomputes the softmax from exp(S), the mask through the cached zeros
+            S = q @ np.swapaxes(k, -1, -2) * cache.scale
+            with np.errstate(over="ignore", invalid="ignore"):
+                E = np.where(P > 0, np.exp(S), 0)
+                P = E / E.sum(-1, keepdims=True)
         dv = np.swapaxes(P, -1, -2) @ dout
         dP = dout @ np.swapaxes(v, -1, -2)
-        if softmax == "full":
-            dS = P * (dP - np.sum(P * dP, axis=-1, keepdims=True))
-        elif softmax == "diagonal":
-            dS = P * (1 - P) * dP
-        else:
-            dS = dP
+        with np.errstate(invalid="ignore"):
+            if softmax == "full":
+                dS = P * (dP - np.sum(P * dP, axis=-1, keepdims=True))
+            elif softmax == "diagonal":
+                dS = P * (1 - P) * dP
+            else:
+                dS = dP
         dk = (dS @ q if dk_transposed else np.swapaxes(dS, -1, -2) @ q) * s
-        return dS @ k * s, dk, dv
+        dq = dS @ k * s
+        return _sum_to(dq, q.shape), _sum_to(dk, k.shape), _sum_to(dv, v.shape)
     return backward
+
+
+def _sum_to(g, shape):
+    """Sum the axes that were broadcast (leading ones, and those of size 1 in ``shape``)."""
+    while g.ndim > len(shape):
+        g = g.sum(0)
+    axes = tuple(i for i, (a, b) in enumerate(zip(g.shape, shape)) if b == 1 and a != 1)
+    return g.sum(axis=axes, keepdims=True) if axes else g
 
 
 def _layer_norm_wrong(kind):
@@ -207,6 +232,9 @@ WRONG = {  # exercise -> {mistake name in the catalogue: a student's wrong attem
         "missing sum term": lambda dy, cache: dy * cache.y,
         "sum term with the wrong sign":
             lambda dy, cache: cache.y * (dy + np.sum(dy * cache.y, cache.axis, keepdims=True)),
+        "sum along axis 0": lambda dy, cache: cache.y * (dy - np.sum(dy * cache.y, axis=0, keepdims=True)),
+        "sum along the last axis whatever cache.axis":
+            lambda dy, cache: cache.y * (dy - np.sum(dy * cache.y, axis=-1, keepdims=True)),
     },
     "linear_backward": {
         "transposed weight gradient": _linear_dW_transposed,
@@ -219,6 +247,7 @@ WRONG = {  # exercise -> {mistake name in the catalogue: a student's wrong attem
         "diagonal-only softmax Jacobian": _attention_wrong(softmax="diagonal"),
         "softmax skipped": _attention_wrong(softmax="skipped"),
         "dk without the transpose": _attention_wrong(dk_transposed=True),
+        "P recomputed without the row maximum": _attention_wrong(no_max=True),
     },
     "split_heads_backward": {
         "reshape without moving the heads back": lambda d: d.reshape(d.shape[:-3] + (d.shape[-2], -1)),
@@ -239,6 +268,11 @@ WRONG = {  # exercise -> {mistake name in the catalogue: a student's wrong attem
         "D from one tile": lambda d, c: flash_attention_backward(d, c, row_D=False),
         "dk and dv overwritten": lambda d, c: flash_attention_backward(d, c, accumulate=False),
         "missing 1/sqrt(d_k)": lambda d, c: flash_attention_backward(d, c, scaled=False),
+        "diagonal-only softmax Jacobian": lambda d, c: flash_attention_backward(d, c, diagonal=True),
+        "window ignored": lambda d, c: flash_attention_backward(d, c, use_window=False),
+        "causal rule ignored": lambda d, c: flash_attention_backward(d, c, use_causal=False),
+        "user mask ignored": lambda d, c: flash_attention_backward(d, c, use_mask=False),
+        "P recomputed without the row maximum": lambda d, c: flash_attention_backward(d, c, subtract_max=False),
     },
     "encoder_block_backward": {
         "self-attention paths not summed": lambda d, c: encoder_block_backward(d, c, paths=1),
@@ -251,6 +285,19 @@ WRONG = {  # exercise -> {mistake name in the catalogue: a student's wrong attem
             lambda d, c: multi_head_attention_backward(d, c, sum_b_o=False),
     },
 }
+# a part's mistake inside a composite exercise: the part's wrong attempt, inside the whole
+for _m in ("diagonal-only softmax Jacobian", "softmax skipped", "masked positions let through", "dk without the transpose",
+           "1/sqrt(d_k) applied twice", "P recomputed without the row maximum", "missing 1/sqrt(d_k)"):
+    _wrong_attention = WRONG["scaled_dot_product_attention_backward"][_m]
+    if _m != "missing 1/sqrt(d_k)":
+        WRONG["multi_head_attention_backward"][f"attention step: {_m}"] = \
+            lambda d, c, a=_wrong_attention: multi_head_attention_backward(d, c, attention=a)
+    if _m != "P recomputed without the row maximum":  # no encoder case has scores that large
+        WRONG["encoder_block_backward"][f"self-attention's attention step: {_m}"] = \
+            lambda d, c, a=_wrong_attention: encoder_block_backward(d, c, attention=a)
+for _m in ("mean and variance treated as constants", "variance treated as a constant", "gain forgotten in dx"):
+    WRONG["encoder_block_backward"][f"layer norms: {_m}"] = \
+        lambda d, c, n=WRONG["layer_norm_backward"][_m]: encoder_block_backward(d, c, norm=n)
 
 
 def test_every_catalogue_mistake_has_a_wrong_attempt_here():
@@ -282,7 +329,7 @@ def _correct_then(name, change):
                    lambda g, dout, c: (g[0] / c.scale, g[1], g[2])), "= sqrt(d_k)"),
     ("multi_head_attention_backward",
      _correct_then("multi_head_attention_backward",
-                   lambda g, dout, c: (g[0] * c.num_heads, *g[1:])), "= h"),
+                   lambda g, dout, c: (g[0] * c.num_heads, *g[1:])), "h times the true gradient in every case"),
     ("softmax_backward", _correct_then("softmax_backward", lambda dx, dy, c: np.where(c.y == 0, dy, dx)),
      "right except at masked entries, where it must be 0"),
     ("softmax_backward", _correct_then("softmax_backward",
@@ -360,7 +407,7 @@ def test_an_attempt_writing_into_its_arguments_fails_and_is_told_so():
 
     result = check("softmax_backward", in_place)
     assert not result.ok
-    assert result.diagnosis.startswith("the gradients are right; your backward wrote into its arguments")
+    assert result.diagnosis.startswith("the gradients are right; your backward wrote into cache.y")
 
 
 def test_a_wrong_in_place_attempt_is_still_named():
@@ -395,13 +442,14 @@ def test_wrong_container_and_extra_axes_are_named():
 
 
 def test_a_mistake_confined_to_some_cases_says_which():
-    def last_axis_only(dy, cache):  # ignores cache.axis: right on every case but the axis=0 one
+    def forgets_the_mask_in_the_sum(dy, cache):  # right wherever no entry is masked
         y = cache.y
-        return y * (dy - np.sum(dy * y, axis=-1, keepdims=True))
+        return y * (dy - np.sum(np.where(np.isfinite(np.log(y)), dy * y, dy), axis=cache.axis, keepdims=True))
 
-    result = check("softmax_backward", last_axis_only)
-    assert result.diagnosis.startswith("only case 5 (inputs"), result.diagnosis
-    assert "axis=0) is wrong, the other cases are right" in result.diagnosis
+    with np.errstate(divide="ignore"):
+        result = check("softmax_backward", forgets_the_mask_in_the_sum)
+    assert result.diagnosis.startswith("only case 4 (inputs"), result.diagnosis
+    assert "is wrong, the other cases are right" in result.diagnosis
 
 
 def test_report_and_hints_fit_80_columns():

@@ -84,3 +84,55 @@ def test_skeletons_fit_80_columns_and_a_name_given_as_path_is_answered(tmp_path,
         main(["check", "softmax_backward"])
     with pytest.raises(SystemExit, match=r"exercise start linear \[PATH\]|exercise start <exercise>"):
         main(["check", "linear"])
+
+
+def test_skeletons_list_every_cache_field_and_point_to_the_forward_only():
+    from attention_ref.exercises.command import skeleton
+
+    for name, e in EXERCISES.items():
+        text = skeleton(name, f"{name}.py")
+        assert f"python -m pydoc attention_ref.{e.forward_name}\n" in text
+        out, cache = e.forward(*e.cases(__import__("numpy").random.default_rng(0))[0].inputs)
+        fields = getattr(cache, "_fields", ())
+        listed = " ".join(f for f, _ in e.cache_fields)
+        assert all(f in listed for f in fields), (name, fields, listed)
+    flash = skeleton("flash_attention_backward", "f.py")
+    assert "row_max: (..., Nq)" in flash and "log_row_sum: (..., Nq)" in flash
+    assert "causal rule, the window and the" in flash.replace("\n", " ")
+
+
+def test_next_suggests_the_next_unread_hint_then_says_none_is_left(tmp_path, capsys):
+    path = tmp_path / "attempt.py"
+    path.write_text('EXERCISE = "softmax_backward"\n\n\ndef softmax_backward(dy, cache):\n    return dy\n')
+    main(["check", str(path)])
+    assert "next: hint 1 of 3:" in capsys.readouterr().out
+    main(["hint", "softmax_backward", "1"])
+    main(["hint", "softmax_backward", "2"])
+    capsys.readouterr()
+    main(["check", str(path)])
+    assert "next: hint 3 of 3:" in capsys.readouterr().out
+    main(["hint", "softmax_backward", "3"])
+    capsys.readouterr()
+    main(["check", str(path)])
+    out = capsys.readouterr().out
+    assert "next: all 3 hints are read" in out and "python -m pydoc attention_ref.softmax_forward" in out
+
+
+def test_a_dtype_problem_is_not_sent_to_the_hints(tmp_path, capsys):
+    path = tmp_path / "attempt.py"
+    path.write_text('import numpy as np\nEXERCISE = "softmax_backward"\n\n\ndef softmax_backward(dy, cache):\n'
+                    '    y = cache.y.astype(np.float32)\n'
+                    '    return y * (dy - (y * dy).sum(axis=cache.axis, keepdims=True))\n')
+    assert main(["check", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "next: keep every step in the inputs' dtype" in out and "hint 1" not in out
+
+
+def test_the_table_shows_the_expected_shape_and_the_size_of_the_error(capsys):
+    from attention_ref.exercises import check
+
+    result = str(check("linear_backward", lambda dy, c: (dy @ c.W.T, dy.reshape(-1, dy.shape[-1]).T @ c.x.reshape(
+        -1, c.x.shape[-1]), dy.reshape(-1, dy.shape[-1]).sum(0) if c.has_bias else None)))
+    assert "WRONG (expected (" in result
+    result = str(check("softmax_backward", lambda dy, c: 2 * c.y * (dy - (c.y * dy).sum(c.axis, keepdims=True))))
+    assert "WRONG (max error" in result and "max |true|" in result

@@ -1,0 +1,66 @@
+"""Spot the bug: every buggy backward fails the checker as written and passes once its one
+fix is applied; the CLI writes the file, says "not fixed yet" with the checker's report, and
+names the bug once it is fixed."""
+import numpy as np
+import pytest
+
+from attention_ref.exercises import EXERCISES, check
+from attention_ref.exercises.bugs import BUGS
+from attention_ref.exercises.command import bug_file, main
+
+
+def _function(source, name):
+    namespace = {"np": np}
+    exec(compile(source, "bug", "exec"), namespace)
+    return namespace[name]
+
+
+def test_there_are_at_least_eight_bugs_over_several_exercises():
+    assert len(BUGS) >= 8
+    assert len({b.exercise for b in BUGS.values()}) >= 6
+    assert all(b.exercise in EXERCISES for b in BUGS.values())
+
+
+@pytest.mark.parametrize("name", list(BUGS))
+def test_the_bug_fails_and_its_fix_passes(name):
+    bug = BUGS[name]
+    assert bug.source.count(bug.fix[0]) == 1, "the fix must point at one place"
+    with np.errstate(all="ignore"):
+        for seed in range(3):
+            assert not check(bug.exercise, _function(bug.source, bug.exercise), seed=seed).ok, f"seed {seed}"
+            fixed = bug.source.replace(*bug.fix)
+            result = check(bug.exercise, _function(fixed, bug.exercise), seed=seed)
+            assert result.ok, f"seed {seed}:\n{result}"
+
+
+def test_from_start_to_fixed_on_the_command_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["bug", "list"]) == 0
+    listed = capsys.readouterr().out
+    assert all(name in listed for name in BUGS)
+    assert main(["bug", "start", "softmax-axis"]) == 0
+    path = tmp_path / "bug_softmax_axis.py"
+    assert path.read_text() == bug_file("softmax-axis", "bug_softmax_axis.py")
+    capsys.readouterr()
+    assert main(["bug", "check", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("NOT FIXED YET: softmax-axis") and "softmax_backward: FAIL" in out
+    path.write_text(path.read_text().replace(*BUGS["softmax-axis"].fix))
+    assert main(["bug", "check", str(path)]) == 0
+    out = capsys.readouterr().out.replace("\n  ", " ")
+    assert out.startswith("FIXED: softmax-axis") and BUGS["softmax-axis"].sentence in out
+    assert main(["bug", "start", "softmax-axis"]) == 2  # never overwrites without --force
+
+
+def test_a_bug_file_without_BUG_is_refused(tmp_path):
+    path = tmp_path / "x.py"
+    path.write_text('EXERCISE = "softmax_backward"\n\ndef softmax_backward(dy, cache):\n    return dy\n')
+    with pytest.raises(SystemExit, match="must set BUG"):
+        main(["bug", "check", str(path)])
+
+
+def test_bug_files_fit_80_columns():
+    for name in BUGS:
+        text = bug_file(name, f"bug_{name}.py")
+        docstring = text.split('"""')[1]
+        assert max(len(line) for line in docstring.splitlines()) <= 80, name
