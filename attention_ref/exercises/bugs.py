@@ -54,7 +54,8 @@ _LINEAR_DW = '''def linear_backward(dy, cache):
 _LINEAR_DB = '''def linear_backward(dy, cache):
     x, W = cache.x, cache.W
     dx = np.einsum("...o,io->...i", dy, W)
-    dW = np.einsum("ri,ro->io", x.reshape(-1, x.shape[-1]), dy.reshape(-1, dy.shape[-1]))
+    rows_x, rows_dy = x.reshape(-1, x.shape[-1]), dy.reshape(-1, dy.shape[-1])
+    dW = np.einsum("ri,ro->io", rows_x, rows_dy)
     db = dy.sum(axis=0) if cache.has_bias else None
     return dx, dW, db
 '''
@@ -97,7 +98,9 @@ _LAYER_NORM_AXIS = '''def layer_norm_backward(dy, cache):
     dgamma = (dy * x_hat).reshape(-1, d).sum(axis=0)
     dbeta = dy.reshape(-1, d).sum(axis=0)
     g = dy * gamma
-    dx = rstd * (g - g.mean(axis=0, keepdims=True) - x_hat * (g * x_hat).mean(axis=-1, keepdims=True))
+    mean_g = g.mean(axis=0, keepdims=True)
+    mean_gx = (g * x_hat).mean(axis=-1, keepdims=True)
+    dx = rstd * (g - mean_g - x_hat * mean_gx)
     return dx, dgamma, dbeta
 '''
 
@@ -109,7 +112,8 @@ _SPLIT_RESHAPE = '''def split_heads_backward(dheads):
 
 _FLASH_TRIANGLE = '''def flash_attention_backward(dout, cache):
     q, k, v, mask, out = cache.q, cache.k, cache.v, cache.mask, cache.out
-    m, log_l, scale, b = cache.row_max, cache.log_row_sum, cache.scale, cache.block_size
+    m, log_l = cache.row_max, cache.log_row_sum
+    scale, b = cache.scale, cache.block_size
     n_q, n_k = q.shape[-2], k.shape[-2]
     dq = np.zeros(out.shape[:-1] + q.shape[-1:])
     dk = np.zeros(out.shape[:-2] + k.shape[-2:])
@@ -129,13 +133,16 @@ _FLASH_TRIANGLE = '''def flash_attention_backward(dout, cache):
             if cache.window is not None:
                 keep &= np.abs(pos - key) <= cache.window
             if mask is not None:
-                keep = keep & np.broadcast_to(mask, mask.shape[:-2] + (n_q, n_k))[..., qs:qe, ks:ke]
+                full = np.broadcast_to(mask, mask.shape[:-2] + (n_q, n_k))
+                keep = keep & full[..., qs:qe, ks:ke]
+            lse = m[..., qs:qe, None] + log_l[..., qs:qe, None]
             with np.errstate(invalid="ignore"):
-                p = np.where(keep, np.exp(s - m[..., qs:qe, None] - log_l[..., qs:qe, None]), 0.0)
+                p = np.where(keep, np.exp(s - lse), 0.0)
             dp = dout[..., qs:qe, :] @ np.swapaxes(v[..., ks:ke, :], -1, -2)
             ds = p * (dp - D[..., qs:qe, :])
             dq[..., qs:qe, :] += ds @ k[..., ks:ke, :] * scale
-            dk[..., ks:ke, :] += np.swapaxes(ds, -1, -2) @ q[..., qs:qe, :] * scale
+            ds_t = np.swapaxes(ds, -1, -2)
+            dk[..., ks:ke, :] += ds_t @ q[..., qs:qe, :] * scale
             dv[..., ks:ke, :] += np.swapaxes(p, -1, -2) @ dout[..., qs:qe, :]
     return dq, dk, dv
 '''
@@ -186,7 +193,7 @@ BUGS = {b.name: b for b in [
         " pairs each key with the queries that scored it"),
     Bug("layer-norm-mean-axis", "layer_norm_backward",
         "A layer norm backward; one mean runs along the wrong axis.",
-        _LAYER_NORM_AXIS, ("g.mean(axis=0, keepdims=True)", "g.mean(axis=-1, keepdims=True)"),
+        _LAYER_NORM_AXIS, ("mean_g = g.mean(axis=0, keepdims=True)", "mean_g = g.mean(axis=-1, keepdims=True)"),
         "mean(g) was taken over the rows (axis 0); the mean and the variance of layer norm are over"
         " each row's features (axis -1), so mean(g) is too"),
     Bug("split-heads-reshape", "split_heads_backward",

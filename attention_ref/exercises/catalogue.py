@@ -113,17 +113,20 @@ def _softmax_cases(rng):
     blocked = ~_keep_mask(rng, b, n)
     masked[blocked] = -np.inf
     return [Case((rng.standard_normal(n) * 2,)), Case((rng.standard_normal((b, m)) * 2,)), Case((x4,)),
-            Case((masked,), masked=blocked), Case((rng.standard_normal((m, b)) * 2,), {"axis": 0})]
+            Case((masked,), masked=blocked), Case((rng.standard_normal((m, b)) * 2,), {"axis": 0}),
+            Case((rng.standard_normal((b, n + 1, m)) * 2,), {"axis": 1})]  # a middle axis: .T is no answer
 
 
 def _linear_cases(rng):
     b, n, d_in = _sizes(rng)
     d_out = d_in + 1 + int(rng.integers(0, 3))
     W = rng.standard_normal((d_in, d_out))
-    return [Case((rng.standard_normal((n, d_in)), W, rng.standard_normal(d_out))),
-            Case((rng.standard_normal((b, n, d_in)), W, rng.standard_normal(d_out))),
-            Case((rng.standard_normal((b, n, d_in)), rng.standard_normal((d_in, d_in)), rng.standard_normal(d_in))),
-            Case((rng.standard_normal(d_in), W, None))]
+    rows = {"1/rows": 1 / n}, {"1/rows": 1 / (b * n)}  # a mean where a sum belongs
+    return [Case((rng.standard_normal((n, d_in)), W, rng.standard_normal(d_out)), factors=rows[0]),
+            Case((rng.standard_normal((b, n, d_in)), W, rng.standard_normal(d_out)), factors=rows[1]),
+            Case((rng.standard_normal((b, n, d_in)), rng.standard_normal((d_in, d_in)), rng.standard_normal(d_in)),
+                 factors=rows[1]),
+            Case((rng.standard_normal(d_in), W, None), factors={"1/rows": 1.0})]
 
 
 def _large_scores(rng, b, n_q, n_k, d_k, d_v):
@@ -143,9 +146,15 @@ def _float_mask(rng, n_q, n_k):
     return np.where(keep, rng.standard_normal((n_q, n_k)), -np.inf)
 
 
+def _widths(rng):
+    """d_k and d_v, never equal: a scale taken from the wrong one shows."""
+    d_k = int(rng.integers(2, 6))
+    return d_k, d_k + 1 + int(rng.integers(0, 2))
+
+
 def _attention_cases(rng):
     b, n_q, n_k = _sizes(rng)
-    d_k, d_v = _sizes(rng, 2)
+    d_k, d_v = _widths(rng)
     q3, k3, v3 = (rng.standard_normal((b, n, d)) for n, d in ((n_q, d_k), (n_k, d_k), (n_k, d_v)))
     qc, kc, vc = (rng.standard_normal((b, 3, n_q, d)) for d in (d_k, d_k, d_v))
     big = _large_scores(rng, b, n_q, n_k, d_k, d_v)
@@ -176,15 +185,15 @@ def _layer_norm_cases(rng):
 
 def _flash_cases(rng):
     b, n_q, n_k = _sizes(rng, low=3, high=7)
-    d_k, d_v = _sizes(rng, 2)
+    d_k, d_v = _widths(rng)
     q, k, v = (rng.standard_normal((b, n, d)) for n, d in ((n_q, d_k), (n_k, d_k), (n_k, d_v)))
     big = _large_scores(rng, b, n_q, n_k, d_k, d_v)
-    n = max(n_q, n_k)
-    qw, kw, vw = (rng.standard_normal((b, n + 2, d)) for d in (d_k, d_k, d_v))
+    kc, vc = rng.standard_normal((b, n_q + 2, d_k)), rng.standard_normal((b, n_q + 2, d_v))  # never square:
+    kw, vw = rng.standard_normal((b, n_q + 3, d_k)), rng.standard_normal((b, n_q + 3, d_v))  # the offset shows
     return [Case((q, k, v), {"block_size": 2}, _scale_factors(d_k)),
-            Case((q, k[:, :n_q], v[:, :n_q]), {"causal": True, "block_size": 2}, _scale_factors(d_k)),
+            Case((q, kc, vc), {"causal": True, "block_size": 2}, _scale_factors(d_k)),
             Case((q[0], k[0], v[0]), {"mask": _keep_mask(rng, n_q, n_k), "block_size": 3}, _scale_factors(d_k)),
-            Case((qw, kw, vw), {"window": 1, "block_size": 2}, _scale_factors(d_k)),
+            Case((q, kw, vw), {"window": 1, "block_size": 2}, _scale_factors(d_k)),
             Case(big, {"block_size": 2}, _scale_factors(d_k), feature="scores near 800")]
 
 
@@ -193,8 +202,8 @@ def _multi_head_cases(rng):
     cases = []
     # self-attention (square) first: a product of the wrong shapes then fails on a later case,
     # after the first one has shown what the attempt computes
-    for h, bias, self_attention in ((1, True, True), (2, True, False), (3, False, False), (2, False, False)):
-        d_head = int(rng.integers(2, 4))
+    for h, bias, self_attention, d_head in ((1, True, True, 2), (2, True, False, 3), (3, False, False, 2),
+                                            (2, False, False, 4)):  # h and the width both change
         d = h * d_head
         params = {}
         for name in "qkvo":  # (d, d) each
@@ -224,7 +233,7 @@ def _multi_head_cases(rng):
 def _encoder_cases(rng):
     b, n, d_head = _sizes(rng, high=4)
     cases = []
-    for h, norm_first, mask in ((2, False, None), (1, True, "padding"), (3, True, "causal")):
+    for h, norm_first, mask in ((2, False, None), (1, True, "padding"), (3, True, "causal"), (3, False, "causal")):
         d = h * d_head
         params = init_encoder_block_params(d, h, 2 * d, seed=int(rng.integers(1 << 30)))
         params = {k: v + 0.1 * rng.standard_normal(v.shape) for k, v in params.items()}  # no special values
@@ -256,7 +265,7 @@ STEPS = {
         ("the softmax step, dP = dout v^T then dS = P * (dP - D) with D_i = rowsum(dout_i * out_i)", "dq dk"),
         ("dq = dS k * scale", "dq"), ("dk = dS^T q * scale", "dk")),
     "layer_norm_backward": _steps(
-        ("dx: g = gamma * dy, then rstd (g - mean(g) - x_hat mean(g x_hat))", "dx"),
+        ("dx, the normalisation's backward (with the gain, the mean and the variance)", "dx"),
         ("dgamma = dy * x_hat summed over the rows", "dgamma"), ("dbeta = dy summed over the rows", "dbeta")),
     "flash_attention_backward": _steps(
         ("dv[keys] += P^T dout[queries]", "dv"),
@@ -291,7 +300,7 @@ CACHE_FIELDS = {
         ("q", "(..., Nq, Dk)"), ("k", "(..., Nk, Dk)"), ("v", "(..., Nk, Dv)"),
         ("weights", "(..., Nq, Nk), P = softmax(S), exactly 0 where masked"), ("out", "(..., Nq, Dv), P v"),
         ("scale", "float, 1/sqrt(d_k)")),
-    "split_heads_backward": (("(none)", "the backward gets dheads (..., H, N, Dh) only"),),
+    "split_heads_backward": (("(none)", "the backward gets dheads (..., H, N, Dh) and nothing else"),),
     "merge_heads_backward": (("(none)", "the backward gets dmerged (..., N, H*Dh) and num_heads"),),
     "layer_norm_backward": (("x_hat", "(..., D), (x - mu) * rstd"), ("rstd", "(..., 1), 1 / sqrt(var + eps)"),
                             ("gamma", "(D,)")),
@@ -309,10 +318,12 @@ CACHE_FIELDS = {
         ("param_keys", "tuple, the keys of params in order")),
     "multi_head_attention_backward": (
         ("q_proj, k_proj, v_proj", "LinearCache (x, W, has_bias) of each projection"),
-        ("attention", "AttentionCache (q, k, v, weights, out, scale) with a group axis: q (..., H, 1, Nq, Dk)"),
+        ("attention", "AttentionCache with a group axis of size 1: q (..., H, 1, Nq, Dk), k (..., H, 1, Nk,"
+                      " Dk), v (..., H, 1, Nk, Dv), weights (..., H, 1, Nq, Nk), out (..., H, 1, Nq, Dv), scale"),
         ("heads", "(..., H, Nq, Dv), the heads' outputs"), ("head_mask", "None here"),
         ("o_proj", "LinearCache of the output projection"), ("num_heads, num_kv_heads", "ints (equal here)"),
-        ("param_keys", "tuple, the keys of params in order"), ("rotary", "None here (RoPE, for Llama)")),
+        ("param_keys", "tuple, the keys of params in order; a bias that is absent (None) in params gets"
+                       " grads[...] = None, not zeros"), ("rotary", "None here (RoPE, for Llama)")),
 }
 
 

@@ -128,7 +128,9 @@ def _written(a, b, path="cache"):
     return None  # numbers, strings, None: not arrays a backward could write into
 
 
-def _axis_names(ndim):
+def _axis_names(ndim, name=""):
+    if name in ("dheads", "heads"):  # (..., H, N, Dh): axis -3 is always the head axis
+        return {-4: "batch item", -3: "head"}
     return {-4: "batch item", -3: "head" if ndim >= 4 else "batch item"}
 
 
@@ -208,8 +210,9 @@ def check(name: str, attempt, forward=None, *, seed: int = 0, hints_read=None) -
                              f" {exc}{_where(exc)}") if failed else None
             if diagnosis is None:
                 diagnosis = f"your backward raised {type(exc).__name__}: {exc}{_where(exc)} (on {case.describe()})"
-                if runs:  # the cases before were right: what is new in this one?
-                    diagnosis += "; " + _sizes_differ(runs + [(case,)], [len(runs) + 1]).rstrip("; ")
+                new = _what_differs([r[0] for r in runs] + [case], [len(runs) + 1]) if runs else ""
+                if new:  # the cases before were right: what is new in this one?
+                    diagnosis += f"; new in this case: {new}"
             break
         place = _written(theirs, given) or (None if np.array_equal(their_dout, dout) else "dout")
         if place:
@@ -275,7 +278,10 @@ def _tolerance_of(t):
 
 
 def _next(e, diagnosis, hints_read) -> list:
-    """The "next:" lines: what to do about the dtype, else the next unread hint, else none left."""
+    """The "next:" lines: what to do about the dtype or an argument written into, else the next
+    unread hint, else none left."""
+    if diagnosis.startswith("the gradients are right; your backward wrote into"):
+        return ["next: compute into new arrays (no +=, *= or out= on the cache or dout), then check again"]
     if "dtype" in diagnosis and "precision" in diagnosis or "float32's precision" in diagnosis:
         return ["next: keep every step in the inputs' dtype (no float32 arrays, no .astype), then check"
                 " again"[:WIDTH]]
@@ -318,36 +324,81 @@ def _name_the_mistake(e, runs, failed) -> str:
     skipped = [x for x in specific if "was never computed" in x]  # a block of zeros says the most
     seen = (skipped or specific or said)[0]
     wrong = sorted({i for i, (c, *_) in enumerate(runs, 1) if any(c is f[0] for f in failed)})
+    overflow = _overflow_note(runs, failed)
     if len(wrong) < len(runs):  # some cases are right: say which are not, the inputs tell why
-        only = "; ".join(f"case {i} ({runs[i - 1][0].describe()})" for i in wrong)
-        sizes = _sizes_differ(runs, wrong)
-        if sizes and "none of the classic mistakes explains" in seen:
-            seen = ""  # the sizes say more than a largest error does
-        seen = (f"only {only} {'is' if len(wrong) == 1 else 'are'} wrong, the other cases are right: "
-                + (sizes + seen if seen else sizes.rstrip("; ")))
-    return _locate(e, runs, failed) + seen
+        right = [i for i in range(1, len(runs) + 1) if i not in wrong]
+        if len(wrong) <= len(right):
+            which = "only " + "; ".join(f"case {i} ({runs[i - 1][0].describe()})" for i in wrong) + \
+                f" {'is' if len(wrong) == 1 else 'are'} wrong, the other cases are right"
+        else:
+            which = (f"cases {', '.join(map(str, wrong))} are wrong; only "
+                     + "; ".join(f"case {i} ({runs[i - 1][0].describe()})" for i in right)
+                     + f" {'is' if len(right) == 1 else 'are'} right")
+        differs = _what_differs([r[0] for r in runs], wrong)
+        if differs and "none of the classic mistakes explains" in seen:
+            seen = ""  # what separates the cases says more than a largest error does
+        seen = f"{which}: " + (differs + "; " + seen if seen and differs else differs or seen)
+    return _locate(e, runs, failed) + seen + overflow
 
 
-def _sizes_differ(runs, wrong) -> str:
-    """When the wrong cases and the right ones have no head count (or head width) in common: the
-    attempt reads it from somewhere other than its arguments."""
-    said = []
-    for label in ("h", "d_head"):
-        bad = {runs[i - 1][0].sizes.get(label) for i in wrong} - {None}
-        good = {c.sizes.get(label) for j, (c, *_) in enumerate(runs, 1) if j not in wrong} - {None}
+def _overflow_note(runs, failed) -> str:
+    """NaN or infinity only in a case whose scores are near 800: exp overflowed there."""
+    bad = [i for i, (c, *_) in enumerate(runs, 1) if c.feature and any(
+        c is f[0] and as_gradient_array(f[2]) is not None and not np.isfinite(as_gradient_array(f[2])).all()
+        for f in failed)]
+    if not bad:
+        return ""
+    return (f"; on case {bad[0]} ({runs[bad[0] - 1][0].feature}) it gives NaN or infinity: exp overflows there,"
+            " subtract the row maximum before exp (or use the saved statistics)")
+
+
+def _features(case) -> dict:
+    """What may explain why a mistake shows in some cases only: head count and width, the
+    number of axes of the first input, and the keyword arguments."""
+    found = dict(case.sizes)
+    first = case.inputs[0] if case.inputs else None
+    if isinstance(first, np.ndarray):
+        found["the first input's ndim"] = first.ndim
+    for key, value in case.kwargs.items():
+        found[key] = ("a bool mask" if value.dtype == bool else "a float mask") if isinstance(value, np.ndarray) \
+            else value
+    return found
+
+
+_WHY = {"h": "are the head count and width read from the arguments, the cache or the shapes, not from a"
+             " global? is every head computed?",
+        "d_head": "is the head width read from the shapes, not from a global?",
+        "the first input's ndim": "a fixed axis, .T or a reshape that assumes a number of batch axes?",
+        "axis": "is the sum along cache.axis?", "norm_first": "the pre-norm and post-norm branches differ.",
+        "causal": "is the causal rule applied, with the queries aligned to the last keys?",
+        "window": "is the window applied, with the queries aligned to the last keys?",
+        "mask": "is the mask applied, for every kind of mask?"}
+
+
+def _what_differs(cases, wrong) -> str:
+    """The features whose values in the wrong cases and in the right ones do not overlap."""
+    said, why = [], []
+    for key in dict.fromkeys(k for c in cases for k in _features(c)):
+        bad = {repr(_features(cases[i - 1]).get(key)) for i in wrong}
+        good = {repr(_features(c).get(key)) for j, c in enumerate(cases, 1) if j not in wrong}
         if bad and good and not bad & good:
-            said.append(f"{label} = {', '.join(map(str, sorted(bad)))} in the wrong cases and"
-                        f" {', '.join(map(str, sorted(good)))} in the right ones")
+            said.append(f"{key} = {', '.join(sorted(bad))} in the wrong cases and {', '.join(sorted(good))}"
+                        " in the right ones")
+            active = key in ("h", "d_head", "the first input's ndim", "axis", "norm_first") or \
+                not bad & {"None", "False"}  # a rule's question only where the wrong cases use it
+            why.append(_WHY.get(key, "") if active else "")
     if not said:
         return ""
-    return (f"{' and '.join(said)}: the mistake depends on the heads (are the head count and width read"
-            " from the arguments, the cache or the shapes, not from a global? is every head computed?); ")
+    right_h = {_features(c).get("h") for j, c in enumerate(cases, 1) if j not in wrong}
+    one_head = right_h == {1} and any(s.startswith("h = ") for s in said)
+    extra = " With one head, a mistake in the order of the heads cannot show." if one_head else ""
+    return f"{'; '.join(said)} ({' '.join(w for w in dict.fromkeys(why) if w)}{extra})"
 
 
 def _observe(e, case, name, got, truth) -> str:
     masked = case.masked if name == e.returns[0] else None
     arr = as_gradient_array(got)
-    return observe(name, got, truth, case.factors, masked, _axis_names(arr.ndim if arr is not None else 0),
+    return observe(name, got, truth, case.factors, masked, _axis_names(arr.ndim if arr is not None else 0, name),
                    parameter=name.startswith("grads[") or name not in ("dx", "dq", "dk", "dv", "dquery", "dkey",
                                                                        "dvalue", "dheads"))
 
@@ -392,8 +443,9 @@ def _factor_across_cases(runs, name):
     for label in sorted(common):
         if all(abs(c - case.factors[label]) <= 1e-6 * max(1.0, abs(c)) for case, c in ratios):
             shown = ", ".join(f"{c:.4g}" for _, c in ratios)
-            return (f"{name} is {label} times the true gradient in every case (ratios {shown}, as {label}"
-                    f" changes from case to case): a factor {label} is missing or extra")
+            why = " (a mean over the rows where a sum belongs)" if label == "1/rows" else ""
+            return (f"{_short(name)} is {label} times the true gradient in every case (ratios {shown}, as {label}"
+                    f" changes from case to case): a factor {label} is missing or extra{why}")
     return None
 
 

@@ -32,7 +32,7 @@ def skeleton(name: str, path: str) -> str:
 
 {formula}
 
-What your backward receives{" (the cache's fields)" if e.cache_fields[0][0] != "(none)" else ""}:
+{"What your backward receives (the cache's fields):" if e.cache_fields[0][0] != "(none)" else "No cache:"}
 {fields}
 {extra}
 The forward is given: {e.forward_name}.
@@ -97,7 +97,8 @@ def _write_new(path: Path, force: bool, text, todo: str, check_command: str) -> 
         return 2
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text(path.as_posix()))
-    print(f"wrote {path}: {todo}, then run")
+    print(f"wrote {path}")
+    print(f"{todo}, then run")
     print(f"    python -m attention_ref exercise {check_command} {path.as_posix()}")
     return 0
 
@@ -119,7 +120,7 @@ def _bug_main(args) -> int:
         raise SystemExit(f"{args.path} must set BUG to one of: {', '.join(BUGS)} (bug start writes it)")
     result = check(name, attempt, forward=forward)
     if result.ok:
-        print(f"FIXED: {bug.name}, {result.diagnosis}")
+        print(textwrap.fill(f"FIXED: {bug.name}, {result.diagnosis}", WIDTH, subsequent_indent="  "))
         print(textwrap.fill(f"the bug was: {bug.sentence}", WIDTH, subsequent_indent="  "))
         return 0
     print(f"NOT FIXED YET: {bug.name}")

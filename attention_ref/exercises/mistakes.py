@@ -130,6 +130,16 @@ def _merge_backward_by_reshape(dmerged, num_heads):
     return dmerged.reshape(*batch, num_heads, n, width // num_heads)
 
 
+def _split_backward_interleaved(dheads):
+    *batch, h, n, d_head = dheads.shape
+    return np.moveaxis(dheads, -3, -1).reshape(*batch, n, h * d_head)  # features ordered (Dh, H)
+
+
+def _merge_backward_interleaved(dmerged, num_heads):
+    *batch, n, width = dmerged.shape
+    return np.moveaxis(dmerged.reshape(*batch, n, width // num_heads, num_heads), -1, -3)  # split as (Dh, H)
+
+
 def _split_backward_heads_reversed(dheads):
     return _merge(dheads[..., ::-1, :, :])  # concatenated in the wrong head order
 
@@ -326,12 +336,19 @@ MISTAKES = {
         Mistake("heads concatenated in reverse order",
                 "your heads are concatenated in reverse order: head i owns columns i*Dh:(i+1)*Dh",
                 _split_backward_heads_reversed),
+        Mistake("features interleaved (Dh, H)",
+                "your dx interleaves the heads' features (its last axis is ordered (Dh, H)); head i owns the"
+                " whole block of columns i*Dh:(i+1)*Dh, so put H before Dh: moveaxis(dheads, -3, -2)",
+                _split_backward_interleaved),
     ),
     "merge_heads_backward": (
         Mistake("reshape without moving the heads axis",
                 "you reshaped (..., N, H*Dh) straight to (..., H, N, Dh); split the last axis into"
                 " (H, Dh) first, then move H before N: moveaxis(reshape(d, (..., N, H, Dh)), -2, -3)",
                 _merge_backward_by_reshape),
+        Mistake("features split as (Dh, H)",
+                "you split the last axis as (Dh, H); the merge concatenates whole heads, so split it as"
+                " (H, Dh): reshape(d, (..., N, H, Dh)), then move H before N", _merge_backward_interleaved),
     ),
     "layer_norm_backward": (
         Mistake("mean and variance treated as constants",
@@ -385,6 +402,14 @@ MISTAKES = {
                 "your dx takes only the query path of the self-attention: x is the query, the key and"
                 " the value, so dx = dquery + dkey + dvalue (plus the residual path)",
                 partial(_encoder_parts, paths=("query",))),
+        Mistake("self-attention's value path dropped",
+                "your dx sums the query and key paths of the self-attention but not the value's: x is the"
+                " value too, so dx = dquery + dkey + dvalue (plus the residual path)",
+                partial(_encoder_parts, paths=("query", "key"))),
+        Mistake("self-attention's key path dropped",
+                "your dx sums the query and value paths of the self-attention but not the key's: x is the"
+                " key too, so dx = dquery + dkey + dvalue (plus the residual path)",
+                partial(_encoder_parts, paths=("query", "value"))),
         Mistake("residual path dropped",
                 "your dx drops the residual connection: the skip path adds its own term to dx, the"
                 " upstream gradient itself (pre-norm, y = x + s(LN(x))) or the layer norm's input"

@@ -106,7 +106,7 @@ def multi_head_attention_backward(dout, cache, *, transpose_dW_o=False, scale=No
     return out[0], out[1], out[2], {key: grads[key] for key in cache.param_keys}
 
 
-def encoder_block_backward(dout, cache, *, paths=3, skip=True, norm=None, attention=None):
+def encoder_block_backward(dout, cache, *, paths="qkv", skip=True, norm=None, attention=None):
     """Composed from the pieces above; the keywords make it one of the classic wrong versions
     (``norm`` and ``attention``: a part's wrong backward inside the whole)."""
     from attention_ref import feed_forward_backward
@@ -116,7 +116,7 @@ def encoder_block_backward(dout, cache, *, paths=3, skip=True, norm=None, attent
 
     def self_attention_backward(ds, c):
         dquery, dkey, dvalue, grads = multi_head_attention_backward(ds, c, attention=attention)
-        return (dquery + dkey + dvalue if paths == 3 else dquery), grads
+        return sum(d for p, d in zip("qkv", (dquery, dkey, dvalue)) if p in paths), grads
 
     def residual(d, c, sub):
         if c.norm_first:  # y = x + s(LN(x))
@@ -252,10 +252,15 @@ WRONG = {  # exercise -> {mistake name in the catalogue: a student's wrong attem
     "split_heads_backward": {
         "reshape without moving the heads back": lambda d: d.reshape(d.shape[:-3] + (d.shape[-2], -1)),
         "heads concatenated in reverse order": lambda d: merge_heads(np.flip(d, axis=-3)),
+        "features interleaved (Dh, H)":
+            lambda d: np.stack([d[..., i, :, :] for i in range(d.shape[-3])], axis=-1).reshape(
+                d.shape[:-3] + (d.shape[-2], -1)),
     },
     "merge_heads_backward": {
         "reshape without moving the heads axis":
             lambda d, h: d.reshape(d.shape[:-2] + (h, d.shape[-2], d.shape[-1] // h)),
+        "features split as (Dh, H)":
+            lambda d, h: np.stack([d[..., i::h] for i in range(h)], axis=-3),
     },
     "layer_norm_backward": {
         "mean and variance treated as constants": _layer_norm_wrong("constants"),
@@ -275,7 +280,9 @@ WRONG = {  # exercise -> {mistake name in the catalogue: a student's wrong attem
         "P recomputed without the row maximum": lambda d, c: flash_attention_backward(d, c, subtract_max=False),
     },
     "encoder_block_backward": {
-        "self-attention paths not summed": lambda d, c: encoder_block_backward(d, c, paths=1),
+        "self-attention paths not summed": lambda d, c: encoder_block_backward(d, c, paths="q"),
+        "self-attention's value path dropped": lambda d, c: encoder_block_backward(d, c, paths="qk"),
+        "self-attention's key path dropped": lambda d, c: encoder_block_backward(d, c, paths="qv"),
         "residual path dropped": lambda d, c: encoder_block_backward(d, c, skip=False),
     },
     "multi_head_attention_backward": {

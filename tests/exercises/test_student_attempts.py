@@ -317,7 +317,7 @@ WRONG = [
      _named("bias gradient not summed over the batch axes")),
     ("linear_backward", lambda dy, c: (dy @ c.W, *linear_einsum(dy, c)[1:]), ("seen", "")),
     ("linear_backward", lambda dy, c: (dy @ c.W.T, linear_einsum(dy, c)[1] / dy.reshape(-1, dy.shape[-1]).shape[0],
-                                       linear_einsum(dy, c)[2]), ("located", "dW = x^T dy")),
+                                       linear_einsum(dy, c)[2]), ("seen", "1/rows times the true gradient in every case")),
     # -- attention --
     ("scaled_dot_product_attention_backward", lambda d, c: tuple(g / c.scale if i < 2 else g for i, g in
                                                                   enumerate(attention_einsum(d, c))),
@@ -361,7 +361,7 @@ WRONG = [
     ("layer_norm_backward", lambda dy, c: (layer_norm_explicit(dy, c)[0], layer_norm_explicit(dy, c)[2],
                                            layer_norm_explicit(dy, c)[1]), ("seen", "your dgamma equals the true dbeta")),
     ("layer_norm_backward", lambda dy, c: (layer_norm_explicit(dy, c)[0] * c.x_hat.shape[-1],
-                                           *layer_norm_explicit(dy, c)[1:]), ("located", "dx: g = gamma * dy")),
+                                           *layer_norm_explicit(dy, c)[1:]), ("located", "dx, the normalisation's backward")),
     # -- blockwise --
     ("flash_attention_backward", lambda d, c: flash_tiles(d, c, causal=False), _named("causal rule ignored")),
     ("flash_attention_backward", lambda d, c: flash_tiles(d, c, user_mask=False), _named("user mask ignored")),
