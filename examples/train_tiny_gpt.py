@@ -157,10 +157,17 @@ def plot(result, path):
     plt.close(fig)
 
 
+def _positive(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=3000)
-    parser.add_argument("--eval-every", type=int, default=100)
+    parser.add_argument("--steps", type=_positive, default=3000)
+    parser.add_argument("--eval-every", type=_positive, default=100)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--write", action="store_true",
                         help="rewrite docs/train_tiny_gpt.json, its figure and the block of docs/whole_models.md")

@@ -280,6 +280,13 @@ def test_reading_guide_line_counts_are_the_files():
         assert int(n.replace(",", "")) == actual, f"docs/reading_guide.md says {path} has {n} lines; it has {actual}"
 
 
+
+def test_the_walkthrough_counts_the_notebooks():
+    from attention_ref.documents.walkthrough import NEXT_STEPS
+
+    count = len(list((ROOT / "notebooks").glob("*.ipynb")))
+    assert f"{count} notebooks" in NEXT_STEPS
+
 if __name__ == "__main__":  # python tests/test_layout.py --write: regenerate the guide's module map
     if sys.argv[1:] != ["--write"]:
         raise SystemExit("usage: python tests/test_layout.py --write")

@@ -34,8 +34,9 @@ def _rope_theta(config) -> float:
 @contextlib.contextmanager
 def llama_in_float64():
     """Inside the ``with`` block, transformers' ``LlamaRMSNorm`` and ``LlamaRotaryEmbedding``
-    compute their float32 steps in the model's dtype with the same formulas (default RoPE only);
-    both are restored on exit, whatever happens."""
+    compute their float32 steps in the model's dtype with the same formulas; both are restored
+    on exit, whatever happens. Default RoPE only: a model with scaled RoPE (``rope_type``
+    "llama3", "linear", ...) raises ``ValueError`` in its forward rather than being changed."""
     import torch
     from transformers.models.llama import modeling_llama as m
 
@@ -44,6 +45,10 @@ def llama_in_float64():
         return self.weight * (hidden_states * torch.rsqrt(variance + self.variance_epsilon))
 
     def rotary(self, x, position_ids):
+        rope_type = getattr(self, "rope_type", None) or "default"
+        if rope_type != "default":  # its inv_freq is scaled: the default formula would change the model
+            raise ValueError(f"llama_in_float64() computes the default RoPE only; this model's rope_type is"
+                             f" {rope_type!r} (leave the float32 steps as they are for it)")
         half = self.inv_freq.shape[0]
         inv_freq = 1.0 / _rope_theta(self.config) ** (torch.arange(0, 2 * half, 2, dtype=torch.float64) / (2 * half))
         freqs = position_ids[:, :, None].to(torch.float64) * inv_freq[None, None, :]  # (B, N, Dh/2)

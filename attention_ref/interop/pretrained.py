@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._checks import check_float_dtype
 from ..models.config import LMConfig
 from ..models.params import LAYER_PREFIX, param_names
 from .converters import _apply
@@ -36,8 +37,11 @@ def read_state_dir(path) -> dict:
             state.update(read_safetensors(path / name))
         return state
     found = sorted(p.name for p in path.iterdir()) if path.is_dir() else "not a directory"
+    variants = [n for n in found if n.startswith("model.") and n.endswith(".safetensors")] if path.is_dir() else []
+    hint = (f"; {variants} look like a save_pretrained(variant=...) file: rename it to model.safetensors"
+            if variants else "; save the model with save_pretrained (safetensors, the default)")
     raise FileNotFoundError(f"{path} has neither model.safetensors nor model.safetensors.index.json"
-                            f" (found: {found}); save the model with save_pretrained(safe_serialization=True)")
+                            f" (found: {found}){hint}")
 
 
 def load_pretrained(path, dtype=None):
@@ -47,14 +51,16 @@ def load_pretrained(path, dtype=None):
     ----------
     path : a directory as transformers' ``save_pretrained`` writes it: ``config.json`` and
         ``model.safetensors`` or its shards
-    dtype : optional float dtype for every weight (default: as stored; bfloat16 and float16
-        become float32)
+    dtype : optional float32 or float64 for every weight (default: as stored; bfloat16 and
+        float16 become float32)
 
     Returns
     -------
     params : dict for :func:`attention_ref.lm_forward` and :func:`attention_ref.generate`
     config : LMConfig
     """
+    if dtype is not None:
+        dtype = check_float_dtype(dtype)  # float32 or float64: the models compute in nothing else
     path = Path(path)
     config_file = path / "config.json"
     if not config_file.exists():

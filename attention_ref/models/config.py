@@ -136,6 +136,8 @@ def _llama(d):
     if head_dim * H != D:
         _refuse("head_dim", head_dim, "llama")  # the blocks take d_head = d_model / num_heads
     pad = d.get("pad_token_id")
+    if isinstance(pad, int) and -d["vocab_size"] <= pad < 0:
+        pad += d["vocab_size"]  # as nn.Embedding's padding_idx: -1 is the last row
     return LMConfig(family="llama", vocab_size=d["vocab_size"], d_model=D, num_layers=d["num_hidden_layers"],
                     num_heads=H, num_kv_heads=d.get("num_key_value_heads") or H, d_ff=d["intermediate_size"],
                     max_positions=d.get("max_position_embeddings", 2048), eps=d.get("rms_norm_eps", 1e-6),

@@ -107,7 +107,9 @@ def _pick(logits, temperature, top_k, rng):
     """The next token of each row from its logits (B, V)."""
     if temperature == 0.0:
         return logits.argmax(axis=-1)  # (B,): greedy, the first of equal maxima
-    z = logits.astype(np.float64) / temperature  # (B, V)
+    shifted = logits.astype(np.float64) - logits.max(axis=-1, keepdims=True)  # (B, V), max 0
+    with np.errstate(over="ignore", under="ignore"):  # a tiny temperature sends the rest to -inf: greedy
+        z = shifted / temperature  # (B, V)
     if top_k is not None and top_k < z.shape[-1]:
         kth = np.sort(z, axis=-1)[:, -top_k][:, None]  # (B, 1): the k-th largest
         z = np.where(z >= kth, z, -np.inf)
@@ -151,9 +153,11 @@ def generate(ids, params, config: LMConfig, max_new_tokens, attention_mask=None,
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1):
         raise ValueError(f"top_k must be None or a positive integer, got {top_k!r}")
     decoder = LMDecoder(params, config)
-    if config.family == "gpt2" and ids.shape[1] + max_new_tokens > config.max_positions:
-        raise ValueError(f"{ids.shape[1]} prompt tokens + max_new_tokens = {max_new_tokens} is more than GPT-2's"
-                         f" max_positions = {config.max_positions} (its position table has no row past it)")
+    if config.family == "gpt2":  # positions count real tokens only: padding takes none
+        real = int(as_attention_mask(attention_mask, ids.shape).sum(axis=-1).max())
+        if real + max_new_tokens > config.max_positions:
+            raise ValueError(f"{real} prompt tokens + max_new_tokens = {max_new_tokens} is more than GPT-2's"
+                             f" max_positions = {config.max_positions} (its position table has no row past it)")
     new = np.zeros((ids.shape[0], max_new_tokens), np.int64)  # (B, max_new_tokens)
     if max_new_tokens:
         rng = np.random.default_rng(seed)

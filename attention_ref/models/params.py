@@ -101,7 +101,8 @@ def add_head_gradient(grads: dict, dW_head, config: LMConfig) -> None:
 
 def init_lm_params(config: LMConfig, *, seed=None, dtype=np.float64) -> dict:
     """Random weights of the config's shapes: normal with std 0.02 (transformers'
-    ``initializer_range``), norms at 1 and biases at 0 as the blocks' own initialisers."""
+    ``initializer_range``; GPT-2's position table 0.01, as GPT-2's own initialisation), norms at
+    1 and biases at 0 as the blocks' own initialisers."""
     rng = np.random.default_rng(seed)
     V, D = config.vocab_size, config.d_model
     params = {}

@@ -148,3 +148,17 @@ def test_each_decoding_step_against_past_key_values(saved):
             past = res.past_key_values
     for i, (a, b) in enumerate(zip(ours, theirs)):
         _close(a, b, f"logits of step {i}")
+
+
+def test_llama_in_float64_refuses_a_scaled_rope(llama_in_float64):
+    """The helper computes the default RoPE only: a llama3-scaled model raises rather than being
+    changed silently."""
+    config = transformers.LlamaConfig(vocab_size=41, hidden_size=16, intermediate_size=24, num_attention_heads=4,
+                                      num_key_value_heads=2, num_hidden_layers=1, max_position_embeddings=64,
+                                      rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                                    "high_freq_factor": 4.0,
+                                                    "original_max_position_embeddings": 32},
+                                      attn_implementation="sdpa")
+    model = transformers.LlamaForCausalLM(config).double().eval()
+    with pytest.raises(ValueError, match="default RoPE only; this model's rope_type is 'llama3'"):
+        model(torch.arange(5)[None])

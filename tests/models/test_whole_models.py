@@ -242,3 +242,45 @@ def test_float32_stays_float32():
     grads = ar.lm_backward(np.ones_like(logits), cache)
     assert all(g.dtype == np.float32 for g in grads.values())
     np.testing.assert_allclose(logits, ar.lm_forward([[1, 2, 3]], params, config)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_what_a_newcomer_ran_into(tmp_path):
+    """From a fresh-eyes run: negative pad ids, dtypes at load, GPT-2's limit with padding, a tiny
+    temperature, a variant file name."""
+    d = {"model_type": "llama", "vocab_size": 40, "hidden_size": 8, "num_hidden_layers": 1,
+         "num_attention_heads": 2, "intermediate_size": 16, "pad_token_id": -1}
+    assert ar.LMConfig.from_dict(d).pad_token_id == 39  # as torch's padding_idx = -1
+    params, config = _model("gpt2")
+    hf = {"model_type": "gpt2", "vocab_size": 11, "n_embd": 8, "n_layer": 2, "n_head": 2, "n_positions": 16,
+          "n_inner": 12}
+    (tmp_path / "config.json").write_text(json.dumps(hf))
+    write_safetensors(to_transformers(params, config), tmp_path / "model.safetensors")
+    for bad in (np.int64, np.float16):
+        with pytest.raises(TypeError, match="dtype must be a floating dtype, float32 or float64"):
+            load_pretrained(tmp_path, dtype=bad)
+    (tmp_path / "model.safetensors").rename(tmp_path / "model.v1.safetensors")
+    with pytest.raises(FileNotFoundError, match=r"look like a save_pretrained\(variant=...\) file"):
+        load_pretrained(tmp_path)
+    # GPT-2's max_positions counts real tokens: 10 pads + 6 real + 8 new > 16 columns, 14 positions
+    ids = np.concatenate([np.zeros((1, 10), int), np.arange(1, 7)[None]], axis=1)
+    mask = (ids > 0).astype(int)
+    out = ar.generate(ids, params, config, 8, attention_mask=mask)
+    np.testing.assert_array_equal(out[0, 10:], ar.generate(np.arange(1, 7), params, config, 8))
+    with pytest.raises(ValueError, match="6 prompt tokens \\+ max_new_tokens = 11 is more than"):
+        ar.generate(ids, params, config, 11, attention_mask=mask)
+    with np.errstate(all="raise"):  # no warning: a tiny temperature is greedy
+        np.testing.assert_array_equal(ar.generate([1, 2], params, config, 5, temperature=1e-320, seed=0),
+                                      ar.generate([1, 2], params, config, 5))
+
+
+def test_train_tiny_gpt_refuses_zero_steps():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "train_tiny_gpt.py"
+    spec = importlib.util.spec_from_file_location("train_tiny_gpt", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for argv in (["--steps", "0"], ["--eval-every", "0"]):
+        with pytest.raises(SystemExit):
+            module.main(argv)
