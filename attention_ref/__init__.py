@@ -26,20 +26,20 @@ from .gradcheck import GradcheckError, GradcheckReport, gradcheck, numerical_gra
 # attention (parallel form, grouped-query, head masks) and the separate-heads strategy
 from .core import *  # noqa: F401,F403  (the names: attention_ref/core/__init__.py)
 
-# the public pairs of linear, attention and multi-head attention validate once, then run the
-# fast path for large inputs and the reference (core) otherwise; reference_only() switches
-# everything to the reference (attention_ref/fast/dispatch.py)
+# the public pairs of linear and attention validate once, then run the fast path for large
+# inputs and the reference (core) otherwise; reference_only() switches everything to the
+# reference (attention_ref/fast/dispatch.py)
 from .fast.dispatch import (  # noqa: F811
     linear_backward,
     linear_forward,
-    multi_head_attention_backward,
-    multi_head_attention_forward,
     reference_only,
     scaled_dot_product_attention_backward,
     scaled_dot_product_attention_forward,
 )
 
-# variants: blockwise (flash) attention, local windows, linear attention, RoPE, the KV cache
+# variants: blockwise (flash) attention, local windows, linear attention, RoPE, the KV cache,
+# and multi-head attention with grouped-query heads and a head mask: the public
+# multi_head_attention_forward/backward (the plain layer, core's, when neither is asked for)
 from .variants import *  # noqa: F401,F403
 
 # nn: the MultiHeadAttention class, layer norm, feed-forward, Add & Norm, encoder and
@@ -60,6 +60,6 @@ __getattr__ = _moved.module_getattr  # attention_ref.masks as an attribute, with
 
 __version__ = "0.2.0"
 
-__all__ = (["GradcheckError", "GradcheckReport", "gradcheck", "numerical_gradient"]
+__all__ = list(dict.fromkeys(["GradcheckError", "GradcheckReport", "gradcheck", "numerical_gradient"]
            + core.__all__ + ["reference_only"] + variants.__all__ + nn.__all__ + models.__all__
-           + ["get_num_threads", "set_num_threads"])
+           + ["get_num_threads", "set_num_threads"]))

@@ -20,7 +20,7 @@ from ..core.attention import scaled_dot_product_attention_backward, scaled_dot_p
 from ..core.heads import merge_heads, merge_heads_backward, split_heads, split_heads_backward
 from ..core.linear import linear_backward, linear_forward
 from ..core.masks import causal_mask, padding_mask
-from ..core.multi_head import multi_head_attention_backward, multi_head_attention_forward
+from ..variants.grouped_heads import multi_head_attention_backward, multi_head_attention_forward
 from ..core.separate_heads import (
     multi_head_attention_separate_heads_backward,
     multi_head_attention_separate_heads_forward,

@@ -318,12 +318,11 @@ CACHE_FIELDS = {
         ("param_keys", "tuple, the keys of params in order")),
     "multi_head_attention_backward": (
         ("q_proj, k_proj, v_proj", "LinearCache (x, W, has_bias) of each projection"),
-        ("attention", "AttentionCache with a group axis of size 1: q (..., H, 1, Nq, Dk), k (..., H, 1, Nk,"
-                      " Dk), v (..., H, 1, Nk, Dv), weights (..., H, 1, Nq, Nk), out (..., H, 1, Nq, Dv), scale"),
-        ("heads", "(..., H, Nq, Dv), the heads' outputs"), ("head_mask", "None here"),
-        ("o_proj", "LinearCache of the output projection"), ("num_heads, num_kv_heads", "ints (equal here)"),
+        ("attention", "AttentionCache of all heads at once: q (..., H, Nq, Dk), k (..., H, Nk, Dk), v (...,"
+                      " H, Nk, Dv), weights (..., H, Nq, Nk), out (..., H, Nq, Dv) (the heads), scale"),
+        ("o_proj", "LinearCache of the output projection"), ("num_heads", "int, H"),
         ("param_keys", "tuple, the keys of params in order; a bias that is absent (None) in params gets"
-                       " grads[...] = None, not zeros"), ("rotary", "None here (RoPE, for Llama)")),
+                       " grads[...] = None, not zeros")),
 }
 
 
@@ -424,13 +423,13 @@ EXERCISES = {e.name: e for e in [
         "Q = query W_q + b_q (likewise K, V); split into H heads; head_i = attention(Q_i, K_i, V_i);"
         " concat = merge(heads); out = concat W_o + b_o.\nDerive the gradients of query, key, value"
         " and of every parameter (grads, a dict like params). The cache holds the caches of each step:"
-        " q_proj, k_proj, v_proj (LinearCache), attention (AttentionCache with a group axis:"
-        " q (..., H, 1, Nq, Dk) here), heads, head_mask, o_proj, num_heads, num_kv_heads, param_keys.",
+        " q_proj, k_proj, v_proj (LinearCache), attention (AttentionCache of every head at once:"
+        " q (..., H, Nq, Dk)), o_proj, num_heads, param_keys.",
         ["Use the pieces: linear_backward for the projections, split/merge for the heads,"
          " scaled_dot_product_attention_backward for the heads' attention.",
          "Walk back: out = concat W_o + b_o, then merge, then attention per head, then split, then the"
          " three projections.",
-         "The attention cache keeps a group axis (..., H_kv, G, N, D): reshape dheads to"
-         " (..., H, 1, Nq, Dv) before the attention backward, and drop that axis after it."],
+         "The attention cache holds every head at once, (..., H, N, D): split dconcat into heads,"
+         " run the attention backward once, and merge dq, dk, dv back to (..., N, H*D)."],
         _multi_head_cases, multi_head_attention_forward, multi_head_attention_backward),
 ]}

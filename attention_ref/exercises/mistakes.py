@@ -22,7 +22,7 @@ from .._checks import signals_land_here, unbroadcast
 from ..core.attention import _attention_backward
 from ..core.heads import _merge, _split
 from ..core.linear import LinearCache, _linear_backward
-from ..core.multi_head import _group_heads, _multi_head_attention_backward, _ungroup_heads
+from ..core.multi_head import _multi_head_attention_backward
 from ..core.softmax import _softmax
 from ..variants.blockwise import _key_blocks, _scores
 from ..nn.feed_forward import _feed_forward_backward
@@ -212,14 +212,12 @@ def _flash_parts(dout, cache, *, normalise=True, row_D=True, accumulate=True, sc
 # -- multi-head attention: the library's backward with one step changed ---------------------
 
 def _multi_head_parts(dout, c, attention_backward=_attention_backward):
-    """The multi-head backward (no head mask, no rotary: the exercise has neither) with its
-    attention step done by ``attention_backward``: a part's mistake inside the whole."""
-    h, hkv = c.num_heads, c.num_kv_heads
+    """The plain multi-head backward with its attention step done by ``attention_backward``:
+    a part's mistake inside the whole."""
     grads = {}
     dconcat, grads["W_o"], grads["b_o"] = _linear_backward(dout, c.o_proj)  # (..., Nq, H*Dv)
-    do = _group_heads(_split(dconcat, h), hkv)  # (..., Hkv, G, Nq, Dv)
-    dq, dk, dv = attention_backward(do, c.attention)
-    dQ, dK, dV = _merge(_ungroup_heads(dq)), _merge(dk[..., 0, :, :]), _merge(dv[..., 0, :, :])
+    dq, dk, dv = attention_backward(_split(dconcat, c.num_heads), c.attention)  # (..., H, N, D)
+    dQ, dK, dV = _merge(dq), _merge(dk), _merge(dv)
     dquery, grads["W_q"], grads["b_q"] = _linear_backward(dQ, c.q_proj)
     dkey, grads["W_k"], grads["b_k"] = _linear_backward(dK, c.k_proj)
     dvalue, grads["W_v"], grads["b_v"] = _linear_backward(dV, c.v_proj)

@@ -1,8 +1,10 @@
 """The public pairs: validate once, then run the fast path where it pays and the reference
 (``core/``) otherwise.
 
-``attention_ref.scaled_dot_product_attention_forward``, ``multi_head_attention_forward``,
-``linear_forward`` and their backwards are these functions. The rule: a call runs on the
+``attention_ref.scaled_dot_product_attention_forward``, ``linear_forward`` and their
+backwards are these functions; ``multi_head_attention_forward`` (in
+:mod:`attention_ref.variants.grouped_heads`, which adds grouped heads and a head mask) runs the
+plain layer through ``_plain_multi_head_forward`` here. The rule: a call runs on the
 fast path when the largest array it makes has at least ``FAST_MIN_ELEMENTS`` numbers (the
 attention probabilities ``(..., H, Nq, Nk)``; a linear map's output ``(..., Dout)``), and
 on the reference below that, where the two cost about the same (``docs/performance.md``).
@@ -23,7 +25,7 @@ import os
 import numpy as np
 
 from .._checks import as_upstream
-from .._pair_checks import check_attention_inputs, check_linear_inputs, check_multi_head_inputs, check_scale
+from .._pair_checks import check_attention_inputs, check_linear_inputs, check_scale
 from ..core import attention as core_attention
 from ..core import linear as core_linear
 from ..core import multi_head as core_multi_head
@@ -39,7 +41,6 @@ __all__ = [
     "FAST_MIN_ELEMENTS", "reference_only", "uses_fast_path",
     "linear_forward", "linear_backward",
     "scaled_dot_product_attention_forward", "scaled_dot_product_attention_backward",
-    "multi_head_attention_forward", "multi_head_attention_backward",
 ]
 
 #: Fewest numbers in a call's largest array for the fast path: the row blocks' size (2**18),
@@ -135,36 +136,19 @@ def scaled_dot_product_attention_backward(dout, cache: AttentionCache):
 
 
 # -------------------------------------------------------------------------- multi-head
-def _multi_head_attention_forward(query, key, value, p, mask, head_mask, h, hkv, param_keys, *,
-                                  scale=None, rotary=None):
-    """Multi-head attention's forward on checked inputs, on the path the size rule picks."""
+def _plain_multi_head_forward(query, key, value, p, mask, h, param_keys, *, scale=None):
+    """The plain multi-head layer's forward on checked inputs, on the path the size rule picks
+    (the public function, with grouped heads and a head mask, is
+    :func:`attention_ref.variants.grouped_heads.multi_head_attention_forward`)."""
     n = h * _probabilities(query.shape, key.shape, mask)  # (..., H, Nq, Nk)
     path = fast_multi_head if uses_fast_path(n) else core_multi_head
-    return path._multi_head_attention_forward(query, key, value, p, mask, head_mask, h, hkv, param_keys,
-                                              scale=scale, rotary=rotary)
+    return path._multi_head_attention_forward(query, key, value, p, mask, h, param_keys, scale=scale)
 
 
-def _multi_head_attention_backward(dout, cache: MultiHeadCache):
-    """Multi-head attention's backward on a checked upstream gradient, on the path the size rule picks."""
+def _plain_multi_head_backward(dout, cache: MultiHeadCache):
+    """The plain multi-head layer's backward on a checked upstream gradient, on the path the size rule picks."""
     path = fast_multi_head if uses_fast_path(cache.attention.weights.size) else core_multi_head
     return path._multi_head_attention_backward(dout, cache)
-
-
-def multi_head_attention_forward(query, key, value, params, num_heads, mask=None, *,
-                                 num_kv_heads=None, head_mask=None, scale=None):
-    """Multi-head attention ``Concat(head_1, ..., head_h) W^O``: the reference
-    :func:`attention_ref.core.multi_head_attention_forward` (parameters, returns and errors
-    there), on the fast path for large inputs (:mod:`attention_ref.fast.dispatch`)."""
-    scale, checked = check_scale(scale), check_multi_head_inputs(query, key, value, params, num_heads, mask,
-                                                                 num_kv_heads, head_mask)
-    return _multi_head_attention_forward(*checked, tuple(params), scale=scale)
-
-
-def multi_head_attention_backward(dout, cache: MultiHeadCache):
-    """Gradients ``(dquery, dkey, dvalue, grads)`` of multi-head attention: the reference
-    :func:`attention_ref.core.multi_head_attention_backward`, fast for large inputs."""
-    out_shape = cache.heads.shape[:-3] + (cache.heads.shape[-2], cache.o_proj.W.shape[1])  # (..., Nq, Dout)
-    return _multi_head_attention_backward(as_upstream(dout, out_shape, cache.o_proj.x.dtype), cache)
 
 
 def _documented_as_the_reference():
@@ -173,9 +157,7 @@ def _documented_as_the_reference():
     for public, reference in [(linear_forward, core_linear.linear_forward),
                               (linear_backward, core_linear.linear_backward),
                               (scaled_dot_product_attention_forward, core_attention.scaled_dot_product_attention_forward),
-                              (scaled_dot_product_attention_backward, core_attention.scaled_dot_product_attention_backward),
-                              (multi_head_attention_forward, core_multi_head.multi_head_attention_forward),
-                              (multi_head_attention_backward, core_multi_head.multi_head_attention_backward)]:
+                              (scaled_dot_product_attention_backward, core_attention.scaled_dot_product_attention_backward)]:
         first, _, rest = reference.__doc__.partition("\n")
         public.__doc__ = (f"{first}\n\n    Runs the fast path (attention_ref.fast) from FAST_MIN_ELEMENTS numbers in its"
                           f" largest array, the reference (attention_ref.core) below, or always with"

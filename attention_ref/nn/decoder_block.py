@@ -36,7 +36,7 @@ from .._checks import (
 )
 from ..core.masks import causal_mask
 from .._pair_checks import PARAM_NAMES, check_multi_head_inputs
-from ..fast.dispatch import _multi_head_attention_backward, _multi_head_attention_forward
+from ..variants.grouped_heads import _multi_head_attention_backward, _multi_head_attention_forward
 from .encoder_block import _check_block_options, _ffn_params, _ln_params, _self_attention_backward
 from .feed_forward import FFN_PARAM_NAMES, _feed_forward_backward, feed_forward_forward
 from .residual import (

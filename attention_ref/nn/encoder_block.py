@@ -26,7 +26,7 @@ import numpy as np
 from .._checks import as_real_array, as_upstream, check_float_dtype, check_positive_int, require_ndim
 from .._pair_checks import check_scale
 from .._pair_checks import PARAM_NAMES
-from ..fast.dispatch import _multi_head_attention_backward, multi_head_attention_forward
+from ..variants.grouped_heads import _multi_head_attention_backward, multi_head_attention_forward
 from .feed_forward import ACTIVATIONS, FFN_PARAM_NAMES, _feed_forward_backward, feed_forward_forward
 from .residual import (
     ResidualCache,

@@ -30,8 +30,8 @@ from .._checks import as_real_array, as_upstream, broadcasts_into, check_positiv
 from .._pair_checks import check_scale
 from ..core.masks import combine_with_causal
 from .._pair_checks import check_multi_head_inputs
-from ..core.multi_head import MultiHeadCache
-from ..fast.dispatch import _multi_head_attention_backward, _multi_head_attention_forward
+from ..variants.grouped_heads import GroupedMultiHeadCache
+from ..variants.grouped_heads import _multi_head_attention_backward, _multi_head_attention_forward
 from ..variants.kv_cache import KVCache
 from ..variants.rope import rope_backward, rope_forward
 from .multi_head_attention import check_decode_mask, check_new_tokens, decode_attention
@@ -67,7 +67,7 @@ class LlamaBlockCache(NamedTuple):
     """Nested caches of the six steps."""
 
     norm1: RMSNormCache  # step 1
-    attn: MultiHeadCache  # step 2
+    attn: GroupedMultiHeadCache  # step 2
     norm2: RMSNormCache  # step 4
     mlp: SwiGLUCache  # step 5
     y_shape: tuple

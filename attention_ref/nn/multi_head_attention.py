@@ -11,10 +11,11 @@ from .._pair_checks import check_multi_head_inputs
 from ..core.heads import _merge, _split
 from ..core.linear import glorot_uniform
 from ..core.masks import causal_mask
-from ..core.multi_head import _group_heads, _group_mask, _ungroup_heads
-from ..fast.dispatch import (
-    _attention_forward,
-    _linear_finite,
+from ..fast.dispatch import _attention_forward, _linear_finite
+from ..variants.grouped_heads import (
+    _group_heads,
+    _group_mask,
+    _ungroup_heads,
     multi_head_attention_backward,
     multi_head_attention_forward,
 )

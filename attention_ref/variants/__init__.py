@@ -4,13 +4,16 @@ different attention. Each module may import from ``core`` (never from ``nn`` or 
 ``blockwise`` (memory-efficient tiles with an online softmax, FlashAttention's algorithm;
 ``causal=`` and ``window=``), ``local`` (sliding-window masks), ``linear_attention``
 (``phi(Q) (phi(K)^T V)``), ``rope`` (rotary position embedding), ``kv_cache`` (the key/value
-cache of autoregressive decoding).
+cache of autoregressive decoding), ``grouped_heads`` (multi-head attention with grouped-query
+heads, a head mask and rotary positions around the core's plain layer: the public
+``multi_head_attention_forward``). May import from ``core`` and ``fast``.
 """
 from .blockwise import FlashAttentionCache, flash_attention_backward, flash_attention_forward
 from .local import local_window_mask
 from .linear_attention import LinearAttentionCache, linear_attention_backward, linear_attention_forward
 from .rope import RopeCache, rope_backward, rope_forward
 from .kv_cache import KVCache
+from .grouped_heads import GroupedMultiHeadCache, multi_head_attention_backward, multi_head_attention_forward
 
 __all__ = [
     "FlashAttentionCache", "flash_attention_backward", "flash_attention_forward",
@@ -18,4 +21,5 @@ __all__ = [
     "LinearAttentionCache", "linear_attention_backward", "linear_attention_forward",
     "RopeCache", "rope_backward", "rope_forward",
     "KVCache",
+    "GroupedMultiHeadCache", "multi_head_attention_backward", "multi_head_attention_forward",
 ]

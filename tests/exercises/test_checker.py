@@ -91,13 +91,12 @@ def multi_head_attention_backward(dout, cache, *, transpose_dW_o=False, scale=No
     grads["W_o"] = dW_o.T if transpose_dW_o else dW_o
     grads["b_o"] = None if not cache.o_proj.has_bias else \
         dout.reshape(-1, dout.shape[-1]).sum(0) if sum_b_o else dout.sum(axis=0)
-    dheads = merge_heads_backward(dmerged, h)[..., :, None, :, :]  # (..., H, 1, Nq, Dv)
+    dheads = merge_heads_backward(dmerged, h)  # (..., H, Nq, Dv)
     att = cache.attention if scale is None else cache.attention._replace(scale=scale)
     dq, dk, dv = (attention or attention_backward)(dheads, att)
-    dq, dk, dv = dq, dk.sum(axis=-3, keepdims=True), dv.sum(axis=-3, keepdims=True)  # (..., H, 1, N, D)
     out = []
     for name, d, proj in (("q", dq, cache.q_proj), ("k", dk, cache.k_proj), ("v", dv, cache.v_proj)):
-        dp = split_heads_backward(d[..., :, 0, :, :])
+        dp = split_heads_backward(d)
         dx, dW, db = linear_backward(dp, proj)
         if not sum_b_o and db is not None:
             db = dp.sum(axis=0)

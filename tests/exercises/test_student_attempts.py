@@ -135,7 +135,7 @@ def multi_head_by_heads(dout, cache, *, h=None, dh=None, divide=1.0, softmax="fu
     """Loops over the heads; the keywords make it one of the wrong versions."""
     h = cache.num_heads if h is None else h
     att = cache.attention
-    q, k, v, P = att.q[..., 0, :, :], att.k[..., 0, :, :], att.v[..., 0, :, :], att.weights[..., 0, :, :]
+    q, k, v, P = att.q, att.k, att.v, att.weights  # (..., H, N, D)
     dh = q.shape[-1] if dh is None else dh
     dv_w = v.shape[-1] if dh is None else dh
     grads = {}

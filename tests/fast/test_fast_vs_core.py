@@ -118,9 +118,36 @@ MULTI_HEAD_CASES = [
 ]
 
 
+def _multi_head_pair(path, plain, monkeypatch):
+    """(forward, backward) of multi-head attention on one path. The plain layer: the core's and
+    the fast module's pairs. Grouped heads or a head mask: the public pair (the grouped steps of
+    attention_ref.variants.grouped_heads) on the reference, or with every piece on the fast path."""
+    if plain:
+        pair = {"core": core, "fast": fast}[path]
+        return pair.multi_head_attention_forward, pair.multi_head_attention_backward
+    from attention_ref.fast import dispatch
+
+    def forward(*args, **kwargs):
+        if path == "fast":
+            with monkeypatch.context() as m:
+                m.setattr(dispatch, "FAST_MIN_ELEMENTS", 0)
+                return ar.multi_head_attention_forward(*args, **kwargs)
+        with ar.reference_only():
+            return ar.multi_head_attention_forward(*args, **kwargs)
+
+    def backward(dout, cache):
+        if path == "fast":
+            with monkeypatch.context() as m:
+                m.setattr(dispatch, "FAST_MIN_ELEMENTS", 0)
+                return ar.multi_head_attention_backward(dout, cache)
+        with ar.reference_only():
+            return ar.multi_head_attention_backward(dout, cache)
+    return forward, backward
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("case", MULTI_HEAD_CASES, ids=str)
-def test_multi_head_fast_answers_to_core(case, dtype, blocks):
+def test_multi_head_fast_answers_to_core(case, dtype, blocks, monkeypatch):
     batch, n_q, n_k, h, hkv, with_head_mask, mask_shape, kind = case
     rng = np.random.default_rng(n_q + 10 * h + hkv)
     d_model = 6
@@ -130,17 +157,21 @@ def test_multi_head_fast_answers_to_core(case, dtype, blocks):
     p = random_params(rng, d_model, h, 3, 2, num_kv_heads=hkv, dtype=dtype)
     head_mask = rng.random(h).astype(dtype) if with_head_mask else None
     mask = _mask(mask_shape, kind, rng)
-    kwargs = dict(num_kv_heads=hkv, head_mask=head_mask)
-    out_c, cache_c = core.multi_head_attention_forward(query, key, value, p, h, mask, **kwargs)
-    out_f, cache_f = fast.multi_head_attention_forward(query, key, value, p, h, mask, **kwargs)
+    plain = hkv == h and head_mask is None
+    kwargs = {} if plain else dict(num_kv_heads=hkv, head_mask=head_mask)
+    core_forward, core_backward = _multi_head_pair("core", plain, monkeypatch)
+    fast_forward, fast_backward = _multi_head_pair("fast", plain, monkeypatch)
+    out_c, cache_c = core_forward(query, key, value, p, h, mask, **kwargs)
+    out_f, cache_f = fast_forward(query, key, value, p, h, mask, **kwargs)
     dout = rng.standard_normal(out_c.shape).astype(dtype)
-    *inputs_c, grads_c = core.multi_head_attention_backward(dout, cache_c)
-    *inputs_f, grads_f = fast.multi_head_attention_backward(dout, cache_f)
+    *inputs_c, grads_c = core_backward(dout, cache_c)
+    *inputs_f, grads_f = fast_backward(dout, cache_f)
     wide = {n: a.astype(np.float64) for n, a in p.items()}
-    truth_out, truth_cache = core.multi_head_attention_forward(
-        query.astype(np.float64), key.astype(np.float64), value.astype(np.float64), wide, h, mask,
-        num_kv_heads=hkv, head_mask=None if head_mask is None else head_mask.astype(np.float64))
-    *truth_inputs, truth_grads = core.multi_head_attention_backward(dout.astype(np.float64), truth_cache)
+    if not plain:
+        kwargs["head_mask"] = None if head_mask is None else head_mask.astype(np.float64)
+    truth_out, truth_cache = core_forward(query.astype(np.float64), key.astype(np.float64), value.astype(np.float64),
+                                          wide, h, mask, **kwargs)
+    *truth_inputs, truth_grads = core_backward(dout.astype(np.float64), truth_cache)
     assert list(grads_f) == list(grads_c) == list(truth_grads)
     pairs = [("out", out_f, out_c, truth_out), ("weights", cache_f.weights, cache_c.weights, truth_cache.weights)]
     pairs += [(n, f, c, t) for n, f, c, t in zip(("dquery", "dkey", "dvalue"), inputs_f, inputs_c, truth_inputs)]
@@ -150,24 +181,29 @@ def test_multi_head_fast_answers_to_core(case, dtype, blocks):
 
 
 @pytest.mark.parametrize("path", ["core", "fast"])
-def test_multi_head_gradcheck_on_both_paths(path, blocks):
+def test_multi_head_gradcheck_on_both_paths(path, blocks, monkeypatch):
     rng = np.random.default_rng(11)
     query, key, value = rng.standard_normal((2, 5, 6)), rng.standard_normal((2, 7, 6)), rng.standard_normal((7, 6))
-    p = random_params(rng, 6, 4, 3, 2, num_kv_heads=2)
     mask = _mask((2, 5, 7), "bool", rng)
-    head_mask = rng.random(4)
-    pair = {"core": core, "fast": fast}[path]
-    names = list(p)
+    for plain in (True, False):
+        p = random_params(rng, 6, 4, 3, 2, num_kv_heads=4 if plain else 2)
+        head_mask = rng.random(4)
+        pair_forward, pair_backward = _multi_head_pair(path, plain, monkeypatch)
+        names = list(p)
 
-    def forward(query, key, value, head_mask, *weights):
-        return pair.multi_head_attention_forward(query, key, value, dict(zip(names, weights)), 4, mask,
-                                                 num_kv_heads=2, head_mask=head_mask)
+        def forward(query, key, value, head_mask, *weights):
+            extra = {} if plain else dict(num_kv_heads=2, head_mask=head_mask)
+            return pair_forward(query, key, value, dict(zip(names, weights)), 4, mask, **extra)
 
-    def backward(dout, cache):
-        dquery, dkey, dvalue, grads = pair.multi_head_attention_backward(dout, cache)
-        return (dquery, dkey, dvalue, grads["head_mask"], *(grads[n] for n in names))
+        def backward(dout, cache):
+            dquery, dkey, dvalue, grads = pair_backward(dout, cache)
+            dhm = np.zeros(4) if plain else grads["head_mask"]
+            return (dquery, dkey, dvalue, dhm, *(grads[n] for n in names))
 
-    check_gradients(forward, backward, query, key, value, head_mask, *p.values())
+        if plain:  # no head mask: its gradient is 0, and finite differences agree
+            check_gradients(forward, backward, query, key, value, np.ones(4), *p.values())
+        else:
+            check_gradients(forward, backward, query, key, value, head_mask, *p.values())
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -11,7 +11,7 @@ def _lin(dy, c):
 def multi_head_attention_backward(dout, cache):
     H = cache.num_heads
     a = cache.attention
-    q, k, v, P = a.q[..., 0, :, :], a.k[..., 0, :, :], a.v[..., 0, :, :], a.weights[..., 0, :, :]
+    q, k, v, P = a.q, a.k, a.v, a.weights  # every head at once, (..., H, N, D)
     dconcat, dWo, dbo = _lin(dout, cache.o_proj)
     *lead, N, Dm = dconcat.shape
     Dh = Dm // H

@@ -1,0 +1,239 @@
+"""Multi-head attention with what real models add to the plain layer: grouped-query heads
+(fewer key/value heads than query heads), a head mask, and a hook for rotary positions.
+
+The plain layer, the documents' one, is :mod:`attention_ref.core.multi_head`: H heads of
+queries, keys and values, arrays ``(..., H, N, D)``. This module puts the three additions
+around the same steps:
+
+* **grouped-query heads** (``num_kv_heads`` = Hkv dividing H; 1 is multi-query attention):
+  query head ``i`` uses key/value head ``i // G`` with G = H / Hkv. The query heads are
+  grouped by the key/value head they share, ``(..., H, N, D) -> (..., Hkv, G, N, D)``, and
+  each key/value head gets an axis of size 1 that broadcasts over its G query heads
+  (``(..., Hkv, 1, N, D)``): nothing is copied, and the attention backward's sum over the
+  broadcast axis is what adds up the G query heads' gradients for their shared key/value head;
+* **a head mask** (``head_mask``, (H,)): head ``i``'s output times ``head_mask[i]`` before the
+  concatenation; its gradient is ``sum(dheads_i * heads_i)``;
+* **rotary positions** (``rotary``, used by :mod:`attention_ref.nn.llama_block`): an object
+  with ``forward(q, k) -> (q, k, cache)`` on the split heads and ``backward(dq, dk, cache)``.
+
+Forward, numbered so the backward can walk it in reverse (steps 1, 2, 5, 6 are the plain
+layer's):
+
+1. projections  ``Q = query W_q + b_q``, ``K = key W_k + b_k``, ``V = value W_v + b_v``
+2. split heads  ``(..., N, H*Dk) -> (..., H, N, Dk)`` (keys and values: Hkv heads);
+   2b. rotary positions on q and k, when given
+3. attention, each key/value head broadcast over its group of G query heads
+4. head mask
+5. merge heads ``(..., H, Nq, Dv) -> (..., Nq, H*Dv)``
+6. output projection ``out = concat W_o + b_o``
+
+:func:`multi_head_attention_forward` here is the public function (``attention_ref.
+multi_head_attention_forward``): without grouped heads, a head mask or rotary positions it
+runs the plain layer (the reference, or its fast path for large inputs), with them the steps
+above, whose projections and attention take the same size rule.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from .._checks import as_upstream
+from .._pair_checks import check_multi_head_inputs, check_scale
+from ..core import multi_head as core_multi_head
+from ..core.attention import AttentionCache
+from ..core.heads import _merge, _split
+from ..core.linear import LinearCache
+from ..core.multi_head import _SCORE_NAMES, MultiHeadCache
+from ..fast.dispatch import (
+    _attention_backward,
+    _attention_forward,
+    _linear_backward,
+    _linear_finite,
+    _plain_multi_head_backward,
+    _plain_multi_head_forward,
+)
+
+__all__ = ["GroupedMultiHeadCache", "multi_head_attention_forward", "multi_head_attention_backward"]
+
+
+class GroupedMultiHeadCache(NamedTuple):
+    """Nested caches of the six steps, plus what ties them together."""
+
+    q_proj: LinearCache  # step 1, query
+    k_proj: LinearCache  # step 1, key
+    v_proj: LinearCache  # step 1, value
+    attention: AttentionCache  # step 3: q (..., Hkv, G, Nq, Dk), k and v (..., Hkv, 1, Nk, D)
+    heads: np.ndarray  # (..., H, Nq, Dv), head outputs before the head mask
+    head_mask: np.ndarray | None  # (H,), step 4
+    o_proj: LinearCache  # step 6
+    num_heads: int
+    num_kv_heads: int
+    param_keys: tuple  # the keys of params, so grads mirrors them
+    rotary: tuple | None = None  # (rotary, its cache) when positions rotate q and k
+
+    @property
+    def weights(self) -> np.ndarray:
+        """Attention probabilities of every head, (..., H, Nq, Nk)."""
+        return _ungroup_heads(self.attention.weights)  # (..., Hkv, G, Nq, Nk) -> (..., H, Nq, Nk)
+
+
+def _group_heads(x, num_kv_heads):
+    """Group query heads by the key/value head they share: (..., H, N, D) -> (..., Hkv, G, N, D)."""
+    return x.reshape(x.shape[:-3] + (num_kv_heads, x.shape[-3] // num_kv_heads) + x.shape[-2:])
+
+
+def _ungroup_heads(x):
+    """The inverse of :func:`_group_heads`: (..., Hkv, G, N, D) -> (..., H, N, D)."""
+    return x.reshape(x.shape[:-4] + (x.shape[-4] * x.shape[-3],) + x.shape[-2:])
+
+
+def _group_mask(mask):
+    """Give a (..., Nq, Nk) mask two axes of size 1 for (Hkv, G), so one mask serves all heads."""
+    if mask is None or mask.ndim < 3:  # (Nq, Nk) or smaller: broadcasts over the head axes as it is
+        return mask
+    return mask.reshape(mask.shape[:-2] + (1, 1) + mask.shape[-2:])  # (..., 1, 1, Nq, Nk)
+
+
+def _project(x, p, w_name, b_name, x_name):
+    """Step 1 or 6: ``x W + b`` with its cache (the public linear pair's size rule)."""
+    W, b = p[w_name], p.get(b_name)
+    return _linear_finite(x, W, b, (x_name, w_name, b_name)), LinearCache(x, W, b is not None)
+
+
+def _grouped_forward(query, key, value, p, mask, head_mask, h, hkv, param_keys, *, scale=None, rotary=None):
+    """The six steps on the validated arguments :func:`check_multi_head_inputs` returns."""
+    # 1. projections
+    Q, q_cache = _project(query, p, "W_q", "b_q", "query")  # (..., Nq, H*Dk)
+    K, k_cache = _project(key, p, "W_k", "b_k", "key")  # (..., Nk, Hkv*Dk)
+    V, v_cache = _project(value, p, "W_v", "b_v", "value")  # (..., Nk, Hkv*Dv)
+    # 2. split heads
+    q, k, rotated = _split(Q, h), _split(K, hkv), None  # (..., H, Nq, Dk), (..., Hkv, Nk, Dk)
+    if rotary is not None:  # 2b. positions rotate the queries and keys of every head
+        q, k, rotary_cache = rotary.forward(q, k)
+        rotated = (rotary, rotary_cache)
+    # 3. attention: query heads grouped by the key/value head they share, which broadcasts over them
+    q = _group_heads(q, hkv)  # (..., Hkv, G, Nq, Dk)
+    k = k[..., None, :, :]  # (..., Hkv, 1, Nk, Dk)
+    v = _split(V, hkv)[..., None, :, :]  # (..., Hkv, 1, Nk, Dv)
+    o, attn_cache = _attention_forward(q, k, v, _group_mask(mask), _SCORE_NAMES, scale)  # (..., Hkv, G, Nq, Dv)
+    heads = _ungroup_heads(o)  # (..., H, Nq, Dv)
+    # 4. head mask
+    masked = heads if head_mask is None else heads * head_mask[:, None, None]
+    # 5. merge, 6. output projection
+    out, o_cache = _project(_merge(masked), p, "W_o", "b_o", "concat")  # (..., Nq, Dout)
+    return out, GroupedMultiHeadCache(q_cache, k_cache, v_cache, attn_cache, heads, head_mask, o_cache, h, hkv,
+                                      param_keys, rotated)
+
+
+def _grouped_backward(dout, c: GroupedMultiHeadCache):
+    """The forward's steps in reverse, on a checked upstream gradient."""
+    h, hkv = c.num_heads, c.num_kv_heads
+    grads = {}
+    # 6. out = concat W_o + b_o; 5. the backward of a merge is a split
+    dconcat, grads["W_o"], grads["b_o"] = _linear_backward(dout, c.o_proj)  # (..., Nq, H*Dv)
+    dheads = _split(dconcat, h)  # (..., H, Nq, Dv)
+    # 4. masked = heads * head_mask: d head_mask_i sums dmasked_i * heads_i over batch, positions, features
+    if c.head_mask is not None:
+        grads["head_mask"] = (dheads * c.heads).sum(axis=(-2, -1)).reshape(-1, h).sum(axis=0)  # (H,)
+        dheads = dheads * c.head_mask[:, None, None]
+    # 3. attention: the sum over the broadcast axis adds the G query heads' gradients per key/value head
+    dq, dk, dv = _attention_backward(_group_heads(dheads, hkv), c.attention)
+    dq, dk, dv = _ungroup_heads(dq), dk[..., 0, :, :], dv[..., 0, :, :]  # (..., H, Nq, Dk), (..., Hkv, Nk, D)
+    if c.rotary is not None:  # 2b. rotate back
+        rotary, rotary_cache = c.rotary
+        dq, dk = rotary.backward(dq, dk, rotary_cache)
+    # 2. the backward of a split is a merge; 1. projections
+    dquery, grads["W_q"], grads["b_q"] = _linear_backward(_merge(dq), c.q_proj)
+    dkey, grads["W_k"], grads["b_k"] = _linear_backward(_merge(dk), c.k_proj)
+    dvalue, grads["W_v"], grads["b_v"] = _linear_backward(_merge(dv), c.v_proj)
+    ordered = {n: grads[n] for n in c.param_keys}
+    if "head_mask" in grads:
+        ordered["head_mask"] = grads["head_mask"]
+    return dquery, dkey, dvalue, ordered
+
+
+def _forward(query, key, value, p, mask, head_mask, h, hkv, param_keys, *, scale=None, rotary=None):
+    """On checked inputs: the plain layer when nothing is added, else the grouped steps."""
+    if hkv == h and head_mask is None and rotary is None:
+        return _plain_multi_head_forward(query, key, value, p, mask, h, param_keys, scale=scale)
+    return _grouped_forward(query, key, value, p, mask, head_mask, h, hkv, param_keys, scale=scale, rotary=rotary)
+
+
+def _backward(dout, cache):
+    """On a checked upstream gradient, for either cache."""
+    if isinstance(cache, GroupedMultiHeadCache):
+        return _grouped_backward(dout, cache)
+    return _plain_multi_head_backward(dout, cache)
+
+
+#: the checked-input entry points the blocks of ``nn`` call (they validate their own inputs)
+_multi_head_attention_forward, _multi_head_attention_backward = _forward, _backward
+
+
+def multi_head_attention_forward(query, key, value, params, num_heads, mask=None, *,
+                                 num_kv_heads=None, head_mask=None, scale=None):
+    scale, checked = check_scale(scale), check_multi_head_inputs(query, key, value, params, num_heads, mask,
+                                                                 num_kv_heads, head_mask)
+    return _forward(*checked, tuple(params), scale=scale)
+
+
+def multi_head_attention_backward(dout, cache):
+    if not isinstance(cache, (GroupedMultiHeadCache, MultiHeadCache)):
+        raise TypeError(f"cache must be what multi_head_attention_forward returned, got {type(cache).__name__}")
+    out_shape = cache.heads.shape[:-3] + (cache.heads.shape[-2], cache.o_proj.W.shape[1])  # (..., Nq, Dout)
+    return _backward(as_upstream(dout, out_shape, cache.o_proj.x.dtype), cache)
+
+
+multi_head_attention_forward.__doc__ = """Multi-head attention ``Concat(head_1, ..., head_h) W^O``, with
+    grouped-query heads and a head mask when asked: the plain layer
+    (:func:`attention_ref.core.multi_head_attention_forward`, on the fast path for large inputs)
+    when neither is given. Its projections and attention run the fast path (attention_ref.fast)
+    from FAST_MIN_ELEMENTS numbers in their largest array, the reference (attention_ref.core)
+    below, or always with reference_only().
+
+    Parameters
+    ----------
+    query : array (..., n_q, d_model)
+    key : array (..., n_k, d_key_in)
+    value : array (..., n_k, d_value_in)
+    params : dict with ``W_q (d_model, h*d_k)``, ``W_k (d_key_in, h_kv*d_k)``,
+        ``W_v (d_value_in, h_kv*d_v)``, ``W_o (h*d_v, d_out)`` and optional biases
+        ``b_q, b_k, b_v, b_o`` (absent or None for no bias). ``d_k`` and ``d_v`` are read
+        from these shapes; head ``i`` uses columns ``i*d_k:(i+1)*d_k`` of ``W_q``.
+    num_heads : int, h
+    mask : None, bool (True = may attend) or float (added to the scaled scores) array
+        broadcastable to (..., n_q, n_k); the same mask applies to every head
+    num_kv_heads : int dividing ``num_heads`` (default ``num_heads``); 1 is multi-query
+        attention, values in between grouped-query attention
+    head_mask : array (h,) or None, a multiplier on each head's output before ``W^O``
+    scale : the factor on each head's ``q k^T``; None (default) is ``1 / sqrt(d_k)``
+
+    Returns
+    -------
+    out : array (..., n_q, d_out)
+    cache : MultiHeadCache (the plain layer) or GroupedMultiHeadCache; ``cache.weights``
+        (..., h, n_q, n_k) are the probabilities (batch axes of query, key and the mask)
+
+    Raises
+    ------
+    FloatingPointError : when a projection or the scores overflow the dtype
+    """
+
+multi_head_attention_backward.__doc__ = """Gradients of :func:`multi_head_attention_forward`, walking its steps in reverse.
+
+    On the same path as the forward: fast from FAST_MIN_ELEMENTS numbers, or always the
+    reference with reference_only().
+
+    Parameters
+    ----------
+    dout : array (..., n_q, d_out), upstream gradient
+    cache : the forward's cache (MultiHeadCache or GroupedMultiHeadCache)
+
+    Returns
+    -------
+    dquery, dkey, dvalue : arrays shaped like query, key and value (for self-attention,
+        where one ``x`` was passed three times, ``dx = dquery + dkey + dvalue``)
+    grads : dict with the same keys as ``params`` (None for a bias given as None), plus
+        ``"head_mask"`` when a head mask was given
+    """
