@@ -1,11 +1,16 @@
 """The reference: every step of multi-head attention as a forward/backward pair, formulas only.
 
-Read in this order: ``linear`` (``Q = X W^Q``), ``softmax``, ``masks``, ``attention``
-(scaled dot-product), ``heads`` (split and merge), ``multi_head`` (the weight-split
-parallel form, with grouped-query attention and head masks), ``separate_heads`` (the
-documents' other strategy, head by head). Each module holds its pair's forward as one
-block of numbered steps and its backward as the same steps in reverse; the input checks
-live in ``attention_ref._pair_checks``, the speed in ``attention_ref.fast`` (checked
+Read in this order, the student path of ``docs/reading_guide.md`` (after notebooks 01-05),
+which is also the order of the imports below: ``linear.py`` (``Q = X W^Q``, the smallest
+pair), ``softmax.py`` (stable, with the full Jacobian in its backward), ``masks.py`` (the one
+mask convention), ``attention.py`` (scaled dot-product attention: four numbered steps, and the
+same steps in reverse), ``heads.py`` (split and merge), ``multi_head.py`` (the weight-split
+parallel form, the documents' layer), ``separate_heads.py`` (the documents' other strategy,
+head by head, an independent check of the parallel form). In each module the private functions
+are the formulas: the forward as one block of numbered steps, the backward as the same steps
+in reverse; the public pair checks its arguments (``attention_ref._pair_checks``) and calls
+them. What real models add (grouped-query heads, a head mask, rotary positions) is in
+``attention_ref.variants.grouped_heads``, the speed in ``attention_ref.fast`` (both checked
 against these functions). Imports: NumPy and the package's checks only.
 """
 from .linear import LinearCache, glorot_uniform, linear_backward, linear_forward

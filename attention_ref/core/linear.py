@@ -1,4 +1,5 @@
-"""Affine map ``y = x W + b`` (row-vector convention of the documents: ``Q = X W^Q``).
+"""Affine map ``y = x W + b`` (row vectors: ``Q = X W^Q``, as documents 000, 001 and 004 write it;
+document 002's column form ``q_i = W_Q x_i`` is the same map with ``W^Q = W_Q^T``).
 
 Symbols: ``...`` any leading (batch, position) axes, Din input width, Dout output width.
 

@@ -354,8 +354,8 @@ EXERCISES = {e.name: e for e in [
         " masked), out and scale (1/sqrt(d_k)).",
         ["Walk the forward backwards: out = P v first, then the softmax, then S = q k^T / sqrt(d_k).",
          "out = P v gives dv = P^T dout and dP = dout v^T.",
-         "The softmax gives dS = P * (dP - D), D_i = sum_j P_ij dP_ij (masked entries have P = 0,"
-         " so dS = 0 there).",
+         "The softmax gives dS = P * (dP - D), D_i = sum_j P_ij dP_ij. The mask needs no step of its"
+         " own: S + M has the identity Jacobian in S (and a blocked entry has P = 0, so dS = 0).",
          "S = q k^T * scale gives dq = dS k * scale and dk = dS^T q * scale; with batch axes"
          " transpose with swapaxes(-1, -2): .T reverses every axis, batch axes included."],
         _attention_cases, scaled_dot_product_attention_forward, scaled_dot_product_attention_backward),
