@@ -135,8 +135,12 @@ def _axis_names(ndim, name=""):
 
 
 def _where(exc) -> str:
-    """The line of the student's code that raised, if any (frames outside this package and NumPy)."""
+    """The line of the student's code that raised, if any: the innermost frame of a real file
+    outside this package and NumPy (NumPy 1.x adds frames such as "<__array_function__
+    internals>", which are no file)."""
     for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if frame.filename.startswith("<"):
+            continue
         path = Path(frame.filename).resolve()
         if _PACKAGE not in path.parents and "numpy" not in path.parts:
             return f" at line {frame.lineno} of {path.name}: {frame.line}" if frame.line else ""
