@@ -1,0 +1,176 @@
+"""``python -m attention_ref book [OUT]``: the lessons and docs as a website, built offline.
+
+The book is built with Sphinx, myst-nb (the notebooks with their committed outputs, never
+executed here: the test suite executes and checks them) and sphinx-book-theme, with MathJax
+served from the built folder (``sphinx-mathjax-offline``): building needs no network beyond
+installing the ``book`` extra, and reading none at all. It renders, in the reading guide's
+order, the README's first screen as the home page, the 15 notebooks and the docs pages.
+
+The sources are this checkout's files, copied into a scratch folder and lightly rewritten:
+links between them become links between pages, links to files the book does not hold become
+plain text, and each lesson gets a line under its title saying that its numbers are asserted
+by the test suite, with the command that re-runs it. Nothing in the checkout is written.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+__all__ = ["build", "main", "DOC_PAGES"]
+
+ROOT = Path(__file__).resolve().parents[1]
+#: the docs pages, in the book's order, after the lessons
+DOC_PAGES = ("reading_guide", "claims", "variants", "training", "whole_models", "exercises", "performance",
+             "model_mappings", "development")
+_LINK = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s]+)\)")
+
+_CONF = '''
+project = "attention_ref"
+author = "attention_ref"
+extensions = ["myst_nb", "sphinx-mathjax-offline"]
+nb_execution_mode = "off"
+myst_enable_extensions = ["dollarmath", "amsmath"]
+html_theme = "sphinx_book_theme"
+html_title = "attention_ref"
+html_theme_options = {"show_navbar_depth": 1, "use_download_button": False, "use_fullscreen_button": False}
+html_show_sourcelink = False
+html_context = {"default_mode": "light"}  # the theme's mode is set, so its script has nothing to reset
+exclude_patterns = ["_build"]
+suppress_warnings = ["myst.header", "mystnb.unknown_mime_type"]
+
+
+def setup(app):
+    app.set_html_assets_policy("always")  # MathJax on every page: titles with maths sit in every sidebar
+'''
+
+
+def _sources():
+    """(lessons, docs pages) of this checkout, or SystemExit when it is not one."""
+    lessons = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    docs = [ROOT / "docs" / f"{name}.md" for name in DOC_PAGES]
+    missing = [str(p) for p in docs if not p.exists()]
+    if not lessons or missing or not (ROOT / "README.md").exists():
+        raise SystemExit(f"the book is built from a checkout of attention_ref (notebooks/, docs/, README.md next to"
+                         f" the package); not found under {ROOT}: {missing or 'notebooks/'}")
+    return lessons, docs
+
+
+def _rewrite(text: str, origin: Path, pages: dict, copied: set) -> str:
+    """Markdown links of a file at ``origin``: to a page -> the page, to a copied file -> its
+    copy, anything else (source files, folders, the web) -> text, or kept when external."""
+    def link(m):
+        bang, label, target = m.groups()
+        if re.match(r"[a-z]+://|mailto:", target):
+            return m.group(0)
+        path, _, anchor = target.partition("#")
+        if not path:  # an anchor on the same page; the home page holds only the README's first screen
+            return label if origin.name == "README.md" and not bang else m.group(0)
+        resolved = (origin.parent / path).resolve()
+        if resolved in pages:
+            return f"{bang}[{label}]({pages[resolved]}{'#' + anchor if anchor else ''})"
+        if resolved in copied:
+            return f"{bang}[{label}]({resolved.relative_to(ROOT).as_posix()})"
+        return label if not bang else ""  # not in the book: the words stay, the link goes
+    return _LINK.sub(link, text)
+
+
+def _front_page(readme: str) -> str:
+    """The README's first screen: everything before its first section after "Start here"."""
+    lines = readme.splitlines()
+    try:
+        start = next(i for i, line in enumerate(lines) if line.strip() == "## Start here")
+        end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("## "))
+    except StopIteration:
+        end = len(lines)
+    return "\n".join(lines[:end]) + "\n"
+
+
+def _banner(name: str) -> str:
+    return (f"> **Checked on every run of the tests.** Every number this page prints is asserted in the"
+            f" notebook itself, and `tests/test_notebooks.py` executes it and compares its outputs with"
+            f" these: `python -m pytest tests/test_notebooks.py -k {name}`.\n")
+
+
+def build(out="_build/book", quiet=True) -> Path:
+    """Build the book into ``out`` (a folder; created, its old contents replaced); returns the
+    path of its ``index.html``."""
+    lessons, docs = _sources()
+    out = Path(out).resolve()
+    with tempfile.TemporaryDirectory(prefix="attention_ref_book_") as tmp:
+        src = Path(tmp)
+        pages = {ROOT / "README.md": "index.md"}
+        pages.update({p.resolve(): p.name for p in lessons})
+        pages.update({p.resolve(): p.name for p in docs})
+        copied = set()
+        for folder in ("docs/figures", "notebooks/data"):
+            if (ROOT / folder).is_dir():
+                shutil.copytree(ROOT / folder, src / folder)
+                copied |= {p.resolve() for p in (ROOT / folder).rglob("*") if p.is_file()}
+        for png in (ROOT / "docs").glob("*.png"):
+            (src / "docs").mkdir(exist_ok=True)
+            shutil.copy(png, src / "docs" / png.name)
+            copied.add(png.resolve())
+        # the home page, then the docs pages: links rewritten
+        home = _rewrite(_front_page((ROOT / "README.md").read_text(encoding="utf-8")), ROOT / "README.md", pages,
+                        copied)
+        order = [p.stem for p in lessons] + [p.stem for p in docs]
+        toc = "\n".join(["", "```{toctree}", ":maxdepth: 1", ":caption: Lessons", ""] + [p.stem for p in lessons]
+                        + ["```", "", "```{toctree}", ":maxdepth: 1", ":caption: Docs", ""]
+                        + [p.stem for p in docs] + ["```", ""])
+        (src / "index.md").write_text(home + toc, encoding="utf-8")
+        for page in docs:
+            text = _rewrite(page.read_text(encoding="utf-8"), page, pages, copied)
+            (src / page.name).write_text(text, encoding="utf-8")
+        # the lessons: their markdown cells' links rewritten, the banner under the title
+        for lesson in lessons:
+            nb = json.loads(lesson.read_text(encoding="utf-8"))
+            for cell in nb["cells"]:
+                if cell["cell_type"] == "markdown":
+                    source = "".join(cell["source"])
+                    cell["source"] = _rewrite(source, lesson, pages, copied)
+            first = nb["cells"][0]
+            title, _, rest = "".join(first["source"]).partition("\n")
+            if first["cell_type"] == "markdown" and title.startswith("# "):  # the line right under the title
+                first["source"] = f"{title}\n\n{_banner(lesson.stem)}\n{rest}"
+            else:
+                nb["cells"].insert(0, {"cell_type": "markdown", "id": "checked-by-the-tests", "metadata": {},
+                                       "source": _banner(lesson.stem)})
+            (src / lesson.name).write_text(json.dumps(nb), encoding="utf-8")
+        (src / "conf.py").write_text(_CONF, encoding="utf-8")
+        if out.exists():
+            shutil.rmtree(out)
+        cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-q", str(src), str(out)]
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        if result.returncode:
+            raise SystemExit(f"sphinx-build failed:\n{result.stderr[-4000:]}")
+        if not quiet and result.stderr.strip():
+            print(result.stderr.strip(), file=sys.stderr)
+    assert order  # every page is in one of the two tables of contents
+    return out / "index.html"
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m attention_ref book",
+                                     description="Build the lessons and docs as a website (needs the book extra).")
+    parser.add_argument("out", nargs="?", default="_build/book", help="output folder (default: _build/book)")
+    args = parser.parse_args(argv)
+    if sys.version_info < (3, 11):
+        print("the book's tools (Sphinx 9, myst-nb 1.4) need Python 3.11 or newer", file=sys.stderr)
+        return 2
+    try:
+        import myst_nb  # noqa: F401
+        import sphinx_book_theme  # noqa: F401
+    except ImportError:
+        print('the book needs its tools: python -m pip install -e ".[book]"', file=sys.stderr)
+        return 2
+    print("building the book (Sphinx, myst-nb; the notebooks' committed outputs, no execution) ...", flush=True)
+    index = build(args.out, quiet=False)
+    print(f"wrote {index}: open it in a browser (no network needed)")
+    return 0
