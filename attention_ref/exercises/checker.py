@@ -381,10 +381,13 @@ _WHY = {"h": "are the head count and width read from the arguments, the cache or
 
 def _what_differs(cases, wrong) -> str:
     """The features whose values in the wrong cases and in the right ones do not overlap."""
+    features = [_features(c) for c in cases]  # once per case
+    bad_features = [f for j, f in enumerate(features, 1) if j in wrong]
+    good_features = [f for j, f in enumerate(features, 1) if j not in wrong]
     said, why = [], []
-    for key in dict.fromkeys(k for c in cases for k in _features(c)):
-        bad = {repr(_features(cases[i - 1]).get(key)) for i in wrong}
-        good = {repr(_features(c).get(key)) for j, c in enumerate(cases, 1) if j not in wrong}
+    for key in dict.fromkeys(k for f in features for k in f):
+        bad = {repr(f.get(key)) for f in bad_features}
+        good = {repr(f.get(key)) for f in good_features}
         if bad and good and not bad & good:
             said.append(f"{key} = {', '.join(sorted(bad))} in the wrong cases and {', '.join(sorted(good))}"
                         " in the right ones")
@@ -393,7 +396,7 @@ def _what_differs(cases, wrong) -> str:
             why.append(_WHY.get(key, "") if active else "")
     if not said:
         return ""
-    right_h = {_features(c).get("h") for j, c in enumerate(cases, 1) if j not in wrong}
+    right_h = {f.get("h") for f in good_features}
     one_head = right_h == {1} and any(s.startswith("h = ") for s in said)
     extra = " With one head, a mistake in the order of the heads cannot show." if one_head else ""
     return f"{'; '.join(said)} ({' '.join(w for w in dict.fromkeys(why) if w)}{extra})"
