@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import attention_ref as ar  # noqa: E402
+from _transformers_api import returned_cache, with_cache  # noqa: E402
 from attention_ref.interop import (  # noqa: E402
     from_gpt2_block,
     from_llama_block,
@@ -179,9 +180,9 @@ def _decode_theirs(model, x, splits):
     outs, past, start = [], None, 0
     with torch.no_grad():
         for t in splits:
-            res = model(inputs_embeds=x[:, start:start + t], past_key_values=past, use_cache=True)
+            res = model(inputs_embeds=x[:, start:start + t], **with_cache(model, past))
             outs.append(res.last_hidden_state)
-            past, start = res.past_key_values, start + t
+            past, start = returned_cache(res), start + t
     return torch.cat(outs, dim=1)
 
 

@@ -27,6 +27,7 @@ transformers = pytest.importorskip("transformers")
 
 import attention_ref as ar  # noqa: E402
 from attention_ref.interop import load_pretrained, to_transformers  # noqa: E402
+from _transformers_api import returned_cache, with_cache  # noqa: E402
 
 RTOL = 1e-10
 
@@ -137,15 +138,14 @@ def test_each_decoding_step_against_past_key_values(saved):
     ours += [decoder.step(steps[:, i].numpy()) for i in range(4)]
     with torch.no_grad():
         positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
-        res = model(ids, attention_mask=mask, position_ids=positions, use_cache=True)
-        theirs, past = [res.logits[:, -1]], res.past_key_values
+        res = model(ids, attention_mask=mask, position_ids=positions, **with_cache(model, None))
+        theirs, past = [res.logits[:, -1]], returned_cache(res)
         for i in range(4):
             mask = torch.cat([mask, torch.ones(2, 1, dtype=mask.dtype)], dim=1)
             positions = positions[:, -1:] + 1
-            res = model(steps[:, i:i + 1], attention_mask=mask, position_ids=positions, past_key_values=past,
-                        use_cache=True)
+            res = model(steps[:, i:i + 1], attention_mask=mask, position_ids=positions, **with_cache(model, past))
             theirs.append(res.logits[:, -1])
-            past = res.past_key_values
+            past = returned_cache(res)
     for i, (a, b) in enumerate(zip(ours, theirs)):
         _close(a, b, f"logits of step {i}")
 
