@@ -16,7 +16,7 @@ from .rms_norm import RMSNormCache, rms_norm_backward, rms_norm_forward
 __all__ = ["gemma_rms_norm_forward", "gemma_rms_norm_backward"]
 
 
-def gemma_rms_norm_forward(x, w, eps=1e-6):
+def gemma_rms_norm_forward(x, weight, eps=1e-6):
     """Gemma's RMS normalisation of each row of ``x`` over its last axis.
 
     ``y = (1 + w) * x / sqrt(mean(x^2) + eps)`` (transformers' ``GemmaRMSNorm``, ``Gemma2RMSNorm``,
@@ -26,7 +26,7 @@ def gemma_rms_norm_forward(x, w, eps=1e-6):
     Parameters
     ----------
     x : array (..., d)
-    w : array (d,), the gain's offset from 1 (initialised to zeros)
+    weight : array (d,), the gain's offset ``w`` from 1 (initialised to zeros; transformers' ``weight``)
     eps : positive float added to the mean square (Gemma: ``rms_norm_eps = 1e-6``)
 
     Returns
@@ -34,8 +34,8 @@ def gemma_rms_norm_forward(x, w, eps=1e-6):
     y : array (..., d)
     cache : RMSNormCache (its ``weight`` is ``1 + w``) for :func:`gemma_rms_norm_backward`
     """
-    w = as_real_array(w, "w")  # checked here so that 1 + w cannot fail; its shape is checked by rms_norm
-    return rms_norm_forward(x, 1.0 + w, eps)  # 1.0 is a Python float: float32 stays float32
+    weight = as_real_array(weight, "weight")  # so that 1 + weight cannot fail; rms_norm checks its shape
+    return rms_norm_forward(x, 1.0 + weight, eps)  # 1.0 is a Python float: float32 stays float32
 
 
 def gemma_rms_norm_backward(dy, cache: RMSNormCache):
@@ -48,6 +48,6 @@ def gemma_rms_norm_backward(dy, cache: RMSNormCache):
     Returns
     -------
     dx : array (..., d)
-    dw : array (d,)
+    dweight : array (d,), ``dw``
     """
     return rms_norm_backward(dy, cache)
