@@ -19,8 +19,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .._checks import as_real_array, as_upstream
-from .layer_norm import LayerNormCache, _layer_norm_backward, layer_norm_forward
+from .._checks import as_upstream
+from .layer_norm import LayerNormCache, _layer_norm_backward, check_norm_inputs, layer_norm_forward
 
 __all__ = ["ParallelResidualCache", "parallel_residual_forward", "parallel_residual_backward"]
 
@@ -60,7 +60,9 @@ def parallel_residual_forward(x, attn: Callable, mlp: Callable, gamma_1, beta_1,
     y : array (..., d)
     cache : ParallelResidualCache for :func:`parallel_residual_backward`
     """
-    x = as_real_array(x, "x")
+    # the four norm parameters named as they are here (layer_norm_forward would call both "gamma")
+    x, gamma_1, beta_1, gamma_2, beta_2, eps = check_norm_inputs(x, eps, gamma_1=gamma_1, beta_1=beta_1,
+                                                                 gamma_2=gamma_2, beta_2=beta_2)
     # 1. the two norms of the same x
     z_1, norm_1 = layer_norm_forward(x, gamma_1, beta_1, eps)  # (..., D)
     z_2, norm_2 = layer_norm_forward(x, gamma_2, beta_2, eps)  # (..., D)
