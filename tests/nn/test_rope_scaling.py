@@ -128,3 +128,14 @@ def test_bad_inputs_are_named():
     with pytest.raises(ValueError, match=r"^the rotated width int\(dim \* partial_rotary_factor\) = int\(6 \* 0.5\)"):
         rope_frequencies(6, scaling={"partial_rotary_factor": 0.5})
     assert rope_frequencies(8, scaling={"rope_theta": 100.0}).tolist() == (100.0 ** -(np.arange(0, 8, 2) / 8)).tolist()
+
+
+def test_the_families_page_example_holds():
+    """docs/families.md's code block runs and its asserts (every number it shows) hold."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "families.md").read_text(encoding="utf-8")
+    blocks = text.split("```python\n")[1:]
+    assert blocks, "docs/families.md has no python example"
+    for block in blocks:
+        exec(compile(block.split("```", 1)[0], "docs/families.md", "exec"), {})
