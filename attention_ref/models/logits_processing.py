@@ -128,8 +128,14 @@ def _repetition_penalty(logits, ids, penalty, keep):
     rows = np.broadcast_to(np.arange(ids.shape[0])[:, None], ids.shape)  # (B, T)
     seen = np.zeros(logits.shape, bool)  # (B, V)
     seen[rows[counted], ids[counted]] = True
-    penalised = np.where(logits < 0, logits * penalty, logits / penalty)  # (B, V); penalty a Python float
-    return np.where(seen, penalised, logits)
+    with np.errstate(over="ignore", under="ignore"):  # checked on the next line; underflow to 0 is harmless
+        penalised = np.where(logits < 0, logits * penalty, logits / penalty)  # (B, V); penalty a Python float
+        out = np.where(seen, penalised, logits)  # (B, V)
+        overflowed = np.isposinf(out).any()
+    if overflowed:
+        raise FloatingPointError(f"logits / penalty overflows {logits.dtype} (penalty = {penalty:g}, largest logit"
+                                 f" {float(logits.max()):.3g}); use a larger penalty")
+    return out  # a logit sent to -inf by penalty > 1 gets probability 0, as in torch
 
 
 def apply_min_new_tokens(logits, eos_token_id, num_new_tokens, min_new_tokens):
@@ -171,7 +177,7 @@ def apply_temperature(logits, temperature):
 
 def _temperature(logits, temperature):
     """Unchecked :func:`apply_temperature`."""
-    with np.errstate(over="ignore"):  # checked on the next line
+    with np.errstate(over="ignore", under="ignore"):  # checked on the next line; underflow to 0 is harmless
         out = logits / temperature  # (..., V); a Python float, float32 stays float32
         overflowed = np.isposinf(out).any()
     if overflowed:
@@ -230,7 +236,8 @@ def _top_p(logits, top_p, min_tokens_to_keep):
     """Unchecked :func:`apply_top_p`."""
     order = np.argsort(logits, axis=-1, kind="stable")  # (..., V), ascending
     ascending = np.take_along_axis(logits, order, axis=-1)  # (..., V)
-    with np.errstate(under="ignore"):  # probabilities below the smallest float are 0, as they should be
+    # a difference past the float range is -inf and a probability below the smallest float is 0, as they should be
+    with np.errstate(over="ignore", under="ignore"):
         e = np.exp(ascending - ascending[..., -1:])  # (..., V): the row maximum is the last
         cumulative = np.cumsum(e / e.sum(axis=-1, keepdims=True), axis=-1)  # (..., V)
     remove_sorted = cumulative <= 1.0 - top_p  # (..., V)

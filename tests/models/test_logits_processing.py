@@ -145,6 +145,19 @@ def test_float32_stays_float32_and_inputs_are_not_modified():
     assert np.array_equal(logits, before)
 
 
+def test_extreme_logits_raise_no_numpy_warning_and_keep_numpy_settings():
+    before = np.geterr()
+    logits = np.array([[-1e308, 1e-310, 3.0, 1e308]])
+    with np.errstate(all="raise"):
+        out = apply_repetition_penalty(logits, [[0, 1]], 10.0)
+        assert out[0, 0] == -np.inf and out[0, 1] == pytest.approx(1e-311, rel=1e-3)
+        assert np.isfinite(apply_top_p(logits, 0.5)).tolist() == [[False, False, False, True]]
+        assert apply_temperature(logits[:, :3], 1e300)[0, 1] == 0.0  # underflows to 0, quietly
+        with pytest.raises(FloatingPointError, match=r"^logits / penalty overflows float64 \(penalty = 0.1,"):
+            apply_repetition_penalty(logits, [[3]], 0.1)
+    assert np.geterr() == before
+
+
 # ------------------------------------------------------------------------ bad arguments
 @pytest.mark.parametrize("call,error,message", [
     (lambda: apply_temperature([[1.0]], 0.0), ValueError, r"^temperature must lie in \(0, inf\), got 0.0$"),
