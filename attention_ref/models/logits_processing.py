@@ -3,17 +3,14 @@
 Pure functions of the logits of one step, each the formula of one of transformers' logits
 processors (``transformers/generation/logits_process.py``), none modifying its input:
 
-==============================  ===============================================================  =================================
-function                        formula, per row                                                 transformers' class
-==============================  ===============================================================  =================================
-:func:`apply_repetition_penalty`  ``s_v <- s_v * penalty if s_v < 0 else s_v / penalty`` for each  ``RepetitionPenaltyLogitsProcessor``
-                                token ``v`` seen in the row (once, however often it was seen)
-:func:`apply_min_new_tokens`    ``s_eos <- -inf`` while fewer than ``min_new_tokens`` are new   ``MinNewTokensLengthLogitsProcessor``
-:func:`apply_temperature`       ``s <- s / temperature``                                         ``TemperatureLogitsWarper``
-:func:`apply_top_k`             ``s_v <- -inf`` where ``s_v`` is below the k-th largest          ``TopKLogitsWarper``
-:func:`apply_top_p`             ``s_v <- -inf`` for the least likely tokens whose probabilities  ``TopPLogitsWarper``
-                                add up to at most ``1 - top_p``
-==============================  ===============================================================  =================================
+* :func:`apply_repetition_penalty` (``RepetitionPenaltyLogitsProcessor``): for each token ``v``
+  seen in the row (once, however often), ``s_v <- s_v * penalty`` if ``s_v < 0`` else ``s_v / penalty``
+* :func:`apply_min_new_tokens` (``MinNewTokensLengthLogitsProcessor``): ``s_eos <- -inf`` while
+  fewer than ``min_new_tokens`` tokens are new
+* :func:`apply_temperature` (``TemperatureLogitsWarper``): ``s <- s / temperature``
+* :func:`apply_top_k` (``TopKLogitsWarper``): ``s_v <- -inf`` where ``s_v`` is below the k-th largest
+* :func:`apply_top_p` (``TopPLogitsWarper``): ``s_v <- -inf`` for the least likely tokens whose
+  probabilities add up to at most ``1 - top_p``
 
 :func:`process_logits` applies them in transformers' order (``GenerationMixin._get_logits_processor``):
 repetition penalty and min_new_tokens always (greedy too), then, only when sampling, temperature,
@@ -29,7 +26,7 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from .._checks import as_real_array, check_positive_int, check_positive_real, require_ndim
+from .._checks import as_real_array, check_positive_int, require_ndim
 from .._pair_checks import as_attention_mask, as_token_ids
 
 __all__ = [
