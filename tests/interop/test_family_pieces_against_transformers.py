@@ -93,6 +93,26 @@ def test_rope_frequencies_equal_transformers_rope_init_functions(monkeypatch, sc
         _close(rope_frequencies(head_dim, scaling=parameters), float64, "inv_freq from rope_parameters")
 
 
+@pytest.mark.parametrize("scaling", SCALINGS[:3], ids=lambda s: f"{s['rope_type']}-{s['factor']}")
+def test_scaled_rope_equals_llama_rotary_embedding(scaling):
+    """A Llama 3.x config's rope parameters as they are, through transformers' LlamaRotaryEmbedding and
+    apply_rotary_pos_emb (their angles in float32: compared at 1e-5 for positions below 64)."""
+    from transformers.models.llama import modeling_llama as m
+
+    from attention_ref.nn.rope_scaling import scaled_rope_forward
+
+    config = transformers.LlamaConfig(hidden_size=64, num_attention_heads=2, rope_scaling=dict(scaling),
+                                      rope_theta=500000.0)
+    parameters = getattr(config, "rope_parameters", None) or {**config.rope_scaling, "rope_theta": 500000.0}
+    rng = np.random.default_rng(12)
+    q = rng.standard_normal((1, 2, 7, 32))  # (B, H, N, Dh)
+    positions = np.array([0, 1, 5, 17, 33, 48, 63])
+    cos, sin = m.LlamaRotaryEmbedding(config)(torch.tensor(q), torch.tensor(positions)[None])
+    theirs, _ = m.apply_rotary_pos_emb(torch.tensor(q), torch.tensor(q), cos, sin)
+    ours, _ = scaled_rope_forward(q, positions, scaling=parameters)
+    _close(ours, theirs, "rotated q", rtol=1e-5)
+
+
 def test_partial_rotary_frequencies_from_a_gpt_neox_config():
     config = transformers.GPTNeoXConfig(hidden_size=64, num_attention_heads=2, rotary_pct=0.25,
                                         rotary_emb_base=100.0)
