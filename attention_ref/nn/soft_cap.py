@@ -1,0 +1,63 @@
+"""Soft-capping ``y = cap * tanh(x / cap)`` (Gemma 2's attention scores and final logits), and its backward.
+
+A smooth clip: ``y ~ x`` for ``|x| << cap`` and ``|y| < cap`` always, so no score or logit
+can grow without bound. Gemma 2 caps its attention scores at ``attn_logit_softcapping = 50``
+(after the scale, before the mask and the softmax) and its final logits at
+``final_logit_softcapping = 30``. Symbols: ``...`` any axes.
+
+Forward: 1. ``t = tanh(x / cap)``; 2. ``y = cap * t``.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from .._checks import as_real_array, as_upstream, check_positive_real
+
+__all__ = ["SoftCapCache", "soft_cap_forward", "soft_cap_backward"]
+
+
+class SoftCapCache(NamedTuple):
+    """``t = tanh(x / cap)``, all the backward needs."""
+
+    t: np.ndarray  # (...), shaped like x
+
+
+def soft_cap_forward(x, cap):
+    """``y = cap * tanh(x / cap)``, elementwise.
+
+    Parameters
+    ----------
+    x : array (...)
+    cap : positive float (Gemma 2: 50.0 for the scores, 30.0 for the logits)
+
+    Returns
+    -------
+    y : array shaped like ``x``, in ``x``'s dtype, every entry in ``(-cap, cap)``
+    cache : SoftCapCache for :func:`soft_cap_backward`
+    """
+    x = as_real_array(x, "x")
+    cap = check_positive_real(cap, "cap")
+    # 1. t = tanh(x / cap) (tanh saturates to +-1, never overflows); 2. y = cap * t
+    with np.errstate(over="ignore", under="ignore"):  # x / cap past the dtype's range: tanh is +-1 there anyway
+        t = np.tanh(x / cap)  # (...)
+    return cap * t, SoftCapCache(t)
+
+
+def soft_cap_backward(dy, cache: SoftCapCache):
+    """Gradient of :func:`soft_cap_forward`.
+
+    2.-1. ``dy/dx = cap * (1 - t^2) / cap = 1 - t^2``, so ``dx = dy * (1 - t^2)``.
+
+    Parameters
+    ----------
+    dy : array shaped like the forward output
+    cache : SoftCapCache
+
+    Returns
+    -------
+    dx : array shaped like ``x``
+    """
+    t = cache.t
+    return as_upstream(dy, t.shape, t.dtype, "dy") * (1.0 - t * t)
