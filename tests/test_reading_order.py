@@ -140,3 +140,13 @@ def test_every_lesson_title_has_one_style():
         cells = json.loads((ROOT / "notebooks" / name).read_text(encoding="utf-8"))["cells"]
         title = "".join(cells[0]["source"]).splitlines()[0]
         assert re.fullmatch(rf"# {name[:2]} · \S.*", title), f"{name}: title {title!r} is not '# {name[:2]} · ...'"
+
+
+def test_the_line_counts_the_guide_states_are_true():
+    """"`attention_ref/core/softmax.py` (85 lines)" and the like: each count is the file's."""
+    text = GUIDE.read_text(encoding="utf-8")
+    stated = re.findall(r"`attention_ref/([\w/]+\.py)`\s*\((?:[^()]*?,\s*)?(\d+) lines", text)
+    assert len(stated) >= 5, stated
+    for path, count in stated:
+        lines = len((ROOT / "attention_ref" / path).read_text(encoding="utf-8").splitlines())
+        assert lines == int(count), f"docs/reading_guide.md says attention_ref/{path} has {count} lines; it has {lines}"
