@@ -25,8 +25,8 @@ __all__ = ["build", "main", "DOC_PAGES"]
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the docs pages, in the book's order, after the lessons
-DOC_PAGES = ("reading_guide", "claims", "variants", "training", "whole_models", "exercises", "performance",
-             "model_mappings", "development")
+DOC_PAGES = ("reading_guide", "notation", "answers", "bibliography", "claims", "variants", "training", "whole_models",
+             "exercises", "performance", "model_mappings", "development")
 _LINK = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s]+)\)")
 
 _CONF = '''

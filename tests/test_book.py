@@ -108,6 +108,6 @@ def test_every_page_in_a_real_browser(book, browser):
             if url.scheme == "file":
                 target = Path(unquote(url.path))
                 assert target.exists(), f"{name}: a link to {target.name}, which is not in the book"
-        if name in ("index", "01_scaled_dot_product_attention", "05_backward_passes_and_gradcheck"):
+        if name in ("index", "01_scaled_dot_product_attention", "06_backward_passes_and_gradcheck"):
             browser.save_screenshot(str(shots / f"{name}.png"))
     assert len(list(shots.glob("*.png"))) == 3

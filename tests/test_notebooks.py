@@ -129,8 +129,8 @@ def _client(nb, path: Path):
 
 
 #: The notebooks about a mechanism, each of which shows it in at least one figure (13 is the
-#: exercises: its output is the checker's text)
-MECHANISMS = [p for p in NOTEBOOKS if not p.name.startswith("13_")]
+#: exercises and 16 their solutions: their output is the checker's text and checked numbers)
+MECHANISMS = [p for p in NOTEBOOKS if not p.name.startswith(("13_", "16_"))]
 
 
 @pytest.mark.parametrize("path", MECHANISMS, ids=lambda p: p.stem)
@@ -153,6 +153,37 @@ def test_notebook_executes_and_its_committed_outputs_are_current(path):
     for i, (old, new) in enumerate(zip(committed, fresh)):
         assert same_text(old, new), (f"{path.name}, code cell {i}: the committed output is stale; re-execute the"
                             f" notebook.\ncommitted:\n{old}\nfresh:\n{new}")
+
+
+
+#: The lessons: every notebook but the solutions (16)
+LESSONS = [p for p in NOTEBOOKS if not p.name.startswith("16_")]
+ANSWERS = Path(__file__).resolve().parent.parent / "docs" / "answers.md"
+
+
+def _numbered(text: str) -> int:
+    return len(re.findall(r"^\d+\. ", text, flags=re.M))
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_lesson_links_the_notation_and_ends_with_summary_questions_exercises(path):
+    """The end of every lesson, as d2l's and CS231n's sections end: a summary, questions
+    answered on docs/answers.md (one answer per question) and exercises solved in notebook 16."""
+    nb = nbformat.read(path, as_version=4)
+    prose = [c.source for c in nb.cells if c.cell_type == "markdown"]
+    assert any("../docs/notation.md" in t for t in prose), f"{path.name} does not link the notation page"
+    heads = [t.split("\n", 1)[0] for t in prose]
+    for head in ("## Summary", "## Check your understanding", "## Exercises"):
+        assert head in heads, f"{path.name} has no '{head}' section"
+    questions = next(t for t in prose if t.startswith("## Check your understanding"))
+    assert 3 <= _numbered(questions) <= 4, f"{path.name}: {_numbered(questions)} questions, want 3-4"
+    sections = re.split(r"^## ", ANSWERS.read_text(encoding="utf-8"), flags=re.M)
+    answers = next((s for s in sections if s.startswith(f"{path.name[:2]} · ")), None)
+    assert answers is not None, f"docs/answers.md has no section '## {path.name[:2]} · ...'"
+    assert _numbered(answers) == _numbered(questions), (f"{path.name} asks {_numbered(questions)} questions,"
+                                                        f" docs/answers.md answers {_numbered(answers)}")
+    exercises = next(t for t in prose if t.startswith("## Exercises"))
+    assert "16_solutions.ipynb" in exercises, f"{path.name}: its exercises do not point to the solutions"
 
 
 def test_same_text_tolerates_jitter_but_not_change():

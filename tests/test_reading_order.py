@@ -1,5 +1,7 @@
 """One reading order of the reference, said in three places: the student path of
 docs/reading_guide.md, the README's "Start here" and the docstring of attention_ref/core/__init__.py.
+And one order of the lessons, said in three places: the student path, the README's "Start here"
+and the book's sidebar (the book lists the notebooks sorted by file name, attention_ref/book.py).
 
 Each place names the files of ``attention_ref/core/`` in the order a student should read them;
 this test extracts the three lists and requires them equal, complete, and in the order of the
@@ -116,3 +118,35 @@ def test_the_functions_the_student_path_names_exist():
     loops = set(re.findall(r"`(loop_\w+)`", student_path()))
     reference = (ROOT / "tests" / "_reference.py").read_text(encoding="utf-8")
     assert loops and all(f"def {name}(" in reference for name in loops), sorted(loops)
+
+
+def lessons_in_book_order() -> list:
+    """The notebooks as the book's sidebar lists them: sorted by file name."""
+    return sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+def test_one_order_of_the_lessons_in_the_readme_the_guide_and_the_book():
+    book = lessons_in_book_order()
+    guide = unique(re.findall(r"`notebooks/(\d\d_[a-z0-9_]+\.ipynb)`", student_path()))
+    readme = unique(re.findall(r"\(notebooks/(\d\d_[a-z0-9_]+\.ipynb)\)", section(README.read_text(encoding="utf-8"), "## Start here")))
+    assert readme == book, f"README's Start here lists {readme}, the book {book}"
+    assert guide == book, f"the reading guide's student path lists {guide}, the book {book}"
+
+
+def test_every_lesson_title_has_one_style():
+    """# NN · Title, NN the file's number: the sidebar shows these titles."""
+    import json
+    for name in lessons_in_book_order():
+        cells = json.loads((ROOT / "notebooks" / name).read_text(encoding="utf-8"))["cells"]
+        title = "".join(cells[0]["source"]).splitlines()[0]
+        assert re.fullmatch(rf"# {name[:2]} · \S.*", title), f"{name}: title {title!r} is not '# {name[:2]} · ...'"
+
+
+def test_the_line_counts_the_guide_states_are_true():
+    """"`attention_ref/core/softmax.py` (85 lines)" and the like: each count is the file's."""
+    text = GUIDE.read_text(encoding="utf-8")
+    stated = re.findall(r"`attention_ref/([\w/]+\.py)`\s*\((?:[^()]*?,\s*)?(\d+) lines", text)
+    assert len(stated) >= 5, stated
+    for path, count in stated:
+        lines = len((ROOT / "attention_ref" / path).read_text(encoding="utf-8").splitlines())
+        assert lines == int(count), f"docs/reading_guide.md says attention_ref/{path} has {count} lines; it has {lines}"
