@@ -130,6 +130,14 @@ def _inputs(np, B, N, D, dtype, seed=0):
     return x, dout, params
 
 
+def _atomic():
+    """This checkout's atomic writes (a temporary file beside the target, renamed over it)."""
+    sys.path.insert(0, str(ROOT))
+    from attention_ref import _atomic
+
+    return _atomic
+
+
 def _pair(path):
     """The multi-head forward and backward of ``path``: "fast" (``attention_ref.fast``,
     whatever the size) or "reference" (``attention_ref.core``, the formulas)."""
@@ -406,7 +414,8 @@ def make_plot(numpy_result, torch_result, path):
     ax.set_title(f"Multi-head attention, D = {rows[0]['D']}, h = {rows[0]['h']}, biases on")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with _atomic().atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)
 
 
@@ -467,8 +476,8 @@ def readme_block(run) -> str:
 def save(run, out, plot):
     """The table to ``out``, the raw numbers to ``out`` with .json and, if ``plot``, bars to .png."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(docs_table(run))
-    out.with_suffix(".json").write_text(json.dumps(run, indent=1))
+    _atomic().write_atomic(out, docs_table(run))
+    _atomic().write_atomic(out.with_suffix(".json"), json.dumps(run, indent=1))
     if plot:
         make_plot(run["numpy"], run["torch"], out.with_suffix(".png"))
 
@@ -616,7 +625,7 @@ def main(argv=None):
             print(f"error: cannot render {TABLE.with_suffix('.json').relative_to(ROOT)}: {problem}. Regenerate it"
                   " with a full run: python benchmarks/bench_mha.py --write", file=sys.stderr)
             return 1
-        TABLE.write_text(docs_table(run))
+        _atomic().write_atomic(TABLE, docs_table(run))
         print(f"wrote {TABLE.relative_to(ROOT)}")
         update_docs(run)
         return 0
@@ -726,7 +735,7 @@ def _update_doc(doc, block, name="bench_mha") -> bool:
     if begin not in text or end not in text:
         return False
     head, rest = text.split(begin, 1)
-    doc.write_text(head + begin + "\n" + block + rest[rest.index(end):])
+    _atomic().write_atomic(doc, head + begin + "\n" + block + rest[rest.index(end):])
     return True
 
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .._atomic import write_atomic
+
 __all__ = ["read_safetensors", "write_safetensors"]
 
 _DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1",
@@ -68,4 +70,4 @@ def write_safetensors(tensors: dict, path, metadata: dict | None = None) -> None
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)  # the data starts 8-aligned
-    Path(path).write_bytes(struct.pack("<Q", len(text)) + text + b"".join(chunks))
+    write_atomic(path, struct.pack("<Q", len(text)) + text + b"".join(chunks))
