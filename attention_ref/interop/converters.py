@@ -41,8 +41,9 @@ def _tensor(state, key):
     return np.asarray(state[key])
 
 
-def _apply(model, state, prefix):
-    """Apply one table of :data:`MAPPINGS` to ``state`` (keys ``prefix + theirs``)."""
+def _apply(model, state, prefix, copy=True):
+    """Apply one table of :data:`MAPPINGS` to ``state`` (keys ``prefix + theirs``); ``copy=False``
+    returns views (for a state that is already ours)."""
     state = load_state(state)
     out = {}
     for rule in MAPPINGS[model]:
@@ -65,7 +66,7 @@ def _apply(model, state, prefix):
             parts = [t.T]  # nn.Linear's (out, in) -> our (in, out)
         else:
             parts = [t]
-        out.update({name: np.array(p) for name, p in zip(rule.ours, parts)})  # copies: ours to keep
+        out.update({name: np.array(p) if copy else p for name, p in zip(rule.ours, parts)})  # copies: ours to keep
     return out
 
 
