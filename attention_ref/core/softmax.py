@@ -30,12 +30,12 @@ def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
     """The formula ``exp(x - m) / sum(exp(x - m))``, ``m`` the maximum along ``axis``."""
     m = x.max(axis=axis, keepdims=True, initial=-np.inf)  # row maximum (-inf for an empty row)
     m[m == -np.inf] = 0  # a row of only -inf: subtract 0, so exp gives 0, never nan
-    with np.errstate(over="ignore"):  # x - m below the dtype's range is -inf: exp gives 0
+    with np.errstate(over="ignore", under="ignore"):  # x - m far below 0: exp gives 0, as it should
         e = np.exp(x - m)
         signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
-    s = e.sum(axis=axis, keepdims=True)
-    s[s == 0] = 1  # a row of only -inf: 0 / 1 = 0 instead of 0 / 0
-    return e / s
+        s = e.sum(axis=axis, keepdims=True)
+        s[s == 0] = 1  # a row of only -inf: 0 / 1 = 0 instead of 0 / 0
+        return e / s
 
 
 def _softmax_backward(dy: np.ndarray, y: np.ndarray, axis: int) -> np.ndarray:

@@ -29,13 +29,13 @@ def _softmax_rows(x: np.ndarray) -> None:
     m[m == -np.inf] = 0  # all -inf row: subtract 0 so exp gives 0, never nan
     if not np.isfinite(m).all():  # the check costs (rows, 1): the row maxima, computed anyway
         raise ScoresOverflow
-    with np.errstate(over="ignore"):  # x - m below the dtype's range is -inf: exp gives 0
+    with np.errstate(over="ignore", under="ignore"):  # x - m far below 0: exp gives 0, as it should
         np.subtract(x, m, out=x)
         signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
-    np.exp(x, out=x)
-    s = x.sum(axis=-1, keepdims=True)
-    s[s == 0] = 1  # all -inf row: 0 / 1 = 0 instead of 0 / 0
-    x /= s
+        np.exp(x, out=x)
+        s = x.sum(axis=-1, keepdims=True)
+        s[s == 0] = 1  # all -inf row: 0 / 1 = 0 instead of 0 / 0
+        x /= s
 
 
 def softmax_in_place(x: np.ndarray) -> np.ndarray:

@@ -58,12 +58,13 @@ def cross_entropy_forward(logits, targets, ignore_index=-100):
         shifted = logits - logits.max(axis=-1, keepdims=True)  # (..., V), max 0
         log_p = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))  # (..., V)
         signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
+        p = np.exp(log_p)  # (..., V), for the backward; far below the maximum: 0
     # 2. the target's negative log-probability, kept rows only
     nll = -np.take_along_axis(log_p, t[..., None], axis=-1)[..., 0]  # (...,)
     # 3. mean over the kept rows
     count = int(kept.sum())
     loss = np.asarray(np.where(kept, nll, 0).sum() / max(count, 1), dtype=logits.dtype)  # ()
-    return loss, CrossEntropyCache(np.exp(log_p), t, kept, count)
+    return loss, CrossEntropyCache(p, t, kept, count)
 
 
 def cross_entropy_backward(dloss, cache: CrossEntropyCache):
