@@ -46,6 +46,7 @@ import datetime
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -307,11 +308,57 @@ def torch_worker(configs, dtypes, repeats, D, h):
 
 
 # --------------------------------------------------------------------------- driver
+_PARENT_ENV = "ATTENTION_REF_BENCH_PARENT"  # the driver's pid, handed to each worker
+
+
+def _end_with_parent():
+    """In a worker: end when the driver ends, however it ends. On Linux the kernel sends SIGKILL
+    when the parent dies (``PR_SET_PDEATHSIG``); elsewhere a thread polls the parent's pid."""
+    parent = int(os.environ.get(_PARENT_ENV, "0"))
+    if not parent:
+        return
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    else:
+        import threading
+
+        def watch():
+            while os.getppid() == parent:
+                time.sleep(0.2)
+            os._exit(1)
+
+        threading.Thread(target=watch, daemon=True).start()
+    if os.getppid() != parent:  # the driver died before the line above
+        os._exit(1)
+
+
+def _end_on_sigterm():
+    """In the driver: SIGTERM unwinds like Ctrl-C, so the running worker is killed (below)."""
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def _run_worker(kind, args, extra=()):
-    """Run one measurement in a fresh Python process; None if it cannot run (PyTorch absent)."""
+    """Run one measurement in a fresh Python process; None if it cannot run (PyTorch absent).
+    The worker never outlives this process: killed here on any exit, and by the kernel (or its own
+    watch) if this process is killed outright."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", kind,
            "--repeats", str(args.repeats), *extra] + (["--quick"] if args.quick else [])
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                             env={**os.environ, _PARENT_ENV: str(os.getpid())})
+    try:
+        stdout, stderr = child.communicate()
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    proc = subprocess.CompletedProcess(cmd, child.returncode, stdout, stderr)
     if proc.returncode != 0:
         if kind == "torch" and "ModuleNotFoundError" in proc.stderr:
             return None
@@ -644,6 +691,8 @@ def main(argv=None):
             parser.error(f"--case wants DTYPE:B:N with DTYPE in {', '.join(DTYPES)}, e.g. float32:1:2048;"
                          f" got {args.case!r}")
         configs, dtypes = [(B, N)], (dtype,)
+    if args.worker:
+        _end_with_parent()
     if args.worker == "numpy":  # one path, one case
         print(json.dumps(numpy_worker(configs, dtypes, args.repeats, D, h, 64 if args.quick else 2048,
                                       path=args.path, time_only=args.time_only)))
@@ -740,4 +789,5 @@ def _update_doc(doc, block, name="bench_mha") -> bool:
 
 
 if __name__ == "__main__":
+    _end_on_sigterm()  # the script only: main() called from Python leaves the caller's handlers alone
     sys.exit(main())
