@@ -9,6 +9,7 @@ build itself is tested with Sphinx replaced by a stand-in that writes what Sphin
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -135,3 +136,65 @@ def test_a_folder_filled_by_someone_during_the_build_is_not_replaced(tmp_path, m
 def test_the_book_command_sits_beside_the_other_commands():
     assert not (ROOT / "attention_ref" / "book.py").exists()
     assert (ROOT / "attention_ref" / "documents" / "book.py").exists()
+
+
+_FAKE_SPHINX = '''
+import os, sys, time
+out = sys.argv[-1]
+os.makedirs(out)
+with open(os.environ["FAKE_SPHINX_PID"] + ".tmp", "w") as f:
+    f.write(str(os.getpid()))
+os.replace(os.environ["FAKE_SPHINX_PID"] + ".tmp", os.environ["FAKE_SPHINX_PID"])
+time.sleep(120)
+'''
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads processes from /proc")
+@pytest.mark.parametrize("signum", [15, 9])
+def test_sphinx_ends_with_the_book_command(tmp_path, signum):
+    """A stand-in Sphinx that sleeps; the book command gets SIGTERM or SIGKILL: Sphinx is gone
+    within seconds, the earlier build is untouched, and after SIGTERM no temporary folder is left."""
+    fake = tmp_path / "fake"
+    (fake / "sphinx").mkdir(parents=True)
+    (fake / "sphinx" / "__init__.py").write_text("")
+    (fake / "sphinx" / "__main__.py").write_text(_FAKE_SPHINX)
+    for name in ("myst_nb", "sphinx_book_theme"):
+        (fake / f"{name}.py").write_text("")
+    work = tmp_path / "work"
+    (work / "site").mkdir(parents=True)
+    (work / "site" / book.MARKER).write_text("an earlier build")
+    (work / "site" / "index.html").write_text("old")
+    before = _snapshot(work)
+    pid_file = tmp_path / "sphinx.pid"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake), str(ROOT)]), "FAKE_SPHINX_PID": str(pid_file)}
+    command = subprocess.Popen([sys.executable, "-m", "attention_ref", "book", "site"], cwd=work, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not pid_file.exists() and time.monotonic() < deadline and command.poll() is None:
+            time.sleep(0.05)
+        assert pid_file.exists(), command.stderr.read().decode()[-2000:]
+        sphinx = int(pid_file.read_text())
+        assert _alive(sphinx)
+        command.send_signal(signum)
+        command.wait(timeout=30)
+        deadline = time.monotonic() + 3
+        while _alive(sphinx) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(sphinx), "Sphinx outlived the book command"
+        assert (work / "site" / "index.html").read_text() == "old"
+        if signum == 15:
+            assert _snapshot(work) == before, "a temporary folder was left beside OUT"
+            assert "Traceback" not in command.stderr.read().decode()
+    finally:
+        if command.poll() is None:
+            command.kill()
+            command.wait()
+        command.stderr.close()

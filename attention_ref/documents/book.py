@@ -20,6 +20,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -123,6 +124,23 @@ def check_out(out) -> Path:
     return out
 
 
+def _end_with_parent():
+    """For Sphinx's process: on Linux, the kernel sends it SIGTERM when this process dies, even
+    by SIGKILL (``PR_SET_PDEATHSIG``); elsewhere None (an exception here still kills it)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    parent = os.getpid()
+
+    def set_death_signal():  # runs in the child, between fork and exec
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # this process died before the line above
+            os._exit(1)
+
+    return set_death_signal
+
+
 def build(out="_build/book", quiet=True) -> Path:
     """Build the book into the folder ``out``; returns the path of its ``index.html``.
 
@@ -178,7 +196,7 @@ def build(out="_build/book", quiet=True) -> Path:
         (src / "conf.py").write_text(_CONF, encoding="utf-8")
         # doctrees in the scratch folder; myst-nb writes its jupyter_execute/ beside the html folder: inside too
         cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-d", str(work / "doctrees"), str(src), str(html)]
-        result = subprocess.run(cmd, capture_output=True, text=True, cwd=work)
+        result = subprocess.run(cmd, capture_output=True, text=True, cwd=work, preexec_fn=_end_with_parent())
         if result.returncode:
             raise SystemExit(f"sphinx-build failed:\n{result.stderr[-4000:]}")
         if not quiet and result.stderr.strip():
@@ -217,10 +235,17 @@ def main(argv=None) -> int:
         print('the book needs its tools: python -m pip install -e ".[book]"', file=sys.stderr)
         return 2
     print("building the book (Sphinx, myst-nb; the notebooks' committed outputs, no execution) ...", flush=True)
+
+    def stop(signum, frame):  # SIGTERM unwinds: Sphinx is killed and the temporary folder removed
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
     try:
         index = build(args.out, quiet=False)
     except (ValueError, OSError) as e:
         print(f"book: {e}", file=sys.stderr)
         return 2
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print(f"wrote {index}: open it in a browser (no network needed)")
     return 0
