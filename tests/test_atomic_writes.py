@@ -79,6 +79,34 @@ def test_random_sigkills_leave_old_or_new(tmp_path):
     assert len(seen) > 1, f"the writer never got to write: {seen}"  # the kills did land between writes
 
 
+_FIGURES = """
+import sys
+sys.path.insert(0, {root!r})
+from attention_ref.plot import save_all
+save_all(sys.argv[1], ["saturation.png"])
+print("ready", flush=True)
+while True:
+    save_all(sys.argv[1], ["saturation.png"])
+"""
+PNG_END = b"IEND\xaeB`\x82"  # the last chunk of every whole PNG
+
+
+def test_random_sigkills_of_the_figure_writer_leave_whole_pngs(tmp_path):
+    """``python -m attention_ref --plots DIR``'s writer, killed while it rewrites a figure."""
+    rng = random.Random(1)
+    png = tmp_path / "saturation.png"
+    for _ in range(6):
+        child = subprocess.Popen([sys.executable, "-c", _FIGURES.format(root=str(ROOT)), str(tmp_path)],
+                                 stdout=subprocess.PIPE)
+        assert child.stdout.readline() == b"ready\n"
+        time.sleep(rng.uniform(0.0, 0.6))
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        child.stdout.close()
+        blob = png.read_bytes()
+        assert blob.startswith(b"\x89PNG\r\n\x1a\n") and blob.endswith(PNG_END), f"a partial PNG: {len(blob)} bytes"
+
+
 def _starved(code: str, limit: int, cwd=ROOT):
     """Run ``code`` in a child whose files may not grow past ``limit`` bytes (EFBIG, not SIGXFSZ)."""
     preamble = ("import resource, signal, sys\n"

@@ -25,7 +25,10 @@ def load_state(source) -> Mapping:
         return source
     path = Path(source)
     if path.suffix == ".npz":
-        with np.load(path) as f:
+        from .safetensors import open_regular  # a FIFO or a device is refused before it is read
+
+        raw, _ = open_regular(path, ".npz file")
+        with raw, np.load(raw) as f:
             return {k: f[k] for k in f.files}
     if path.suffix == ".safetensors":
         from .safetensors import read_safetensors  # plain NumPy, no safetensors package needed

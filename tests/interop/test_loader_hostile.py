@@ -322,3 +322,15 @@ def test_loading_takes_at_most_1_2x_the_file(tmp_path):
         tracemalloc.stop()
     assert sum(v.nbytes for v in loaded.values()) > 0.9 * size
     assert peak <= 1.2 * size, f"peak {peak / 2**20:.1f} MiB for a file of {size / 2**20:.1f} MiB"
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_load_state_refuses_a_fifo_npz(tmp_path):
+    from attention_ref.interop import load_state
+
+    np.savez(tmp_path / "a.npz", w=np.ones(3))
+    np.testing.assert_array_equal(load_state(tmp_path / "a.npz")["w"], np.ones(3))
+    os.mkfifo(tmp_path / "b.npz")
+    with pytest.raises(ValueError) as e:
+        load_state(tmp_path / "b.npz")
+    _one_line_error(e, "b.npz", "found a FIFO")
