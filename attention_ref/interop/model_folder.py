@@ -77,6 +77,10 @@ def _check_fields(d: dict, path: Path) -> None:
     for name in ("rope_parameters", "rope_scaling"):
         if d.get(name) is not None and not isinstance(d[name], dict):
             raise ValueError(f"{path}: field {name!r} must be an object or null, found {d[name]!r}")
+        theta = (d.get(name) or {}).get("rope_theta", 1.0)
+        if not (isinstance(theta, (int, float)) and not isinstance(theta, bool) and math.isfinite(theta) and theta > 0):
+            raise ValueError(f"{path}: field '{name}.rope_theta' must be a positive number, found {theta!r}"
+                             f" ({_kind(theta)})")
     pad = d.get("pad_token_id")
     if pad is not None and not (isinstance(pad, int) and not isinstance(pad, bool)):
         raise ValueError(f"{path}: field 'pad_token_id' must be an integer or null, found {pad!r} ({_kind(pad)})")

@@ -231,6 +231,8 @@ CONFIGS = {
     "kv heads not a divisor": ({**LLAMA, "num_key_value_heads": 3}, "num_kv_heads = 3", "divide"),
     "a bad pad id": ({**LLAMA, "pad_token_id": "0"}, "'pad_token_id'", "integer or null"),
     "rope as a list": ({**LLAMA, "rope_scaling": [1]}, "'rope_scaling'", "object or null"),
+    "rope theta as a string": ({**LLAMA, "rope_parameters": {"rope_type": "default", "rope_theta": "1e4"}},
+                               "'rope_parameters.rope_theta'", "positive number"),
     "an unknown family": ({"model_type": "bert"}, "model_type 'bert'", "not supported"),
 }
 
