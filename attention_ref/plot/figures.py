@@ -195,7 +195,8 @@ FIGURES = {
 
 
 def save_all(directory, names=None) -> list[Path]:
-    """Write the figures (all, or those in ``names``) as PNGs into ``directory``."""
+    """Write the figures (all, or those in ``names``) as PNGs into ``directory``, each atomically
+    (a temporary file beside it, renamed over it): a killed run leaves the old figure whole."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
