@@ -90,3 +90,52 @@ def test_exact_gelu_and_linear_attention_features_far_out(feature_map):
     assert np.all(np.isfinite(ar.gelu_backward(np.ones_like(a), cache)))
     out, cache = ar.linear_attention_forward(h, h, h, feature_map=feature_map)
     assert np.all(np.isfinite(out)) and np.all(np.isfinite(ar.linear_attention_backward(np.ones_like(out), cache)))
+
+
+def _denormal_case(dtype):
+    """Scores whose weights land in the subnormal range (e^-740 in float64, e^-100 in float32)."""
+    low = -740.0 if dtype == np.float64 else -100.0
+    q = np.array([[1.0, 0.0], [0.5, 0.0]], dtype)
+    k = np.array([[low, 0.0], [0.0, 0.0], [low / 2, 1.0]], dtype) * np.sqrt(2.0).astype(dtype)
+    return q, k, np.random.default_rng(0).standard_normal((3, 2)).astype(dtype)  # products with them inexact
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_subnormal_weights_forward_and_backward(dtype):
+    """A weight of e^-740 is subnormal: products with it underflow, harmlessly, in every backward."""
+    low = -740.0 if dtype == np.float64 else -100.0
+    y, cache = ar.softmax_forward(np.array([[low, 0.0, low / 2]], dtype))
+    assert 0 < y[0, 0] < np.finfo(dtype).tiny  # subnormal indeed
+    assert np.all(np.isfinite(ar.softmax_backward(np.array([[0.3, 1.0, 2.0]], dtype), cache)))
+    q, k, v = _denormal_case(dtype)
+    dout = np.array([[0.3, -1.1], [2.3, 0.7]], dtype)
+    for forward, backward in ((ar.scaled_dot_product_attention_forward, ar.scaled_dot_product_attention_backward),
+                              (ar.flash_attention_forward, ar.flash_attention_backward)):
+        out, cache = forward(q, k, v)
+        assert all(np.all(np.isfinite(g)) for g in backward(dout, cache))
+    big = np.zeros((64, 64, 3), dtype)  # the fast path's size: its in-place softmax and backward
+    big[..., 0], big[..., 2] = low, low / 2
+    for forward, backward in ((ar.softmax_forward, ar.softmax_backward),):
+        y, cache = forward(big)
+        assert np.all(np.isfinite(backward(np.ones_like(y), cache)))
+    x = np.repeat(q[None], 64, axis=0)  # (64, 2, 2): large enough for the fast attention path
+    out, cache = ar.scaled_dot_product_attention_forward(np.repeat(x, 64, axis=1), k, v)
+    dout = np.random.default_rng(1).standard_normal(out.shape).astype(dtype)
+    assert all(np.all(np.isfinite(g)) for g in ar.scaled_dot_product_attention_backward(dout, cache))
+    loss, cache = ar.cross_entropy_forward(np.array([[low, 0.0, low / 2]] * 3, dtype), [1, 1, 1])
+    assert np.all(np.isfinite(ar.cross_entropy_backward(1.0, cache)))
+
+
+@pytest.mark.parametrize("dtype, low", [(np.float64, -740.0), (np.float32, -100.0)])
+@pytest.mark.parametrize("path", ["core", "fast"])
+def test_subnormal_weights_on_both_paths(dtype, low, path):
+    """The reference and the fast path (BLAS products) with weights e^low, subnormal."""
+    rng = np.random.default_rng(0)
+    q = np.ones((2, 4, 8, 1), dtype)
+    k = np.concatenate([np.full((2, 4, 8, 1), low, dtype), np.zeros((2, 4, 8, 1), dtype)], axis=2)
+    v = rng.standard_normal((2, 4, 16, 3)).astype(dtype)
+    module = getattr(ar, path)
+    out, cache = module.scaled_dot_product_attention_forward(q, k, v, scale=1.0)
+    assert 0 < cache.weights.min() < np.finfo(dtype).tiny
+    grads = module.scaled_dot_product_attention_backward(rng.standard_normal(out.shape).astype(dtype), cache)
+    assert all(np.all(np.isfinite(g)) for g in grads)

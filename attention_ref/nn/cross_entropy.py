@@ -75,7 +75,8 @@ def cross_entropy_backward(dloss, cache: CrossEntropyCache):
     dloss = as_upstream(dloss, (), cache.p.dtype, "dloss")
     onehot = np.zeros_like(cache.p)  # (..., V)
     np.put_along_axis(onehot, cache.targets[..., None], 1.0, axis=-1)
-    dz = (cache.p - onehot) * (dloss / max(cache.count, 1))  # (..., V)
+    with np.errstate(under="ignore"):  # a probability far below 1, scaled, may round to 0: harmless
+        dz = (cache.p - onehot) * (dloss / max(cache.count, 1))  # (..., V)
     return np.where(cache.kept[..., None], dz, 0).astype(cache.p.dtype, copy=False)  # (..., V)
 
 
