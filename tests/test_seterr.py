@@ -139,3 +139,33 @@ def test_subnormal_weights_on_both_paths(dtype, low, path):
     assert 0 < cache.weights.min() < np.finfo(dtype).tiny
     grads = module.scaled_dot_product_attention_backward(rng.standard_normal(out.shape).astype(dtype), cache)
     assert all(np.all(np.isfinite(g)) for g in grads)
+
+
+MULTI_HEAD = {"public": (ar.multi_head_attention_forward, ar.multi_head_attention_backward),
+              "separate heads": (ar.multi_head_attention_separate_heads_forward,
+                                 ar.multi_head_attention_separate_heads_backward),
+              "core": (ar.core.multi_head_attention_forward, ar.core.multi_head_attention_backward),
+              "fast": (ar.fast.multi_head_attention_forward, ar.fast.multi_head_attention_backward)}
+
+
+@pytest.mark.parametrize("dtype, low", [(np.float64, -740.0), (np.float32, -100.0)])
+@pytest.mark.parametrize("B, N", [(1, 3), (8, 64)])
+@pytest.mark.parametrize("which", sorted(MULTI_HEAD))
+def test_subnormal_weights_through_the_projections(dtype, low, B, N, which):
+    """The tiny gradients past a subnormal weight reach the projections' backward: no underflow raised."""
+    rng = np.random.default_rng(0)
+    eye = np.eye(2, dtype=dtype)
+    params = {"W_q": eye, "W_k": eye, "W_v": rng.standard_normal((2, 2)).astype(dtype),
+              "W_o": rng.standard_normal((2, 2)).astype(dtype)}
+    x = np.zeros((B, N, 2), dtype)
+    x[..., 0] = np.sqrt(2.0)
+    kv = np.zeros((B, N, 2), dtype)
+    kv[:, ::2, 0] = low
+    kv[..., 1] = rng.standard_normal((B, N))
+    forward, backward = MULTI_HEAD[which]
+    out, cache = forward(x, kv, kv, params, 1)
+    grads = backward(rng.standard_normal(out.shape).astype(dtype), cache)
+    leaves = [g for g in (grads.values() if isinstance(grads, dict) else grads) if g is not None]
+    for g in leaves:
+        for leaf in (g.values() if isinstance(g, dict) else (g,)):
+            assert leaf is None or np.all(np.isfinite(leaf))
