@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def book(tmp_path_factory):
-    out = tmp_path_factory.mktemp("book")
+    out = tmp_path_factory.mktemp("book") / "site"  # a folder of its own: what is beside it is checked
     build(out)
     return out
 
