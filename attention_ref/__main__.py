@@ -1,6 +1,6 @@
 """``python -m attention_ref``: the step-by-step walkthrough (see :mod:`attention_ref.documents.walkthrough`);
 ``python -m attention_ref exercise ...``: the exercises (see :mod:`attention_ref.exercises`);
-``python -m attention_ref book [OUT]``: the lessons and docs as a website (see :mod:`attention_ref.book`)."""
+``python -m attention_ref book [OUT]``: the lessons and docs as a website (see :mod:`attention_ref.documents.book`)."""
 import os
 import sys
 
@@ -19,7 +19,7 @@ try:
     if sys.argv[1:2] == ["exercise"]:
         code = exercise_main(sys.argv[2:])
     elif sys.argv[1:2] == ["book"]:
-        from .book import main as book_main
+        from .documents.book import main as book_main
 
         code = book_main(sys.argv[2:])
     else:

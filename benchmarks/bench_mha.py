@@ -46,6 +46,7 @@ import datetime
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -128,6 +129,14 @@ def _inputs(np, B, N, D, dtype, seed=0):
         params["W_" + name] = (rng.standard_normal((D, D)) / D ** 0.5).astype(dtype)
         params["b_" + name] = (0.1 * rng.standard_normal(D)).astype(dtype)
     return x, dout, params
+
+
+def _atomic():
+    """This checkout's atomic writes (a temporary file beside the target, renamed over it)."""
+    sys.path.insert(0, str(ROOT))
+    from attention_ref import _atomic
+
+    return _atomic
 
 
 def _pair(path):
@@ -299,11 +308,57 @@ def torch_worker(configs, dtypes, repeats, D, h):
 
 
 # --------------------------------------------------------------------------- driver
+_PARENT_ENV = "ATTENTION_REF_BENCH_PARENT"  # the driver's pid, handed to each worker
+
+
+def _end_with_parent():
+    """In a worker: end when the driver ends, however it ends. On Linux the kernel sends SIGKILL
+    when the parent dies (``PR_SET_PDEATHSIG``); elsewhere a thread polls the parent's pid."""
+    parent = int(os.environ.get(_PARENT_ENV, "0"))
+    if not parent:
+        return
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    else:
+        import threading
+
+        def watch():
+            while os.getppid() == parent:
+                time.sleep(0.2)
+            os._exit(1)
+
+        threading.Thread(target=watch, daemon=True).start()
+    if os.getppid() != parent:  # the driver died before the line above
+        os._exit(1)
+
+
+def _end_on_sigterm():
+    """In the driver: SIGTERM unwinds like Ctrl-C, so the running worker is killed (below)."""
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def _run_worker(kind, args, extra=()):
-    """Run one measurement in a fresh Python process; None if it cannot run (PyTorch absent)."""
+    """Run one measurement in a fresh Python process; None if it cannot run (PyTorch absent).
+    The worker never outlives this process: killed here on any exit, and by the kernel (or its own
+    watch) if this process is killed outright."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", kind,
            "--repeats", str(args.repeats), *extra] + (["--quick"] if args.quick else [])
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                             env={**os.environ, _PARENT_ENV: str(os.getpid())})
+    try:
+        stdout, stderr = child.communicate()
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    proc = subprocess.CompletedProcess(cmd, child.returncode, stdout, stderr)
     if proc.returncode != 0:
         if kind == "torch" and "ModuleNotFoundError" in proc.stderr:
             return None
@@ -406,7 +461,8 @@ def make_plot(numpy_result, torch_result, path):
     ax.set_title(f"Multi-head attention, D = {rows[0]['D']}, h = {rows[0]['h']}, biases on")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with _atomic().atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)
 
 
@@ -467,8 +523,8 @@ def readme_block(run) -> str:
 def save(run, out, plot):
     """The table to ``out``, the raw numbers to ``out`` with .json and, if ``plot``, bars to .png."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(docs_table(run))
-    out.with_suffix(".json").write_text(json.dumps(run, indent=1))
+    _atomic().write_atomic(out, docs_table(run))
+    _atomic().write_atomic(out.with_suffix(".json"), json.dumps(run, indent=1))
     if plot:
         make_plot(run["numpy"], run["torch"], out.with_suffix(".png"))
 
@@ -616,7 +672,7 @@ def main(argv=None):
             print(f"error: cannot render {TABLE.with_suffix('.json').relative_to(ROOT)}: {problem}. Regenerate it"
                   " with a full run: python benchmarks/bench_mha.py --write", file=sys.stderr)
             return 1
-        TABLE.write_text(docs_table(run))
+        _atomic().write_atomic(TABLE, docs_table(run))
         print(f"wrote {TABLE.relative_to(ROOT)}")
         update_docs(run)
         return 0
@@ -635,6 +691,8 @@ def main(argv=None):
             parser.error(f"--case wants DTYPE:B:N with DTYPE in {', '.join(DTYPES)}, e.g. float32:1:2048;"
                          f" got {args.case!r}")
         configs, dtypes = [(B, N)], (dtype,)
+    if args.worker:
+        _end_with_parent()
     if args.worker == "numpy":  # one path, one case
         print(json.dumps(numpy_worker(configs, dtypes, args.repeats, D, h, 64 if args.quick else 2048,
                                       path=args.path, time_only=args.time_only)))
@@ -726,9 +784,10 @@ def _update_doc(doc, block, name="bench_mha") -> bool:
     if begin not in text or end not in text:
         return False
     head, rest = text.split(begin, 1)
-    doc.write_text(head + begin + "\n" + block + rest[rest.index(end):])
+    _atomic().write_atomic(doc, head + begin + "\n" + block + rest[rest.index(end):])
     return True
 
 
 if __name__ == "__main__":
+    _end_on_sigterm()  # the script only: main() called from Python leaves the caller's handlers alone
     sys.exit(main())

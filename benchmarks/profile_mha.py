@@ -187,7 +187,9 @@ def main(argv=None):
         if begin not in doc or end not in doc:
             parser.error(f"{DOC.relative_to(ROOT)} has no {begin} ... {end} markers")
         head, rest = doc.split(begin, 1)
-        DOC.write_text(head + begin + "\n" + machine + "\n\n" + text + "\n" + rest[rest.index(end):])
+        from attention_ref._atomic import write_atomic
+
+        write_atomic(DOC, head + begin + "\n" + machine + "\n\n" + text + "\n" + rest[rest.index(end):])
         print(f"wrote {DOC.relative_to(ROOT)}")
     return 0
 

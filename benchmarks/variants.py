@@ -66,6 +66,7 @@ from attention_ref import (  # noqa: E402
     scaled_dot_product_attention_backward,
     scaled_dot_product_attention_forward,
 )
+from attention_ref._atomic import atomic_path, write_atomic  # noqa: E402
 from attention_ref.fast.attention import QUERY_BLOCK_ELEMENTS  # noqa: E402
 from attention_ref.fast.dispatch import FAST_MIN_ELEMENTS  # noqa: E402
 
@@ -263,7 +264,8 @@ def plot(results, path):
     ax_m.legend(fontsize=8)
     fig.suptitle(f"Attention variants, {HEADS} heads, d = {D}, float32 (log-log)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)
 
 
@@ -363,7 +365,7 @@ def update_variants_doc(results, ns, path, command="python benchmarks/variants.p
         return False
     head, rest = text.split(begin, 1)
     tail = rest.split(end, 1)[1]
-    path.write_text(head + "\n".join([begin, "", *measured_block(results, ns, command), "", end]) + tail)
+    write_atomic(path, head + "\n".join([begin, "", *measured_block(results, ns, command), "", end]) + tail)
     return True
 
 
@@ -395,7 +397,7 @@ def main(argv=None):
     out = ROOT / "docs" if args.write else args.out
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "variants_costs.md").write_text(costs)
+        write_atomic(out / "variants_costs.md", costs)
         plot(results, out / "variants_costs.png")
         updated = (out / "variants.md").exists() and update_variants_doc(results, ns, out / "variants.md", command)
         print(f"wrote {out / 'variants_costs.md'}, {out / 'variants_costs.png'}"

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import _common  # noqa: F401  (puts the checkout on sys.path)
 
+from attention_ref._atomic import write_atomic
 from attention_ref.documents.claims import render_markdown, render_text
 
 DEFAULT = Path(__file__).resolve().parent.parent / "docs" / "claims.md"
@@ -25,7 +26,7 @@ def main(argv=None) -> int:
                        help="exit with status 1 if PATH differs from the generated table")
     args = parser.parse_args(argv)
     if args.write:
-        args.write.write_text(render_markdown(), encoding="utf-8")
+        write_atomic(args.write, render_markdown())
         print(f"wrote {args.write}")
     elif args.check:
         if args.check.read_text(encoding="utf-8") != render_markdown():

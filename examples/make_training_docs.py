@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT / "examples"))
 
 from train_two_heads import final_line, run, summary_lines  # noqa: E402
 
+from attention_ref._atomic import write_atomic  # noqa: E402
 from attention_ref.documents.toy_task import init_toy_model, train_toy_model  # noqa: E402
 
 DOC = ROOT / "docs" / "training.md"
@@ -178,13 +179,13 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.write:
         results = compute_results()
-        RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+        write_atomic(RESULTS, json.dumps(results, indent=1) + "\n")
         run(0, results["settings"]["epochs"], plots=ROOT / "docs", verbose=False)
     results = json.loads(RESULTS.read_text())
     text = DOC.read_text()
     new = write_doc(text, render_blocks(results))
     if args.write or args.render:
-        DOC.write_text(new)
+        write_atomic(DOC, new)
         print(f"wrote {DOC.relative_to(ROOT)}")
     elif new != text:
         print("docs/training.md does not match docs/training_results.json: run with --write")

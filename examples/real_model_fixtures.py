@@ -75,7 +75,10 @@ def main(argv=None) -> int:
         print(summary)
         if args.write:
             OUT.mkdir(parents=True, exist_ok=True)
-            np.savez_compressed(OUT / f"{name}_layer.npz", **arrays)
+            from attention_ref._atomic import atomic_path
+
+            with atomic_path(OUT / f"{name}_layer.npz") as tmp:  # keeps the .npz suffix
+                np.savez_compressed(tmp, **arrays)
             print(f"wrote {OUT / f'{name}_layer.npz'}")
     return 0
 

@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout's package
 
 import attention_ref as ar  # noqa: E402
+from attention_ref._atomic import atomic_path, write_atomic  # noqa: E402
 
 #: The standard library modules whose source is the text (in this order).
 CORPUS = ("argparse", "textwrap", "calendar", "difflib", "pprint", "shlex", "fractions", "heapq", "bisect",
@@ -153,7 +154,8 @@ def plot(result, path):
     ax.set_title("A tiny GPT on Python's standard library, hand-derived gradients")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)
 
 
@@ -182,14 +184,14 @@ def main(argv=None):
         for sample in result["samples"]:
             print("---\n" + sample)
     if args.write:
-        RESULTS.write_text(json.dumps(result, indent=1) + "\n")
+        write_atomic(RESULTS, json.dumps(result, indent=1) + "\n")
         plot(result, FIGURE)
         print(f"wrote {RESULTS} and {FIGURE}")
     if args.write or args.render:
         text = DOC.read_text()
         if not _BLOCK.search(text):
             raise SystemExit(f"{DOC} has no generated block 'train_tiny_gpt'")
-        DOC.write_text(_BLOCK.sub(lambda m: m.group(1) + render_block(result) + "\n" + m.group(3), text))
+        write_atomic(DOC, _BLOCK.sub(lambda m: m.group(1) + render_block(result) + "\n" + m.group(3), text))
         print(f"wrote the generated block of {DOC}")
     return result
 

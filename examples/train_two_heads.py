@@ -56,17 +56,20 @@ def run(seed=0, epochs=EPOCHS, steps_per_epoch=STEPS, plots=None, verbose=True):
     for line in summary_lines(on_targets, pruning):
         say(line)
     if plots is not None:
+        from attention_ref._atomic import atomic_path
         from attention_ref.plot.training import plot_attention_maps, plot_loss_curves
 
         out = pathlib.Path(plots)
         out.mkdir(parents=True, exist_ok=True)
         fig = plot_loss_curves({"1 head (d_k = 16)": single.losses, "2 heads (d_k = 8)": multi.losses})
-        fig.savefig(out / "training_loss.png", dpi=120)
+        with atomic_path(out / "training_loss.png") as tmp:
+            fig.savefig(tmp, dpi=120)
         shown = x[:12]
         w1, w2 = summary_attention(single.params, 1, shown), summary_attention(multi.params, 2, shown)
         fig = plot_attention_maps({"1 head": w1[:, 0], "2 heads: head 0": w2[:, 0],
                                    "2 heads: head 1": w2[:, 1]}, shown)
-        fig.savefig(out / "training_attention.png", dpi=120, bbox_inches="tight")
+        with atomic_path(out / "training_attention.png") as tmp:
+            fig.savefig(tmp, dpi=120, bbox_inches="tight")
         say(f"\nsaved {out / 'training_loss.png'} and {out / 'training_attention.png'}")
     return {"single": single.final_loss, "multi": multi.final_loss, "pruning": pruning,
             "on_targets": on_targets, "single_losses": single.losses, "multi_losses": multi.losses}

@@ -25,14 +25,14 @@ if not (CHROMIUM and DRIVER):
     pytest.skip("no chromium and chromedriver here (Debian: apt-get install chromium chromium-driver)",
                 allow_module_level=True)
 
-from attention_ref.book import DOC_PAGES, build  # noqa: E402
+from attention_ref.documents.book import DOC_PAGES, MARKER, build  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def book(tmp_path_factory):
-    out = tmp_path_factory.mktemp("book")
+    out = tmp_path_factory.mktemp("book") / "site"  # a folder of its own: what is beside it is checked
     build(out)
     return out
 
@@ -70,6 +70,12 @@ def test_every_page_is_built_in_order(book):
         words = " ".join(re.sub(r"<[^>]+>", "", text).split())  # the page's text, without its markup
         assert f"python -m pytest tests/test_notebooks.py -k {lesson}" in words, lesson
         assert 'rel="next"' in text or lesson == names[-1]
+
+
+def test_nothing_is_written_beside_the_book(book):
+    """Sphinx's doctrees and myst-nb's jupyter_execute/ stay in the temporary build, removed."""
+    assert [p.name for p in book.parent.iterdir()] == [book.name]
+    assert (book / MARKER).is_file()
 
 
 def test_nothing_is_fetched_from_the_network(book):

@@ -292,6 +292,8 @@ if __name__ == "__main__":  # python tests/test_layout.py --write: regenerate th
         raise SystemExit("usage: python tests/test_layout.py --write")
     text = GUIDE.read_text(encoding="utf-8")
     head, rest = text.split(BEGIN, 1)
-    GUIDE.write_text(head + BEGIN + "\n" + module_map() + rest[rest.index(END):], encoding="utf-8")
+    from attention_ref._atomic import write_atomic
+
+    write_atomic(GUIDE, head + BEGIN + "\n" + module_map() + rest[rest.index(END):])
     print(f"wrote the module map of {GUIDE.relative_to(ROOT)}")
 

@@ -225,7 +225,10 @@ def execute_in_place(path: Path) -> None:
     for cell in nb.cells:  # no timestamps: a refresh changes only what a reader sees
         cell.metadata.pop("execution", None)
     _client(nb, path).execute()
-    nbformat.write(nb, path)
+    from attention_ref._atomic import write_atomic
+
+    text = nbformat.writes(nb)
+    write_atomic(path, text if text.endswith("\n") else text + "\n")  # as nbformat.write writes it
 
 
 if __name__ == "__main__":  # python tests/test_notebooks.py --write [NAME ...]: refresh the outputs

@@ -59,7 +59,8 @@ def _attention_forward(q, k, v, mask, names=("q", "k"), scale=None):
     """Steps 1-4 on checked inputs of one dtype; ``names`` label q and k in an overflow error.
     Step 1 scales q before the product: ``q k^T`` alone can exceed the dtype where S does not."""
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale  # a Python float: float32 stays float32
-    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is named by the check below
+    # an overflow is named by the check below; a weight far below 1 times v may round to 0, as it should
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         scores = (q * scale) @ k.swapaxes(-1, -2)  # 1. S = q k^T / sqrt(d_k), (..., Nq, Nk)
         masked = apply_mask(scores, mask)  # 2. S + mask, (..., Nq, Nk)
         weights = _softmax(masked, axis=-1)  # 3. P = softmax(S), (..., Nq, Nk)
@@ -71,15 +72,16 @@ def _attention_forward(q, k, v, mask, names=("q", "k"), scale=None):
 def _attention_backward(dout, cache: AttentionCache):
     """The forward's steps in reverse, on a checked upstream gradient."""
     q, k, v, P, out, scale = cache
-    dv = P.swapaxes(-1, -2) @ dout  # 4. out = P v: dv = P^T dout, (..., Nk, Dv)
-    dP = dout @ v.swapaxes(-1, -2)  # 4.             dP = dout v^T, (..., Nq, Nk)
-    # 3. P = softmax(S): the softmax backward dS = P * (dP - D), with its row sum
-    #    D_i = sum_j P_ij dP_ij = sum_j P_ij (dout_i . v_j) = dout_i . out_i (Nq*Dv work, not Nq*Nk)
-    D = (dout * out).sum(axis=-1, keepdims=True)  # (..., Nq, 1)
-    dS = P * (dP - D)  # (..., Nq, Nk)
-    # 2. masking: dS passes through S + mask unchanged (blocked keys have P = 0, so dS = 0)
-    dq = dS @ k * scale  # 1. S = q k^T / sqrt(d_k): dq = dS k / sqrt(d_k), (..., Nq, Dk)
-    dk = dS.swapaxes(-1, -2) @ q * scale  # 1.        dk = dS^T q / sqrt(d_k), (..., Nk, Dk)
+    with np.errstate(under="ignore"):  # products with a weight far below 1 may round to 0, as they should
+        dv = P.swapaxes(-1, -2) @ dout  # 4. out = P v: dv = P^T dout, (..., Nk, Dv)
+        dP = dout @ v.swapaxes(-1, -2)  # 4.             dP = dout v^T, (..., Nq, Nk)
+        # 3. P = softmax(S): the softmax backward dS = P * (dP - D), with its row sum
+        #    D_i = sum_j P_ij dP_ij = sum_j P_ij (dout_i . v_j) = dout_i . out_i (Nq*Dv work, not Nq*Nk)
+        D = (dout * out).sum(axis=-1, keepdims=True)  # (..., Nq, 1)
+        dS = P * (dP - D)  # (..., Nq, Nk)
+        # 2. masking: dS passes through S + mask unchanged (blocked keys have P = 0, so dS = 0)
+        dq = dS @ k * scale  # 1. S = q k^T / sqrt(d_k): dq = dS k / sqrt(d_k), (..., Nq, Dk)
+        dk = dS.swapaxes(-1, -2) @ q * scale  # 1.        dk = dS^T q / sqrt(d_k), (..., Nk, Dk)
     return unbroadcast(dq, q.shape), unbroadcast(dk, k.shape), unbroadcast(dv, v.shape)
 
 

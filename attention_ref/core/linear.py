@@ -42,9 +42,10 @@ def _linear_backward(dy, cache: LinearCache):
     x, W, has_bias = cache
     rows = math.prod(x.shape[:-1])  # every leading axis is a row
     x2, dy2 = x.reshape(rows, x.shape[-1]), dy.reshape(rows, dy.shape[-1])  # (rows, Din), (rows, Dout)
-    dx = dy @ W.T  # (..., Din)
-    dW = x2.T @ dy2  # (Din, Dout)
-    db = dy2.sum(axis=0) if has_bias else None  # (Dout,)
+    with np.errstate(under="ignore"):  # a gradient far below 1 (past a tiny weight) may round to 0
+        dx = dy @ W.T  # (..., Din)
+        dW = x2.T @ dy2  # (Din, Dout)
+        db = dy2.sum(axis=0) if has_bias else None  # (Dout,)
     return dx, dW, db
 
 

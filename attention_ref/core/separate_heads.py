@@ -112,8 +112,9 @@ def multi_head_attention_separate_heads_backward(dout, cache: SeparateHeadsCache
         dP = unbroadcast(np.einsum("...qd,...kd->...qk", dhead, c.V), P.shape)  # dP = dhead V^T (summed
         #    over batch axes only the values carry: P does not depend on them)
         dS = softmax_backward(dP, c.softmax)  # dS = P * (dP - rowsum(P * dP))
-        dQ = np.einsum("...qk,...kd->...qd", dS, c.K) / math.sqrt(c.K.shape[-1])  # dQ = dS K / sqrt(d_k)
-        dK = np.einsum("...qk,...qd->...kd", dS, c.Q) / math.sqrt(c.K.shape[-1])  # dK = dS^T Q / sqrt(d_k)
+        with np.errstate(under="ignore"):  # products with a weight far below 1 may round to 0
+            dQ = np.einsum("...qk,...kd->...qd", dS, c.K) / math.sqrt(c.K.shape[-1])  # dQ = dS K / sqrt(d_k)
+            dK = np.einsum("...qk,...qd->...kd", dS, c.Q) / math.sqrt(c.K.shape[-1])  # dK = dS^T Q / sqrt(d_k)
         for name, d_proj, proj in (("q", dQ, c.q_proj), ("k", dK, c.k_proj), ("v", dV, c.v_proj)):
             shape = proj.x.shape[:-1] + (proj.W.shape[1],)  # the projection's own batch axes
             dx, dW, db = _linear_backward(unbroadcast(d_proj, shape), proj)

@@ -30,17 +30,18 @@ def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
     """The formula ``exp(x - m) / sum(exp(x - m))``, ``m`` the maximum along ``axis``."""
     m = x.max(axis=axis, keepdims=True, initial=-np.inf)  # row maximum (-inf for an empty row)
     m[m == -np.inf] = 0  # a row of only -inf: subtract 0, so exp gives 0, never nan
-    with np.errstate(over="ignore"):  # x - m below the dtype's range is -inf: exp gives 0
+    with np.errstate(over="ignore", under="ignore"):  # x - m past the range is -inf, far below 0 tiny: exp gives 0
         e = np.exp(x - m)
         signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
-    s = e.sum(axis=axis, keepdims=True)
-    s[s == 0] = 1  # a row of only -inf: 0 / 1 = 0 instead of 0 / 0
-    return e / s
+        s = e.sum(axis=axis, keepdims=True)
+        s[s == 0] = 1  # a row of only -inf: 0 / 1 = 0 instead of 0 / 0
+        return e / s
 
 
 def _softmax_backward(dy: np.ndarray, y: np.ndarray, axis: int) -> np.ndarray:
     """The vector-Jacobian product ``dx_i = y_i (dy_i - sum_j dy_j y_j)``."""
-    return y * (dy - (dy * y).sum(axis=axis, keepdims=True))
+    with np.errstate(under="ignore"):  # a weight far below 1 times dy rounds to 0, as it should
+        return y * (dy - (dy * y).sum(axis=axis, keepdims=True))
 
 
 def softmax_forward(x, axis=-1):

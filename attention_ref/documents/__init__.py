@@ -4,7 +4,8 @@
 names are re-exported here, so ``attention_ref.documents.HULL`` works as before),
 ``worked_examples`` (004's two examples step by step), ``experiments`` (what decides each
 checkable claim), ``claims`` (the claims table behind ``docs/claims.md``), ``toy_task``
-(the model where two heads beat one), ``walkthrough`` (``python -m attention_ref``).
+(the model where two heads beat one), ``walkthrough`` (``python -m attention_ref``), ``book``
+(``python -m attention_ref book OUT``: the lessons and docs as a website).
 May import from every lower layer (``core``, ``variants``, ``nn``); submodules are imported
 on use, so ``import attention_ref`` stays light.
 """

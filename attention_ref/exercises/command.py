@@ -9,6 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+from .._atomic import write_atomic
 from .bugs import BUGS
 from .catalogue import EXERCISES
 from .checker import check, hint
@@ -96,7 +97,7 @@ def _write_new(path: Path, force: bool, text, todo: str, check_command: str) -> 
         print(f"{path} exists; pass --force to overwrite it", file=sys.stderr)
         return 2
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text(path.as_posix()))
+    write_atomic(path, text(path.as_posix()))
     print(f"wrote {path}")
     print(f"{todo}, then run")
     print(f"    python -m attention_ref exercise {check_command} {path.as_posix()}")
@@ -147,7 +148,7 @@ def _remember_hint(name: str, number: int) -> None:
     read.setdefault(name, set()).add(number)
     try:
         _state_file().parent.mkdir(parents=True, exist_ok=True)
-        _state_file().write_text(json.dumps({k: sorted(v) for k, v in read.items()}))
+        write_atomic(_state_file(), json.dumps({k: sorted(v) for k, v in read.items()}))
     except OSError:  # a read-only home: "next:" falls back to hint 1
         pass
 

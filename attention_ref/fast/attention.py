@@ -14,6 +14,7 @@ What each trick buys is measured in ``docs/performance.md`` ("The tricks"):
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -32,6 +33,17 @@ __all__ = ["QUERY_BLOCK_ELEMENTS", "scaled_dot_product_attention_forward", "scal
 QUERY_BLOCK_ELEMENTS = 1 << 21
 
 
+def _underflow_is_harmless(steps):
+    """Run ``steps`` with NumPy's underflow ignored: a product with a weight far below 1 (the exp
+    of a score far below its row's maximum) rounds to 0, as it should, under any ``np.seterr``."""
+    @functools.wraps(steps)
+    def run(*args, **kwargs):
+        with np.errstate(under="ignore"):
+            return steps(*args, **kwargs)
+    return run
+
+
+@_underflow_is_harmless
 def _attention_forward(q, k, v, mask, names=("q", "k"), scale=None):
     """The reference's steps 1-4 on checked inputs, fast; ``names`` label q and k in errors."""
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale  # a Python float keeps float32 float32
@@ -63,6 +75,7 @@ def _attention_forward(q, k, v, mask, names=("q", "k"), scale=None):
     return out, AttentionCache(q, k, v, weights, out, scale)
 
 
+@_underflow_is_harmless
 def _attention_backward(dout, cache: AttentionCache):
     """The reference's backward, with dP and dS over blocks of query rows in one buffer."""
     q, k, v, weights, out, scale = cache

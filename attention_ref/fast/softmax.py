@@ -29,13 +29,13 @@ def _softmax_rows(x: np.ndarray) -> None:
     m[m == -np.inf] = 0  # all -inf row: subtract 0 so exp gives 0, never nan
     if not np.isfinite(m).all():  # the check costs (rows, 1): the row maxima, computed anyway
         raise ScoresOverflow
-    with np.errstate(over="ignore"):  # x - m below the dtype's range is -inf: exp gives 0
+    with np.errstate(over="ignore", under="ignore"):  # x - m past the range is -inf, far below 0 tiny: exp gives 0
         np.subtract(x, m, out=x)
         signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
-    np.exp(x, out=x)
-    s = x.sum(axis=-1, keepdims=True)
-    s[s == 0] = 1  # all -inf row: 0 / 1 = 0 instead of 0 / 0
-    x /= s
+        np.exp(x, out=x)
+        s = x.sum(axis=-1, keepdims=True)
+        s[s == 0] = 1  # all -inf row: 0 / 1 = 0 instead of 0 / 0
+        x /= s
 
 
 def softmax_in_place(x: np.ndarray) -> np.ndarray:
@@ -52,6 +52,12 @@ def softmax_in_place(x: np.ndarray) -> np.ndarray:
 
 def softmax_backward_in_place(dP: np.ndarray, P: np.ndarray, D: np.ndarray) -> np.ndarray:
     """``dS = P * (dP - D)`` written over ``dP`` (a fresh array nobody else holds)."""
+    with np.errstate(under="ignore"):  # a weight far below 1 times dP may round to 0, as it should
+        return _softmax_backward_in_place(dP, P, D)
+
+
+def _softmax_backward_in_place(dP, P, D):
+    """softmax_backward_in_place, its floating-point settings set."""
     if dP.shape != P.shape or not dP.size or not (dP.flags.c_contiguous and P.flags.c_contiguous):
         dP -= D  # broadcast or strided layouts: in one piece
         dP *= P

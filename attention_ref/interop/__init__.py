@@ -4,8 +4,10 @@
 as tables (``docs/model_mappings.md`` is rendered from them); ``converters``: the functions
 that apply them to a state dict, an ``.npz`` or a ``.safetensors`` file; ``pretrained``: whole
 GPT-2 and Llama models from a ``save_pretrained`` directory (:func:`load_pretrained`) and our
-params or gradients under transformers' names (:func:`to_transformers`); ``safetensors``: the
-file format in plain NumPy.
+params or gradients under transformers' names (:func:`to_transformers`); ``model_folder``: a
+``save_pretrained`` folder read as hostile input (config.json's fields checked, shards only inside
+the folder, each tensor's shape against the config); ``safetensors``: the file format in plain
+NumPy, every offset of its header checked.
 """
 from .converters import (
     from_bert_layer,

@@ -25,7 +25,10 @@ def load_state(source) -> Mapping:
         return source
     path = Path(source)
     if path.suffix == ".npz":
-        with np.load(path) as f:
+        from .safetensors import open_regular  # a FIFO or a device is refused before it is read
+
+        raw, _ = open_regular(path, ".npz file")
+        with raw, np.load(raw) as f:
             return {k: f[k] for k in f.files}
     if path.suffix == ".safetensors":
         from .safetensors import read_safetensors  # plain NumPy, no safetensors package needed
@@ -41,8 +44,9 @@ def _tensor(state, key):
     return np.asarray(state[key])
 
 
-def _apply(model, state, prefix):
-    """Apply one table of :data:`MAPPINGS` to ``state`` (keys ``prefix + theirs``)."""
+def _apply(model, state, prefix, copy=True):
+    """Apply one table of :data:`MAPPINGS` to ``state`` (keys ``prefix + theirs``); ``copy=False``
+    returns views (for a state that is already ours)."""
     state = load_state(state)
     out = {}
     for rule in MAPPINGS[model]:
@@ -65,7 +69,7 @@ def _apply(model, state, prefix):
             parts = [t.T]  # nn.Linear's (out, in) -> our (in, out)
         else:
             parts = [t]
-        out.update({name: np.array(p) for name, p in zip(rule.ours, parts)})  # copies: ours to keep
+        out.update({name: np.array(p) if copy else p for name, p in zip(rule.ours, parts)})  # copies: ours to keep
     return out
 
 

@@ -9,7 +9,6 @@ under the name ``model.named_parameters()`` uses (``transformer.wte.weight``,
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -19,29 +18,9 @@ from ..models.config import LMConfig
 from ..models.params import LAYER_PREFIX, param_names
 from .converters import _apply
 from .mappings import MAPPINGS, WHOLE_MODELS
-from .safetensors import read_safetensors
+from .model_folder import expected_shapes, read_config, read_state_dir
 
 __all__ = ["load_pretrained", "from_transformers_state", "to_transformers", "read_state_dir"]
-
-
-def read_state_dir(path) -> dict:
-    """Names -> arrays of the weights in a ``save_pretrained`` directory (one file or shards)."""
-    path = Path(path)
-    single, index = path / "model.safetensors", path / "model.safetensors.index.json"
-    if single.exists():
-        return read_safetensors(single)
-    if index.exists():
-        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        state = {}
-        for name in files:
-            state.update(read_safetensors(path / name))
-        return state
-    found = sorted(p.name for p in path.iterdir()) if path.is_dir() else "not a directory"
-    variants = [n for n in found if n.startswith("model.") and n.endswith(".safetensors")] if path.is_dir() else []
-    hint = (f"; {variants} look like a save_pretrained(variant=...) file: rename it to model.safetensors"
-            if variants else "; save the model with save_pretrained (safetensors, the default)")
-    raise FileNotFoundError(f"{path} has neither model.safetensors nor model.safetensors.index.json"
-                            f" (found: {found}){hint}")
 
 
 def load_pretrained(path, dtype=None):
@@ -58,15 +37,53 @@ def load_pretrained(path, dtype=None):
     -------
     params : dict for :func:`attention_ref.lm_forward` and :func:`attention_ref.generate`
     config : LMConfig
+
+    Nothing outside the folder is read, and nothing in it is trusted (see
+    :mod:`attention_ref.interop.model_folder` and :mod:`attention_ref.interop.safetensors`): every
+    config field is checked for its type and range, every tensor's shape against config.json,
+    and an error names the file, the field or tensor, what was expected and what was found. The
+    weights are views on one read of each file: loading takes about the file's size in memory
+    when ``dtype`` is the stored one.
     """
     if dtype is not None:
         dtype = check_float_dtype(dtype)  # float32 or float64: the models compute in nothing else
-    path = Path(path)
-    config_file = path / "config.json"
-    if not config_file.exists():
-        raise FileNotFoundError(f"{path} has no config.json: not a save_pretrained directory")
-    config = LMConfig.from_dict(json.loads(config_file.read_text()))
-    return from_transformers_state(read_state_dir(path), config, dtype=dtype), config
+    folder = Path(path)
+    config = read_config(folder)
+    sources = {}
+    state = read_state_dir(folder, sources)
+    try:
+        params = _params_from_state(state, config, dtype, copy=False)
+    except KeyError as e:
+        raise KeyError(f"{folder}: {e.args[0]}") from None
+    except ValueError as e:
+        raise ValueError(f"{folder}: {e.args[0]}") from None
+    _check_shapes(params, config, state, sources, folder)
+    return params, config
+
+
+def _check_shapes(params, config, state, sources, folder):
+    """Each tensor against the shape config.json implies, named by its file and its own name."""
+    table, layer_prefix, block_table = WHOLE_MODELS[config.family]
+    theirs = {ours: rule.theirs for rule in MAPPINGS[table] for ours in rule.ours}
+    for i in range(config.num_layers):
+        theirs.update({f"{LAYER_PREFIX[config.family]}.{i}.{ours}": layer_prefix.format(i=i) + rule.theirs
+                       for rule in MAPPINGS[block_table] for ours in rule.ours})
+    base = {"gpt2": "transformer.", "llama": "model."}[config.family]
+    for name, shape in expected_shapes(config).items():
+        if name not in params:
+            continue
+        key = theirs.get(name, name)
+        stored = key if key in sources else key[len(base):] if key.startswith(base) else key
+        file = sources.get(stored, folder)
+        if not np.issubdtype(params[name].dtype, np.floating):
+            raise TypeError(f"{file}: tensor {stored!r} has dtype {params[name].dtype}; a weight must be floating"
+                            " (F16, BF16, F32 or F64)")
+        if params[name].shape != shape:
+            found = np.shape(state[stored]) if stored in state else params[name].shape
+            raise ValueError(f"{file}: tensor {stored!r} has shape {tuple(found)}; config.json ({config.family},"
+                             f" vocab_size={config.vocab_size}, d_model={config.d_model}, d_ff={config.d_ff},"
+                             f" num_heads={config.num_heads}, num_kv_heads={config.num_kv_heads},"
+                             f" max_positions={config.max_positions}) makes it {shape} as our {name!r}")
 
 
 def _strip_base(state, family):
@@ -80,19 +97,26 @@ def _strip_base(state, family):
 
 def from_transformers_state(state, config: LMConfig, dtype=None) -> dict:
     """Our params from a whole model's state dict (names -> arrays, e.g. ``{k: v.numpy() for
-    k, v in model.state_dict().items()}``); a missing or mis-shaped tensor is named."""
+    k, v in model.state_dict().items()}``); a missing or mis-shaped tensor is named. The arrays
+    are copies: the state stays the caller's."""
+    return _params_from_state(state, config, dtype, copy=True)
+
+
+def _params_from_state(state, config, dtype, copy):
+    """from_transformers_state; ``copy=False`` for a state that is ours (read from files): views."""
     state = _strip_base(state, config.family)
     table, layer_prefix, block_table = WHOLE_MODELS[config.family]
-    params = {k: v for k, v in _apply(table, state, "").items() if v is not None}
+    params = {k: v for k, v in _apply(table, state, "", copy=copy).items() if v is not None}
     if config.tie_word_embeddings:
         params.pop("lm_head.W", None)  # stored or not, the head is the token table
     elif "lm_head.W" not in params:
         raise KeyError("the config says tie_word_embeddings = False but the state has no 'lm_head.weight'")
     for i in range(config.num_layers):
-        block = _apply(block_table, state, layer_prefix.format(i=i))
+        block = _apply(block_table, state, layer_prefix.format(i=i), copy=copy)
         params.update({f"{LAYER_PREFIX[config.family]}.{i}.{k}": v for k, v in block.items() if v is not None})
-    extra = [k for k in state if k.startswith(layer_prefix.split("{")[0])
-             and int(k[len(layer_prefix.split("{")[0]):].split(".")[0]) >= config.num_layers]
+    start = layer_prefix.split("{")[0]
+    indices = {k: k[len(start):].split(".")[0] for k in state if k.startswith(start)}
+    extra = [k for k, i in indices.items() if not i.isdigit() or int(i) >= config.num_layers]
     if extra:
         raise ValueError(f"the state has layers past the config's num_layers = {config.num_layers}: {extra[:3]}")
     out = {}
@@ -100,7 +124,7 @@ def from_transformers_state(state, config: LMConfig, dtype=None) -> dict:
         if name in params:
             value = params[name]
             if dtype is not None:
-                value = value.astype(dtype)
+                value = value.astype(dtype, copy=False)
             elif value.dtype == np.float16:
                 value = value.astype(np.float32)
             out[name] = value

@@ -58,12 +58,13 @@ def cross_entropy_forward(logits, targets, ignore_index=-100):
         shifted = logits - logits.max(axis=-1, keepdims=True)  # (..., V), max 0
         log_p = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))  # (..., V)
         signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
+        p = np.exp(log_p)  # (..., V), for the backward; far below the maximum: 0
     # 2. the target's negative log-probability, kept rows only
     nll = -np.take_along_axis(log_p, t[..., None], axis=-1)[..., 0]  # (...,)
     # 3. mean over the kept rows
     count = int(kept.sum())
     loss = np.asarray(np.where(kept, nll, 0).sum() / max(count, 1), dtype=logits.dtype)  # ()
-    return loss, CrossEntropyCache(np.exp(log_p), t, kept, count)
+    return loss, CrossEntropyCache(p, t, kept, count)
 
 
 def cross_entropy_backward(dloss, cache: CrossEntropyCache):
@@ -74,7 +75,8 @@ def cross_entropy_backward(dloss, cache: CrossEntropyCache):
     dloss = as_upstream(dloss, (), cache.p.dtype, "dloss")
     onehot = np.zeros_like(cache.p)  # (..., V)
     np.put_along_axis(onehot, cache.targets[..., None], 1.0, axis=-1)
-    dz = (cache.p - onehot) * (dloss / max(cache.count, 1))  # (..., V)
+    with np.errstate(under="ignore"):  # a probability far below 1, scaled, may round to 0: harmless
+        dz = (cache.p - onehot) * (dloss / max(cache.count, 1))  # (..., V)
     return np.where(cache.kept[..., None], dz, 0).astype(cache.p.dtype, copy=False)  # (..., V)
 
 

@@ -131,8 +131,9 @@ def _gelu_backward(da, h):
 
 def _gelu_exact_backward(da, h):
     """Unchecked backward of the exact form: ``da * (Phi(h) + h phi(h))``."""
-    phi = np.exp(-0.5 * np.minimum(h * h, _EXP_UNDERFLOW)) * _INV_SQRT_2PI  # the normal density
-    return da * (0.5 * (1.0 + erf(h * _INV_SQRT2)) + h * phi)
+    with np.errstate(under="ignore"):  # the density far out is 0, as it should be
+        phi = np.exp(-0.5 * np.minimum(h * h, _EXP_UNDERFLOW)) * _INV_SQRT_2PI  # the normal density
+        return da * (0.5 * (1.0 + erf(h * _INV_SQRT2)) + h * phi)
 
 
 _ACT = {"relu": (relu_forward, _relu_backward),  # (forward -> (a, cache), unchecked backward(da, h))

@@ -15,6 +15,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from .. import documents
+from .._atomic import atomic_path
 from ..documents import experiments as ex
 
 __all__ = [
@@ -194,13 +195,15 @@ FIGURES = {
 
 
 def save_all(directory, names=None) -> list[Path]:
-    """Write the figures (all, or those in ``names``) as PNGs into ``directory``."""
+    """Write the figures (all, or those in ``names``) as PNGs into ``directory``, each atomically
+    (a temporary file beside it, renamed over it): a killed run leaves the old figure whole."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
     for name in FIGURES if names is None else names:
         fig = FIGURES[name]()
         path = directory / name
-        fig.savefig(path, dpi=110)
+        with atomic_path(path) as tmp:  # a killed or starved run leaves the old figure, never half of one
+            fig.savefig(tmp, dpi=110)
         paths.append(path)
     return paths

@@ -257,14 +257,15 @@ def flash_attention_forward(q, k, v, mask=None, causal=False, block_size=128, *,
             m_new = np.maximum(m, tile_max)  # (..., Bq)
             m_ref = np.where(np.isfinite(m_new), m_new, 0.0).astype(dtype, copy=False)
             # with extreme finite float masks (e.g. -3e38 against +3e38) the differences
-            # below overflow to -inf, whose exp is the exact weight 0: not an error
-            with np.errstate(over="ignore"):
+            # below overflow to -inf, whose exp is the exact weight 0: not an error; nor is
+            # a weight far below the maximum that underflows to 0
+            with np.errstate(over="ignore", under="ignore"):
                 alpha = np.exp(m - m_ref)  # (..., Bq), 0 while nothing was summed
                 # 3. probabilities of this tile relative to m_new; rescale and accumulate
                 p = np.exp(s - m_ref[..., None])  # (..., Bq, Bk)
                 signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
-            l = alpha * l + p.sum(axis=-1)
-            acc = alpha[..., None] * acc + p @ v[..., ks:ke, :]  # (..., Bq, Dv)
+                l = alpha * l + p.sum(axis=-1)
+                acc = alpha[..., None] * acc + p @ v[..., ks:ke, :]  # (..., Bq, Dv)
             m = m_new
         # 4. normalise; a row with l = 0 (no allowed key) keeps out = 0, m = 0, log(l) = +inf
         seen = l > 0
@@ -314,16 +315,19 @@ def flash_attention_backward(dout, cache: FlashAttentionCache):
             ke = min(ks + block, n_k)
             # 1.-3. recompute this tile's probabilities from the saved log-sum-exp
             s = _scores(q_blk, k, mask, qs, qe, ks, ke, n_q, n_k, causal, window)  # (..., Bq, Bk)
-            with np.errstate(over="ignore"):  # s - m may overflow to -inf: weight 0, as in the forward
+            # s - m may overflow to -inf: weight 0, as in the forward; products with a weight far
+            # below 1 may underflow to 0, as they should
+            with np.errstate(over="ignore", under="ignore"):
                 p = np.exp((s - m_blk) - log_l_blk)  # (..., Bq, Bk); 0 for blocked keys and empty rows
                 signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
-            # 3. acc += P v
-            dv[..., ks:ke, :] += p.swapaxes(-1, -2) @ dout_blk  # (..., Bk, Dv)
-            dp = dout_blk @ v[..., ks:ke, :].swapaxes(-1, -2)  # (..., Bq, Bk)
-            # 2. softmax: dS = P * (dP - D)
-            ds = p * (dp - D_blk)  # (..., Bq, Bk)
-            # 1. S = (q / sqrt(d_k)) k^T
-            dq_blk += ds @ k[..., ks:ke, :]  # (..., Bq, Dk)
-            dk[..., ks:ke, :] += ds.swapaxes(-1, -2) @ q_blk  # (..., Bk, Dk), q_blk holds the scale
-        dq[..., qs:qe, :] = dq_blk * scale
+                # 3. acc += P v
+                dv[..., ks:ke, :] += p.swapaxes(-1, -2) @ dout_blk  # (..., Bk, Dv)
+                dp = dout_blk @ v[..., ks:ke, :].swapaxes(-1, -2)  # (..., Bq, Bk)
+                # 2. softmax: dS = P * (dP - D)
+                ds = p * (dp - D_blk)  # (..., Bq, Bk)
+                # 1. S = (q / sqrt(d_k)) k^T
+                dq_blk += ds @ k[..., ks:ke, :]  # (..., Bq, Dk)
+                dk[..., ks:ke, :] += ds.swapaxes(-1, -2) @ q_blk  # (..., Bk, Dk), q_blk holds the scale
+        with np.errstate(under="ignore"):
+            dq[..., qs:qe, :] = dq_blk * scale
     return unbroadcast(dq, q.shape), unbroadcast(dk, k.shape), unbroadcast(dv, v.shape)

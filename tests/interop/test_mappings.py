@@ -123,5 +123,7 @@ def test_safetensors_read_in_plain_numpy(tmp_path):
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
-    DOC.write_text(render_markdown() + "\n")
+    from attention_ref._atomic import write_atomic
+
+    write_atomic(DOC, render_markdown() + "\n")
     print(f"wrote {DOC}")

@@ -9,21 +9,26 @@ order, the README's first screen as the home page, the 15 notebooks and the docs
 The sources are this checkout's files, copied into a scratch folder and lightly rewritten:
 links between them become links between pages, links to files the book does not hold become
 plain text, and each lesson gets a line under its title saying that its numbers are asserted
-by the test suite, with the command that re-runs it. Nothing in the checkout is written.
+by the test suite, with the command that re-runs it. Nothing in the checkout is written, and
+nothing outside OUT: the build happens in a temporary folder beside OUT and is renamed into place;
+OUT must be new, empty or an earlier build (a marker file says so), never ``.``, the checkout or
+the home folder.
 """
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["build", "main", "DOC_PAGES"]
+__all__ = ["build", "check_out", "main", "DOC_PAGES", "MARKER"]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: the docs pages, in the book's order, after the lessons
 DOC_PAGES = ("reading_guide", "notation", "answers", "bibliography", "claims", "variants", "training", "whole_models",
              "exercises", "performance", "model_mappings", "development")
@@ -96,13 +101,60 @@ def _banner(name: str) -> str:
             f" these: `python -m pytest tests/test_notebooks.py -k {name}`.\n")
 
 
+MARKER = ".attention_ref_book"  # left in every build: a folder holding it may be replaced by the next
+
+
+def check_out(out) -> Path:
+    """The resolved folder ``out`` if the book may be built there, else ValueError in one line:
+    a file, ``.`` or a folder holding it, the checkout, the home folder (or one above them), or a
+    non-empty folder that is not an earlier build of the book (no marker) are refused."""
+    given = str(out)
+    out = Path(os.path.realpath(os.path.abspath(os.path.expanduser(given))))
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"book OUT {given!r} is a file, not a folder: give a new or empty folder")
+    here = Path(os.path.realpath(os.getcwd()))
+    for name, keep in (("this checkout", Path(os.path.realpath(ROOT))), ("the current folder", here),
+                       ("the home folder", Path(os.path.realpath(os.path.expanduser("~"))))):
+        if out == keep or out in keep.parents:
+            raise ValueError(f"book OUT {given!r} is {name} or holds it ({keep}): give a new folder, such as"
+                             f" _build/book")
+    if out.is_dir() and any(out.iterdir()) and not (out / MARKER).is_file():
+        raise ValueError(f"book OUT {given!r} is a non-empty folder that is not an earlier build of the book (it"
+                         f" has no {MARKER}): give a new or empty folder; nothing was written")
+    return out
+
+
+def _end_with_parent():
+    """For Sphinx's process: on Linux, the kernel sends it SIGTERM when this process dies, even
+    by SIGKILL (``PR_SET_PDEATHSIG``); elsewhere None (an exception here still kills it)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    parent = os.getpid()
+
+    def set_death_signal():  # runs in the child, between fork and exec
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # this process died before the line above
+            os._exit(1)
+
+    return set_death_signal
+
+
 def build(out="_build/book", quiet=True) -> Path:
-    """Build the book into ``out`` (a folder; created, its old contents replaced); returns the
-    path of its ``index.html``."""
+    """Build the book into the folder ``out``; returns the path of its ``index.html``.
+
+    ``out`` must be new, empty or an earlier build (see :func:`check_out`). The book is built in a
+    temporary folder beside ``out`` and renamed into place, so ``out`` is always a whole build;
+    the previous build is removed only once the new one is there. Nothing is written outside
+    ``out`` (the temporary folder, Sphinx's doctrees and myst-nb's scratch folder are removed)."""
+    out = check_out(out)
     lessons, docs = _sources()
-    out = Path(out).resolve()
-    with tempfile.TemporaryDirectory(prefix="attention_ref_book_") as tmp:
-        src = Path(tmp)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
+    try:
+        src, html = work / "src", work / "html"
+        src.mkdir()
         pages = {ROOT / "README.md": "index.md"}
         pages.update({p.resolve(): p.name for p in lessons})
         pages.update({p.resolve(): p.name for p in docs})
@@ -142,14 +194,21 @@ def build(out="_build/book", quiet=True) -> Path:
                                        "source": _banner(lesson.stem)})
             (src / lesson.name).write_text(json.dumps(nb), encoding="utf-8")
         (src / "conf.py").write_text(_CONF, encoding="utf-8")
-        if out.exists():
-            shutil.rmtree(out)
-        cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-q", str(src), str(out)]
-        result = subprocess.run(cmd, capture_output=True, text=True)
+        # doctrees in the scratch folder; myst-nb writes its jupyter_execute/ beside the html folder: inside too
+        cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-d", str(work / "doctrees"), str(src), str(html)]
+        result = subprocess.run(cmd, capture_output=True, text=True, cwd=work, preexec_fn=_end_with_parent())
         if result.returncode:
             raise SystemExit(f"sphinx-build failed:\n{result.stderr[-4000:]}")
         if not quiet and result.stderr.strip():
             print(result.stderr.strip(), file=sys.stderr)
+        (html / MARKER).write_text("built by python -m attention_ref book; the next build may replace this folder\n",
+                                   encoding="utf-8")
+        if out.exists():  # empty, or an earlier build (check_out said so): it goes only after the new one is in
+            check_out(out)  # still so, after the build's minutes
+            os.replace(out, work / "previous")
+        os.replace(html, out)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     assert order  # every page is in one of the two tables of contents
     return out / "index.html"
 
@@ -161,6 +220,11 @@ def main(argv=None) -> int:
                                      description="Build the lessons and docs as a website (needs the book extra).")
     parser.add_argument("out", nargs="?", default="_build/book", help="output folder (default: _build/book)")
     args = parser.parse_args(argv)
+    try:
+        check_out(args.out)  # the target first: a refused OUT is refused whatever is installed
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
     if sys.version_info < (3, 11):
         print("the book's tools (Sphinx 9, myst-nb 1.4) need Python 3.11 or newer", file=sys.stderr)
         return 2
@@ -171,6 +235,17 @@ def main(argv=None) -> int:
         print('the book needs its tools: python -m pip install -e ".[book]"', file=sys.stderr)
         return 2
     print("building the book (Sphinx, myst-nb; the notebooks' committed outputs, no execution) ...", flush=True)
-    index = build(args.out, quiet=False)
+
+    def stop(signum, frame):  # SIGTERM unwinds: Sphinx is killed and the temporary folder removed
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        index = build(args.out, quiet=False)
+    except (ValueError, OSError) as e:
+        print(f"book: {e}", file=sys.stderr)
+        return 2
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print(f"wrote {index}: open it in a browser (no network needed)")
     return 0

@@ -1,0 +1,178 @@
+"""A ``save_pretrained`` folder read as hostile input: its config, its weights, nothing outside it.
+
+``read_config(folder)`` reads ``config.json`` and checks every field the model reads for its
+type and range (a count is a positive JSON integer, a flag a JSON boolean, an epsilon a
+positive number) before :meth:`LMConfig.from_dict` sees it. ``read_state_dir(folder)`` reads
+``model.safetensors`` or the shards that ``model.safetensors.index.json`` lists: a shard name
+must be a plain file name in the folder (no ``/``, ``\\``, ``..``, absolute path or NUL), each
+file a regular one (a symlink to one is fine: the Hugging Face cache is made of them), and
+each tensor in the shard the index names. ``expected_shapes(config)`` is the shape of every
+parameter that config.json implies. Every error names the file and the field or tensor.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+from ..models.config import LMConfig
+from ..models.params import LAYER_PREFIX, param_names
+from .safetensors import open_regular, read_safetensors
+
+__all__ = ["read_config", "read_state_dir", "expected_shapes", "MAX_JSON_BYTES"]
+
+#: config.json and the shard index are small; a bigger one is refused before it is read.
+MAX_JSON_BYTES = 50_000_000
+
+_POSITIVE = {"gpt2": ("vocab_size", "n_embd", "n_layer", "n_head", "n_positions"),
+             "llama": ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")}
+_OPTIONAL_POSITIVE = {"gpt2": ("n_inner",), "llama": ("num_key_value_heads", "head_dim", "max_position_embeddings")}
+_FLAGS = {"gpt2": ("tie_word_embeddings", "scale_attn_weights", "scale_attn_by_inverse_layer_idx",
+                   "add_cross_attention"),
+          "llama": ("tie_word_embeddings", "attention_bias", "mlp_bias")}
+_NUMBERS = {"gpt2": ("layer_norm_epsilon",), "llama": ("rms_norm_eps", "rope_theta")}
+_STRINGS = {"gpt2": ("activation_function",), "llama": ("hidden_act",)}
+
+
+def _read_json(path: Path, what: str):
+    f, _ = open_regular(path, what, max_bytes=MAX_JSON_BYTES)
+    with f:
+        raw = f.read()
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f"{path}: not valid JSON: {e}") from None
+
+
+def _kind(value) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _check_fields(d: dict, path: Path) -> None:
+    """The fields :meth:`LMConfig.from_dict` reads, by type and range; one error naming the field."""
+    family = d.get("model_type")
+    if family not in _POSITIVE:
+        return  # from_dict names an unsupported model_type
+    for name in _POSITIVE[family]:
+        if name not in d:
+            raise ValueError(f"{path}: field {name!r} is missing (a positive integer is expected)")
+    for name in _POSITIVE[family] + _OPTIONAL_POSITIVE[family]:
+        value = d.get(name)
+        if (name in d and value is not None or name in _POSITIVE[family]) and not (
+                isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+            raise ValueError(f"{path}: field {name!r} must be a positive integer, found {value!r} ({_kind(value)})")
+    for name in _FLAGS[family]:
+        if name in d and not isinstance(d[name], bool):
+            raise ValueError(f"{path}: field {name!r} must be a JSON boolean (true or false), found {d[name]!r}"
+                             f" ({_kind(d[name])})")
+    for name in _NUMBERS[family]:
+        value = d.get(name)
+        if name in d and not (isinstance(value, (int, float)) and not isinstance(value, bool)
+                              and math.isfinite(value) and value > 0):
+            raise ValueError(f"{path}: field {name!r} must be a positive number, found {value!r} ({_kind(value)})")
+    for name in _STRINGS[family]:
+        if name in d and not isinstance(d[name], str):
+            raise ValueError(f"{path}: field {name!r} must be a string, found {d[name]!r} ({_kind(d[name])})")
+    for name in ("rope_parameters", "rope_scaling"):
+        if d.get(name) is not None and not isinstance(d[name], dict):
+            raise ValueError(f"{path}: field {name!r} must be an object or null, found {d[name]!r}")
+        theta = (d.get(name) or {}).get("rope_theta", 1.0)
+        if not (isinstance(theta, (int, float)) and not isinstance(theta, bool) and math.isfinite(theta) and theta > 0):
+            raise ValueError(f"{path}: field '{name}.rope_theta' must be a positive number, found {theta!r}"
+                             f" ({_kind(theta)})")
+    pad = d.get("pad_token_id")
+    if pad is not None and not (isinstance(pad, int) and not isinstance(pad, bool)):
+        raise ValueError(f"{path}: field 'pad_token_id' must be an integer or null, found {pad!r} ({_kind(pad)})")
+    width, heads = (d["n_embd"], d["n_head"]) if family == "gpt2" else (d["hidden_size"], d["num_attention_heads"])
+    if family == "gpt2" and width % heads:
+        raise ValueError(f"{path}: field 'n_embd' = {width} must be a multiple of 'n_head' = {heads}")
+
+
+def read_config(folder) -> LMConfig:
+    """The :class:`LMConfig` of ``folder/config.json``, every field it reads checked."""
+    path = Path(folder) / "config.json"
+    if not os.path.lexists(path):
+        raise FileNotFoundError(f"{folder} has no config.json: not a save_pretrained directory")
+    d = _read_json(path, "config.json")
+    if not isinstance(d, dict):
+        raise ValueError(f"{path}: expected a JSON object, found {_kind(d)}")
+    _check_fields(d, path)
+    try:
+        return LMConfig.from_dict(d)
+    except (ValueError, TypeError, KeyError) as e:
+        raise ValueError(f"{path}: {e.args[0] if e.args else e}") from None
+
+
+def _shard_path(folder: Path, name, index: Path) -> Path:
+    """``folder / name`` when ``name`` is a plain file name; anything that could leave the folder is refused."""
+    if (not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\\" in name
+            or "\x00" in name or os.path.isabs(name) or os.path.basename(name) != name):
+        raise ValueError(f"{index}: weight_map names the file {name!r}; a shard must be a plain file name in"
+                         f" {folder} (no folders, no '..', no absolute path)")
+    return folder / name
+
+
+def read_state_dir(path, sources: dict | None = None) -> dict:
+    """Names -> arrays of the weights in a ``save_pretrained`` directory (one file or shards).
+    ``sources``, when given, is filled with each tensor's file."""
+    folder = Path(path)
+    single, index = folder / "model.safetensors", folder / "model.safetensors.index.json"
+    if os.path.lexists(single):
+        state = read_safetensors(single)
+        if sources is not None:
+            sources.update(dict.fromkeys(state, single))
+        return state
+    if os.path.lexists(index):
+        return _read_shards(folder, index, sources)
+    found = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else "not a directory"
+    variants = [n for n in found if n.startswith("model.") and n.endswith(".safetensors")] if folder.is_dir() else []
+    hint = (f"; {variants} look like a save_pretrained(variant=...) file: rename it to model.safetensors"
+            if variants else "; save the model with save_pretrained (safetensors, the default)")
+    raise FileNotFoundError(f"{folder} has neither model.safetensors nor model.safetensors.index.json"
+                            f" (found: {found}){hint}")
+
+
+def _read_shards(folder: Path, index: Path, sources) -> dict:
+    table = _read_json(index, "the shard index")
+    weight_map = table.get("weight_map") if isinstance(table, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise ValueError(f"{index}: expected an object with a non-empty 'weight_map' of tensor names -> file"
+                         f" names, found {_kind(weight_map) if isinstance(table, dict) else _kind(table)}")
+    files = {}
+    for tensor, name in weight_map.items():
+        files.setdefault(_shard_path(folder, name, index), []).append(tensor)
+    state, where = {}, {}
+    for file, listed in sorted(files.items()):
+        shard = read_safetensors(file)
+        missing = [t for t in listed if t not in shard]
+        if missing:
+            raise ValueError(f"{index}: weight_map puts {missing[0]!r} in {file.name}, which has no such tensor")
+        for tensor in shard:
+            if tensor in state:
+                raise ValueError(f"{file}: tensor {tensor!r} is also in {where[tensor].name}")
+            where[tensor] = file
+        state.update(shard)
+    if sources is not None:
+        sources.update(where)
+    return state
+
+
+def expected_shapes(config: LMConfig) -> dict:
+    """Our parameter names -> the shapes config.json implies (the token table (V, D), ...)."""
+    V, D, F, P = config.vocab_size, config.d_model, config.d_ff, config.max_positions
+    d_kv = D // config.num_heads * config.num_kv_heads
+    if config.family == "gpt2":
+        block = {"ln1.gamma": (D,), "ln1.beta": (D,), "ln2.gamma": (D,), "ln2.beta": (D,), "ffn.W_1": (D, F),
+                 "ffn.b_1": (F,), "ffn.W_2": (F, D), "ffn.b_2": (D,), "self_attn.W_o": (D, D), "self_attn.b_o": (D,)}
+        block.update({f"self_attn.{w}_{x}": (D, D) if w == "W" else (D,) for w in "Wb" for x in "qkv"})
+        top = {"wte": (V, D), "wpe": (P, D), "ln_f.gamma": (D,), "ln_f.beta": (D,)}
+    else:
+        block = {"input_norm.weight": (D,), "post_attention_norm.weight": (D,), "self_attn.W_q": (D, D),
+                 "self_attn.W_k": (D, d_kv), "self_attn.W_v": (D, d_kv), "self_attn.W_o": (D, D),
+                 "mlp.W_gate": (D, F), "mlp.W_up": (D, F), "mlp.W_down": (F, D)}
+        top = {"embed_tokens": (V, D), "norm.weight": (D,)}
+    top["lm_head.W"] = (D, V)
+    prefix = LAYER_PREFIX[config.family]
+    shapes = {**top, **{f"{prefix}.{i}.{k}": s for i in range(config.num_layers) for k, s in block.items()}}
+    return {name: shapes[name] for name in param_names(config)}
