@@ -8,11 +8,20 @@ library's backward (see :mod:`attention_ref.exercises.diagnosis` for the toleran
 otherwise each classic mistake of the exercise is run on the same inputs, and the one that
 reproduces the attempt on every case is named; failing that,
 :func:`~attention_ref.exercises.diagnosis.observe` describes what it can see.
+
+The student's code runs under a time limit per case (a signal alarm, on the main thread of
+Unix-like systems), and its ``sys.exit``, ``SystemExit`` and ``KeyboardInterrupt`` are
+reported as what they are. NumPy's error settings, print options and global random state are
+the caller's again when :func:`check` returns, whatever the student's code changed.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
+import signal
 import textwrap
+import threading
+import time
 import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..gradcheck import _first_write, _parameter_names
 from .catalogue import EXERCISES
 from .diagnosis import (
     _FLOAT32_RTOL,
@@ -36,6 +46,7 @@ from .mistakes import ANY
 __all__ = ["CheckResult", "check", "hint"]
 
 WIDTH = 80
+TIME_LIMIT = 5.0  # seconds the student's code may take on one case, by default
 _PACKAGE = Path(__file__).resolve().parents[1]
 
 
@@ -105,29 +116,6 @@ def _matches(got, predicted):
     return len(got) == len(predicted)
 
 
-def _written(a, b, path="cache"):
-    """The first place where ``a`` (after the attempt) no longer holds ``b``'s numbers, as a
-    path such as ``cache.y`` or ``cache.attention.q``; None when nothing was written into."""
-    if isinstance(b, np.ndarray):
-        same = isinstance(a, np.ndarray) and a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
-        return None if same else path
-    if isinstance(b, (tuple, list)) and type(a) is type(b) and len(a) == len(b):
-        names = getattr(b, "_fields", None) or [f"[{i}]" for i in range(len(b))]
-        for name, x, y in zip(names, a, b):
-            found = _written(x, y, f"{path}.{name}" if not name.startswith("[") else path + name)
-            if found:
-                return found
-        return None
-    if isinstance(b, Mapping) and isinstance(a, Mapping):
-        if a.keys() != b.keys():
-            return path
-        for key in b:
-            found = _written(a[key], b[key], f"{path}[{key!r}]")
-            if found:
-                return found
-    return None  # numbers, strings, None: not arrays a backward could write into
-
-
 def _axis_names(ndim, name=""):
     if name in ("dheads", "heads"):  # (..., H, N, Dh): axis -3 is always the head axis
         return {-4: "batch item", -3: "head"}
@@ -147,6 +135,69 @@ def _where(exc) -> str:
     return ""
 
 
+class _OutOfTime(BaseException):
+    """Raised inside the student's code when a case's time runs out (a BaseException, so that
+    an ``except Exception`` in the student's code does not swallow it)."""
+
+
+@contextlib.contextmanager
+def _time_limit(seconds):
+    """Raise :class:`_OutOfTime` in the code run under it after ``seconds``; no limit when
+    ``seconds`` is None, off the main thread, or without ``signal.setitimer`` (Windows). A
+    timer the caller had set (pytest-timeout's, say) runs on afterwards."""
+    if seconds is None or not hasattr(signal, "setitimer") or \
+            threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_alarm(signum, frame):
+        raise _OutOfTime
+
+    old_handler = signal.signal(signal.SIGALRM, on_alarm)
+    old_delay, old_interval = signal.setitimer(signal.ITIMER_REAL, seconds)
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old_handler)
+        if old_delay:
+            left = max(old_delay - (time.monotonic() - started), 1e-3)
+            signal.setitimer(signal.ITIMER_REAL, left, old_interval)
+
+
+def _stopped(who, exc, where="") -> str:
+    """The sentence for student code that exited or was interrupted instead of returning."""
+    if isinstance(exc, SystemExit):
+        return (f"your {who} called sys.exit({exc.code!r}) (SystemExit){where}: a {who} returns its"
+                " result, it never ends the program")
+    return f"your {who} was interrupted (KeyboardInterrupt){where}; the check stopped there"
+
+
+@contextlib.contextmanager
+def _numpy_state_kept():
+    """NumPy's error settings and callback, print options and global random state, as they
+    were before, whatever the code run under it changes."""
+    err, call, printing = np.geterr(), np.geterrcall(), np.get_printoptions()
+    random_state = np.random.get_state()
+    try:
+        yield
+    finally:
+        np.seterr(**err)
+        np.seterrcall(call)
+        np.set_printoptions(**printing)
+        np.random.set_state(random_state)
+
+
+def _check_arguments(seed, time_limit):
+    """One-line errors for a seed or a time limit that cannot be used."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"check: seed must be a whole number >= 0, got {seed!r}")
+    if time_limit is not None and (isinstance(time_limit, bool) or not isinstance(time_limit, (int, float))
+                                   or not time_limit > 0 or time_limit == float("inf")):
+        raise ValueError(f"check: time_limit must be a number of seconds > 0 (or None), got {time_limit!r}")
+
+
 #: exercise name -> the hints read in this process (``check``'s "next:" suggests the next unread)
 _HINTS_READ: dict = {}
 
@@ -160,7 +211,8 @@ def hint(name: str, number: int = 1) -> str:
     return textwrap.fill(f"hint {number} of {len(e.hints)}: {e.hints[number - 1]}", WIDTH, subsequent_indent="    ")
 
 
-def check(name: str, attempt, forward=None, *, seed: int = 0, hints_read=None) -> CheckResult:
+def check(name: str, attempt, forward=None, *, seed: int = 0, hints_read=None,
+          time_limit: float | None = TIME_LIMIT) -> CheckResult:
     """Check a student's backward for exercise ``name`` (the library function's name).
 
     Parameters
@@ -172,15 +224,31 @@ def check(name: str, attempt, forward=None, *, seed: int = 0, hints_read=None) -
     seed : the inputs and upstream gradients are drawn from this seed
     hints_read : the hint numbers already read, for the report's "next:" line (default: those
         :func:`hint` returned in this process)
+    time_limit : seconds the student's code may take on one case (None: no limit); the case
+        that runs out is named and the check fails
 
     Returns
     -------
-    CheckResult with ``.ok``, ``.diagnosis`` and the report as its text
+    CheckResult with ``.ok``, ``.diagnosis`` and the report as its text; NumPy's error
+    settings, print options and global random state are left as they were
     """
     e = _exercise(name)
+    _check_arguments(seed, time_limit)
+    with _numpy_state_kept():
+        return _check(e, attempt, forward, seed, hints_read, time_limit)
+
+
+def _check(e, attempt, forward, seed, hints_read, time_limit) -> CheckResult:
+    """:func:`check` once its arguments are known to be good."""
+    name = e.name
     rng = np.random.default_rng(seed)
     cases = e.cases(rng)
     own_forward = None if forward is None else e.adapt_forward(forward)
+    # the attempt's own names for its arguments, for "your backward wrote into dy"
+    documented = e.signature.split("(", 1)[1].split(")", 1)[0].split(", ") + ["cache"]  # (dy, cache)
+    mine = _parameter_names(attempt, 2) or _parameter_names(attempt, 1) or []
+    dout_name = mine[0] if mine else documented[0]
+    cache_name = mine[1] if len(mine) > 1 else documented[1]
     lines, failed, runs, notes = [], [], [], []
     worst_rel = 0.0
     diagnosis = None
@@ -189,7 +257,14 @@ def check(name: str, attempt, forward=None, *, seed: int = 0, hints_read=None) -
         given = cache
         if own_forward is not None:
             try:
-                mine, given = own_forward(*case.inputs, **case.kwargs)
+                with _time_limit(time_limit):
+                    mine, given = own_forward(*copy.deepcopy(case.inputs), **copy.deepcopy(case.kwargs))
+            except _OutOfTime:
+                diagnosis = _out_of_time("forward", i, case, time_limit)
+                break
+            except (SystemExit, KeyboardInterrupt) as exc:
+                diagnosis = _stopped("forward", exc, f" on case {i}{_where(exc)}")
+                break
             except Exception as exc:  # noqa: BLE001  (a student's code may raise anything)
                 diagnosis = f"your forward raised {type(exc).__name__}: {exc}{_where(exc)}"
                 break
@@ -203,7 +278,16 @@ def check(name: str, attempt, forward=None, *, seed: int = 0, hints_read=None) -
         truth = _flatten(e.returns, reference)
         theirs, their_dout = copy.deepcopy(given), dout.copy()
         try:
-            result = e.run(attempt, their_dout, theirs)
+            with _time_limit(time_limit):
+                result = e.run(attempt, their_dout, theirs)
+        except _OutOfTime:
+            lines.append(_fill(f"case {i}: {case.describe()}: ran out of time"))
+            diagnosis = _out_of_time("backward", i, case, time_limit)
+            break
+        except (SystemExit, KeyboardInterrupt) as exc:
+            lines.append(_fill(f"case {i}: {case.describe()}: {type(exc).__name__}"))
+            diagnosis = _stopped("backward", exc, f" on case {i}{_where(exc)}")
+            break
         except Exception as exc:  # noqa: BLE001
             lines.append(textwrap.fill(f"case {i}: {case.describe()}: raised {type(exc).__name__}", WIDTH,
                                        subsequent_indent="    "))
@@ -218,7 +302,7 @@ def check(name: str, attempt, forward=None, *, seed: int = 0, hints_read=None) -
                 if new:  # the cases before were right: what is new in this one?
                     diagnosis += f"; new in this case: {new}"
             break
-        place = _written(theirs, given) or (None if np.array_equal(their_dout, dout) else "dout")
+        place = _first_write(their_dout, dout, dout_name) or _first_write(theirs, given, cache_name)
         if place:
             note = f"your backward wrote into {place}; a backward must not change its arguments"
             notes.append(note) if note not in notes else None
@@ -230,10 +314,11 @@ def check(name: str, attempt, forward=None, *, seed: int = 0, hints_read=None) -
         lines.append(textwrap.fill(f"case {i}: {case.describe()}", WIDTH, subsequent_indent="    "))
         scale = max((float(np.abs(np.asarray(t)).max()) for _, t in truth if t is not None and np.size(t)),
                     default=0.0)
+        rows = []  # (output, shape, verdict, size of the error)
         for (n, g), (_, t) in zip(got, truth):
             if t is None:
                 ok = g is None
-                lines.append(f"  {n:<16} {'None' if ok else 'expected None'}")
+                rows.append((n, "", "None" if ok else "expected None", ""))
             else:
                 t = np.asarray(t)
                 ok = close(g, t)
@@ -241,9 +326,10 @@ def check(name: str, attempt, forward=None, *, seed: int = 0, hints_read=None) -
                 if ok and t.size:  # relative to the case's largest gradient: a zero gradient is rounding
                     worst_rel = max(worst_rel, float(np.abs(arr - t).max()) / max(scale, ATOL))
                 shape = str(arr.shape) if arr is not None else type(g).__name__
-                lines.append(f"  {n:<16} shape {shape:<14} {'ok' if ok else 'WRONG'}{_size_of_error(arr, t)}")
+                rows.append((n, f"shape {shape}", "ok" if ok else "WRONG", _size_of_error(arr, t)))
             if not ok:
                 failed.append((case, n, g, t))
+        lines.extend(_table(rows))
     right = diagnosis is None and not failed
     passed = right and not notes
     if passed:
@@ -262,6 +348,30 @@ def check(name: str, attempt, forward=None, *, seed: int = 0, hints_read=None) -
     if not passed:
         report += _next(e, diagnosis, hints_read)
     return CheckResult(name, passed, diagnosis, "\n".join(report))
+
+
+def _table(rows) -> list:
+    """One case's rows, columns as wide as their longest entry; a row that would pass 80
+    columns puts the size of its error on the next line."""
+    name_w = max((len(n) for n, *_ in rows), default=0)
+    shape_w = max((len(shape) for _, shape, *_ in rows), default=0)
+    lines = []
+    for name, shape, verdict, size in rows:
+        line = f"  {name:<{name_w}} {shape:<{shape_w}} {verdict}" if shape else f"  {name:<{name_w}} {verdict}"
+        if len(line + size) <= WIDTH:
+            lines.append(line + size)
+        else:
+            lines.extend([line, _fill(" " * 4 + size.strip(), " " * 5)] if size else [line[:WIDTH]])
+    return lines
+
+
+def _out_of_time(who, i, case, time_limit) -> str:
+    return (f"your {who} ran out of time on case {i} ({case.describe()}): it took more than {time_limit:g} s"
+            " (an endless loop? the limit is check(..., time_limit=) or --time-limit)")
+
+
+def _fill(text, indent="    ") -> str:
+    return textwrap.fill(text, WIDTH, subsequent_indent=indent, break_on_hyphens=False)
 
 
 def _size_of_error(arr, t) -> str:
@@ -287,8 +397,7 @@ def _next(e, diagnosis, hints_read) -> list:
     if diagnosis.startswith("the gradients are right; your backward wrote into"):
         return ["next: compute into new arrays (no +=, *= or out= on the cache or dout), then check again"]
     if "dtype" in diagnosis and "precision" in diagnosis or "float32's precision" in diagnosis:
-        return ["next: keep every step in the inputs' dtype (no float32 arrays, no .astype), then check"
-                " again"[:WIDTH]]
+        return ["next: keep every step in the inputs' dtype (no float32, no .astype); check again"]
     read = set(hints_read if hints_read is not None else _HINTS_READ.get(e.name, ()))
     unread = [i for i in range(1, len(e.hints) + 1) if i not in read]
     if not unread:
@@ -303,7 +412,7 @@ def _name_the_mistake(e, runs, failed) -> str:
     """What is wrong, most specific first: outputs in the wrong order; a catalogue mistake that
     reproduces the attempt on every case; a factor that varies with the cases; then the step
     the wrong outputs point at, with what can be seen."""
-    swapped = _swapped(runs)
+    swapped = _swapped(e, runs)
     if swapped:
         return swapped
     for mistake in e.mistakes:
@@ -410,7 +519,7 @@ def _observe(e, case, name, got, truth) -> str:
                                                                        "dvalue", "dheads"))
 
 
-def _swapped(runs):
+def _swapped(e, runs):
     """"your dx equals the true dW": an output that is wrong in place but equals another output's
     true value in every case (outputs returned in another order, dict entries exchanged)."""
     names = [n for n, _ in runs[0][4]]
@@ -424,9 +533,12 @@ def _swapped(runs):
         for j, other in enumerate(names):
             if j != i and all(r[4][j][1] is not None and np.size(r[4][j][1]) and close(r[3][i][1], np.asarray(r[4][j][1]))
                               for r in runs):
+                if name.startswith("grads[") and other.startswith("grads["):  # a dict: no order to fix
+                    return (f"your {_short(name)} equals the true {_short(other)}: two entries of the dict grads"
+                            f" are exchanged; grads[{_short(name)!r}] holds the gradient of {_short(name)}")
+                shown = ", ".join(e.returns)  # grads stays one dict, as the function returns it
                 return (f"your {_short(name)} equals the true {_short(other)}: the outputs are in the wrong"
-                        f" order (or two entries exchanged); return ({', '.join(_short(n) for n in names)})"
-                        " in that order")
+                        f" order; return ({shown}) in that order")
     return None
 
 

@@ -22,7 +22,7 @@ EXPECTED = {
     "a05_softmax_sum_all.py": "the first input's ndim = 2, 3, 4 in the wrong cases and 1 in the right ones",
     "a06_softmax_uses_dy_sum.py": "none of the classic mistakes explains",
     "a07_softmax_dotT.py": "axis = 1 in the wrong cases",
-    "a08_softmax_inplace_ok_values.py": "your backward wrote into dout",
+    "a08_softmax_inplace_ok_values.py": "your backward wrote into dy;",  # its own name
     "a09_softmax_masked_passthrough.py": "right except at masked entries",
     "b01_linear_einsum_ok.py": None, "b05_linear_loop_ok.py": None, "b07_linear_list_ok.py": None,
     "b01b_einsum_crash.py": "at line 6",
