@@ -68,8 +68,8 @@ _ATTENTION_D_AXIS = '''def scaled_dot_product_attention_backward(dout, cache):
     dS = P * (dP - D)
     dq = dS @ k * scale
     dk = np.swapaxes(dS, -1, -2) @ q * scale
-    return dq, dk, dv
-'''
+    return _sum_to(dq, q.shape), _sum_to(dk, k.shape), _sum_to(dv, v.shape)
+{SUM_TO}'''
 
 _ATTENTION_SCALE = '''def scaled_dot_product_attention_backward(dout, cache):
     q, k, v, P, scale = cache.q, cache.k, cache.v, cache.weights, cache.scale
@@ -78,8 +78,8 @@ _ATTENTION_SCALE = '''def scaled_dot_product_attention_backward(dout, cache):
     dS = P * (dP - np.einsum("...qd,...qd->...q", dout, cache.out)[..., None])
     dq = np.einsum("...qk,...kd->...qd", dS, k)
     dk = np.einsum("...qk,...qd->...kd", dS, q) * scale
-    return dq, dk, dv
-'''
+    return _sum_to(dq, q.shape), _sum_to(dk, k.shape), _sum_to(dv, v.shape)
+{SUM_TO}'''
 
 _ATTENTION_DV = '''def scaled_dot_product_attention_backward(dout, cache):
     q, k, v, P, scale = cache.q, cache.k, cache.v, cache.weights, cache.scale
@@ -89,8 +89,20 @@ _ATTENTION_DV = '''def scaled_dot_product_attention_backward(dout, cache):
     dS = P * (dP - D)
     dq = np.einsum("...qk,...kd->...qd", dS, k) * scale
     dk = np.einsum("...qk,...kd->...qd", dS, q) * scale
-    return dq, dk, dv
+    return _sum_to(dq, q.shape), _sum_to(dk, k.shape), _sum_to(dv, v.shape)
+{SUM_TO}'''
+
+_SUM_TO = '''
+
+def _sum_to(grad, shape):
+    """A gradient summed over the axes its input was broadcast along."""
+    extra = grad.ndim - len(shape)
+    grad = grad.sum(axis=tuple(range(extra))) if extra > 0 else grad
+    ones = tuple(i for i, n in enumerate(shape) if n == 1 != grad.shape[i])
+    return grad.sum(axis=ones, keepdims=True)
 '''
+_ATTENTION_D_AXIS, _ATTENTION_SCALE, _ATTENTION_DV = (
+    text.replace("{SUM_TO}", _SUM_TO) for text in (_ATTENTION_D_AXIS, _ATTENTION_SCALE, _ATTENTION_DV))
 
 _LAYER_NORM_AXIS = '''def layer_norm_backward(dy, cache):
     x_hat, rstd, gamma = cache.x_hat, cache.rstd, cache.gamma
@@ -115,9 +127,9 @@ _FLASH_TRIANGLE = '''def flash_attention_backward(dout, cache):
     m, log_l = cache.row_max, cache.log_row_sum
     scale, b = cache.scale, cache.block_size
     n_q, n_k = q.shape[-2], k.shape[-2]
-    dq = np.zeros(out.shape[:-1] + q.shape[-1:])
-    dk = np.zeros(out.shape[:-2] + k.shape[-2:])
-    dv = np.zeros(out.shape[:-2] + v.shape[-2:])
+    dq = np.zeros(out.shape[:-1] + q.shape[-1:], q.dtype)
+    dk = np.zeros(out.shape[:-2] + k.shape[-2:], q.dtype)
+    dv = np.zeros(out.shape[:-2] + v.shape[-2:], q.dtype)
     D = np.sum(dout * out, axis=-1, keepdims=True)  # (..., Nq, 1)
     offset = n_k - n_q  # query i sits at position i + offset
     for qs in range(0, n_q, b):
@@ -134,7 +146,10 @@ _FLASH_TRIANGLE = '''def flash_attention_backward(dout, cache):
                 keep &= np.abs(pos - key) <= cache.window
             if mask is not None:
                 full = np.broadcast_to(mask, mask.shape[:-2] + (n_q, n_k))
-                keep = keep & full[..., qs:qe, ks:ke]
+                if mask.dtype == bool:
+                    keep = keep & full[..., qs:qe, ks:ke]
+                else:  # an additive mask: -inf blocks a key
+                    s = s + full[..., qs:qe, ks:ke]
             lse = m[..., qs:qe, None] + log_l[..., qs:qe, None]
             with np.errstate(invalid="ignore"):
                 p = np.where(keep, np.exp(s - lse), 0.0)

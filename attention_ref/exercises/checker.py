@@ -23,6 +23,7 @@ import textwrap
 import threading
 import time
 import traceback
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,8 @@ from .mistakes import ANY
 __all__ = ["CheckResult", "check", "hint"]
 
 WIDTH = 80
+_FLOAT32_RTOL_OF_RESULT = 1e-4  # a right float32 attempt and the library's float32 differ by rounding
+_FLOAT32_ATOL = 1e-5
 TIME_LIMIT = 5.0  # seconds the student's code may take on one case, by default
 _PACKAGE = Path(__file__).resolve().parents[1]
 
@@ -109,6 +112,10 @@ def _matches(got, predicted):
             continue
         if p is None or g is None:
             if p is not g:
+                return False
+        elif np.asarray(p).dtype == np.float32 and as_gradient_array(g) is not None \
+                and np.isfinite(np.asarray(p)).all():  # float32: the tolerance of a right answer
+            if not _right(g, p):
                 return False
         elif not close_or_same_nonfinite(g, np.asarray(p),
                                          rtol=_FLOAT32_RTOL if np.asarray(g).dtype == np.float32 else RTOL):
@@ -272,7 +279,7 @@ def _check(e, attempt, forward, seed, hints_read, time_limit) -> CheckResult:
                 diagnosis = (f"your forward's output differs from {e.forward_name}'s on {case.describe()}:"
                              " fix the forward first")
                 break
-        dout = rng.standard_normal(np.shape(out))
+        dout = rng.standard_normal(np.shape(out)).astype(np.result_type(out))  # float32 out: float32 dout
         reference = e.run(e.backward, dout, cache)
         keys = list(reference[e.returns.index("grads")]) if "grads" in e.returns else None  # params' order
         truth = _flatten(e.returns, reference)
@@ -321,7 +328,7 @@ def _check(e, attempt, forward, seed, hints_read, time_limit) -> CheckResult:
                 rows.append((n, "", "None" if ok else "expected None", ""))
             else:
                 t = np.asarray(t)
-                ok = close(g, t)
+                ok = _right(g, t)
                 arr = as_gradient_array(g)
                 if ok and t.size:  # relative to the case's largest gradient: a zero gradient is rounding
                     worst_rel = max(worst_rel, float(np.abs(arr - t).max()) / max(scale, ATOL))
@@ -374,6 +381,22 @@ def _fill(text, indent="    ") -> str:
     return textwrap.fill(text, WIDTH, subsequent_indent=indent, break_on_hyphens=False)
 
 
+def _rtol(t) -> float:
+    """How close a right answer comes to the library's: float64 rounding, or float32's."""
+    return _FLOAT32_RTOL_OF_RESULT if np.asarray(t).dtype == np.float32 else RTOL
+
+
+def _right(g, t) -> bool:
+    """An output is right when it has the library's dtype and equals it within the tolerance
+    (in float32, a gradient that is zero up to rounding, such as b_k's, is zero within 1e-5)."""
+    arr, t = as_gradient_array(g), np.asarray(t)
+    if arr is None or arr.dtype != t.dtype:
+        return False
+    if t.dtype == np.float32 and arr.shape == t.shape and np.isfinite(arr).all() and t.size:
+        return float(np.abs(arr - t).max()) <= _rtol(t) * float(np.abs(t).max()) + _FLOAT32_ATOL
+    return close(arr, t, _rtol(t))
+
+
 def _size_of_error(arr, t) -> str:
     """After WRONG: the expected shape when it differs, else the largest error against the
     largest entry (or where NaN appears)."""
@@ -383,12 +406,14 @@ def _size_of_error(arr, t) -> str:
         return ""
     if not np.isfinite(arr).all():
         return " (NaN/inf)"
+    if arr.dtype != t.dtype:
+        return f" (dtype {arr.dtype}, expected {t.dtype})"
     err, big = float(np.abs(arr - t).max()), float(np.abs(t).max())
     return f" (max error {err:.1e}, max |true| {big:.1e})" if err > _tolerance_of(t) else ""
 
 
 def _tolerance_of(t):
-    return RTOL * (float(np.abs(t).max()) if t.size else 0.0) + ATOL
+    return _rtol(t) * (float(np.abs(t).max()) if t.size else 0.0) + (_FLOAT32_ATOL if t.dtype == np.float32 else ATOL)
 
 
 def _next(e, diagnosis, hints_read) -> list:
@@ -415,19 +440,14 @@ def _name_the_mistake(e, runs, failed) -> str:
     swapped = _swapped(e, runs)
     if swapped:
         return swapped
-    for mistake in e.mistakes:
-        differs = False
-        for _, dout, cache, got, truth, keys in runs:
-            try:
-                predicted = _flatten(e.returns, e.run(mistake.backward, dout, copy.deepcopy(cache)), keys)
-            except (ValueError, IndexError):  # a product of the wrong shapes: not this attempt's mistake
-                break
-            if isinstance(predicted, str) or not _matches(got, predicted):
-                break
-            differs = differs or not _matches(predicted, truth)
-        else:
-            if differs:
-                return mistake.sentence
+    # a mistake that reproduces the attempt on every run; failing that, on every run where no
+    # output has the wrong shape: that is a second mistake (a broadcast axis not summed back),
+    # said after the name
+    misshapen = [i for i, r in enumerate(runs, 1) if _misshapen(r[3], r[4])]
+    for skipped in ([], misshapen if len(misshapen) < len(runs) else []):
+        for mistake in e.mistakes:
+            if _reproduces(e, mistake, [r for i, r in enumerate(runs, 1) if i not in skipped]):
+                return mistake.sentence + (_also_misshapen(e, runs, failed, skipped) if skipped else "")
     case, name, got, truth = failed[0]
     factor = _factor_across_cases(runs, name)
     if factor:
@@ -436,10 +456,12 @@ def _name_the_mistake(e, runs, failed) -> str:
     specific = [x for x in said if "none of the classic mistakes explains" not in x]
     skipped = [x for x in specific if "was never computed" in x]  # a block of zeros says the most
     seen = (skipped or specific or said)[0]
-    wrong = sorted({i for i, (c, *_) in enumerate(runs, 1) if any(c is f[0] for f in failed)})
     overflow = _overflow_note(runs, failed)
-    if len(wrong) < len(runs):  # some cases are right: say which are not, the inputs tell why
-        right = [i for i in range(1, len(runs) + 1) if i not in wrong]
+    # which cases are wrong and which right, for the first wrong output: a right case whose true
+    # gradient of it is zero (one key: the softmax is constant) says nothing and is left out
+    wrong = sorted({i for i, (c, *_) in enumerate(runs, 1) if any(c is f[0] and f[1] == name for f in failed)})
+    right = [i for i in range(1, len(runs) + 1) if i not in wrong and _informative(runs[i - 1][4], {name})]
+    if right:  # some cases are right: say which are not, the inputs tell why
         if len(wrong) <= len(right):
             which = "only " + "; ".join(f"case {i} ({runs[i - 1][0].describe()})" for i in wrong) + \
                 f" {'is' if len(wrong) == 1 else 'are'} wrong, the other cases are right"
@@ -447,16 +469,63 @@ def _name_the_mistake(e, runs, failed) -> str:
             which = (f"cases {', '.join(map(str, wrong))} are wrong; only "
                      + "; ".join(f"case {i} ({runs[i - 1][0].describe()})" for i in right)
                      + f" {'is' if len(right) == 1 else 'are'} right")
-        differs = _what_differs([r[0] for r in runs], wrong)
+        kept = sorted(wrong + right)
+        differs = _what_differs([runs[i - 1][0] for i in kept], [kept.index(i) + 1 for i in wrong])
         if differs and "none of the classic mistakes explains" in seen:
             seen = ""  # what separates the cases says more than a largest error does
         seen = f"{which}: " + (differs + "; " + seen if seen and differs else differs or seen)
     return _locate(e, runs, failed) + seen + overflow
 
 
+def _reproduces(e, mistake, runs) -> bool:
+    """Whether ``mistake`` gives the attempt's outputs on every run, and differs from the truth
+    on one at least."""
+    differs = False
+    for _, dout, cache, got, truth, keys in runs:
+        try:
+            with np.errstate(all="ignore"), warnings.catch_warnings():  # a mistake may overflow
+                warnings.simplefilter("ignore")
+                predicted = _flatten(e.returns, e.run(mistake.backward, dout, copy.deepcopy(cache)), keys)
+        except Exception:  # noqa: BLE001  (a product of the wrong shapes: not this attempt's mistake)
+            return False
+        if isinstance(predicted, str) or not _matches(got, predicted):
+            return False
+        differs = differs or not _matches(predicted, truth)
+    return differs
+
+
+def _misshapen(got, truth) -> bool:
+    """Whether an output of a run has another shape than the true gradient's."""
+    return any(t is not None and as_gradient_array(g) is not None and as_gradient_array(g).shape != np.shape(t)
+               for (_, g), (_, t) in zip(got, truth))
+
+
+def _also_misshapen(e, runs, failed, misshapen) -> str:
+    """"; and on case 6 (batch = k, v broadcast), dk has shape ...": the second mistake."""
+    if not misshapen or len(misshapen) == len(runs):
+        return ""
+    i = misshapen[0]
+    case = runs[i - 1][0]
+    shape_wrong = [(c, n, g, t) for c, n, g, t in failed if c is case and
+                   as_gradient_array(g) is not None and as_gradient_array(g).shape != np.shape(t)]
+    c, n, g, t = shape_wrong[0]
+    where = f"case {i}" + (f" ({case.feature})" if case.feature else "")
+    return f"; besides, on {where}: " + _observe(e, c, n, g, t)
+
+
+def _informative(truth, names) -> bool:
+    """Whether a case's true gradients of ``names`` are more than rounding (largest entry above
+    1e-8 of the case's largest gradient): a zero gradient is right whatever the mistake."""
+    def biggest(t):
+        return float(np.abs(np.asarray(t, dtype=np.float64)).max()) if t is not None and np.size(t) else 0.0
+
+    scale = max((biggest(t) for _, t in truth), default=0.0)
+    return any(biggest(t) > 1e-8 * scale for n, t in truth if n in names)
+
+
 def _overflow_note(runs, failed) -> str:
     """NaN or infinity only in a case whose scores are near 800: exp overflowed there."""
-    bad = [i for i, (c, *_) in enumerate(runs, 1) if c.feature and any(
+    bad = [i for i, (c, *_) in enumerate(runs, 1) if "800" in c.feature and any(
         c is f[0] and as_gradient_array(f[2]) is not None and not np.isfinite(as_gradient_array(f[2])).all()
         for f in failed)]
     if not bad:
@@ -466,8 +535,11 @@ def _overflow_note(runs, failed) -> str:
 
 
 def _features(case) -> dict:
-    """What may explain why a mistake shows in some cases only: head count and width, the
-    number of axes of the first input, and the keyword arguments."""
+    """What may explain why a mistake shows in some cases only: the contract's features of
+    the case; for a case built by hand, head count and width, the number of axes of the first
+    input, and the keyword arguments."""
+    if case.features:
+        return dict(case.features)
     found = dict(case.sizes)
     first = case.inputs[0] if case.inputs else None
     if isinstance(first, np.ndarray):
@@ -485,7 +557,26 @@ _WHY = {"h": "are the head count and width read from the arguments, the cache or
         "axis": "is the sum along cache.axis?", "norm_first": "the pre-norm and post-norm branches differ.",
         "causal": "is the causal rule applied, with the queries aligned to the last keys?",
         "window": "is the window applied, with the queries aligned to the last keys?",
-        "mask": "is the mask applied, for every kind of mask?"}
+        "mask": "is the mask applied, for every kind of mask?",
+        "rule": "are the causal rule and the window applied, alone and together, with the queries aligned to"
+                " the last keys?",
+        "dtype": "float32 inputs get float32 gradients: is every step in the inputs' dtype?",
+        "scale": "is the scale read from cache.scale, not computed from a shape?",
+        "batch": "are the batch axes any number, and is a gradient summed over the axes its input was"
+                 " broadcast along?",
+        "ndim": "a fixed axis, .T or a reshape that assumes a number of axes?",
+        "leading": "a fixed axis, .T or a reshape that assumes a number of leading axes?",
+        "size_1": "a squeeze(), or a shape test, that an axis of size 1 fools?",
+        "widths": "is each width read from its own array's shape?",
+        "head_widths": "is each head width read from its own array (d_v from v, d_k from q)?",
+        "model_width": "is the head width read from the shapes, not d_model // h?",
+        "input_widths": "are the key's and value's widths read from their own arrays?",
+        "lengths": "are n_q and n_k read from their own arrays?",
+        "bias": "an absent bias gets None; is a present one summed over every leading axis?",
+        "block_size": "do the tiles cover every row when block_size does not divide n?",
+        "activation": "is the feed-forward's activation derivative the one of cache's activation?",
+        "scores": "is the row maximum subtracted before exp (or the saved statistics used)?",
+        "attention": "self-attention: the query, key and value paths all reach the one input."}
 
 
 def _what_differs(cases, wrong) -> str:
@@ -525,13 +616,13 @@ def _swapped(e, runs):
     names = [n for n, _ in runs[0][4]]
 
     def right(g, t):
-        return g is None if t is None else close(g, np.asarray(t))
+        return g is None if t is None else _right(g, t)
 
     for i, name in enumerate(names):
         if all(right(r[3][i][1], r[4][i][1]) for r in runs):
             continue
         for j, other in enumerate(names):
-            if j != i and all(r[4][j][1] is not None and np.size(r[4][j][1]) and close(r[3][i][1], np.asarray(r[4][j][1]))
+            if j != i and all(r[4][j][1] is not None and np.size(r[4][j][1]) and _right(r[3][i][1], r[4][j][1])
                               for r in runs):
                 if name.startswith("grads[") and other.startswith("grads["):  # a dict: no order to fix
                     return (f"your {_short(name)} equals the true {_short(other)}: two entries of the dict grads"
@@ -552,10 +643,14 @@ def _factor_across_cases(runs, name):
         g = as_gradient_array(g)
         if g is None or t is None or g.shape != np.shape(t) or not np.isfinite(g).all():
             return None
+        if not np.any(t) or np.asarray(t).dtype == np.float32:
+            continue  # a zero gradient says nothing about a factor; float32 rounding blurs one
         c = ratio(g.astype(np.float64), np.asarray(t, dtype=np.float64))
         if c is None:
             return None
         ratios.append((case, c))
+    if not ratios:
+        return None
     if len({round(c, 9) for _, c in ratios}) < 2:
         return None  # one ratio for every case: observe names it, with the case's factors
     common = set.intersection(*(set(case.factors) for case, _ in ratios))

@@ -70,8 +70,8 @@ def test_exit_in_a_students_forward_is_reported():
 # -- a time limit per case, that names the case -----------------------------------------------
 
 def test_an_endless_backward_runs_out_of_time_on_the_case_it_loops_on():
-    def endless_on_case_3(dy, cache):
-        if dy.ndim == 4:  # case 3 of the softmax exercise is the first 4-d one
+    def endless_on_case_5(dy, cache):
+        if dy.ndim == 4:  # case 5 of the softmax exercise is the first 4-d one
             while True:
                 try:
                     pass
@@ -79,11 +79,11 @@ def test_an_endless_backward_runs_out_of_time_on_the_case_it_loops_on():
                     pass
         return softmax_backward(dy, cache)
 
-    result = check("softmax_backward", endless_on_case_3, time_limit=0.3)
+    result = check("softmax_backward", endless_on_case_5, time_limit=0.3)
     assert not result.ok
-    assert result.diagnosis.startswith("your backward ran out of time on case 3 (inputs (")
+    assert result.diagnosis.startswith("your backward ran out of time on case 5 (inputs (")
     assert "more than 0.3 s" in result.diagnosis
-    assert "case 3: inputs" in str(result) and "ran out of time" in str(result)
+    assert "case 5: inputs" in str(result) and "ran out of time" in str(result)
 
 
 def test_the_limit_is_per_case_and_a_callers_alarm_runs_on(tmp_path):
