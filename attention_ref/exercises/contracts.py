@@ -65,6 +65,8 @@ class Contract:
     features: dict  # feature -> tuple of values, base first
     build: Callable  # build(rng, **values) -> Case
     together: tuple = ()  # feature values that matter together: cases that change two or more features
+    apart: tuple = ()  # feature values never drawn together by sample() (float32 scores near 800:
+    #                    float32 keeps 800 to about 5e-5, too coarse for a gradient to be judged)
 
     def base(self) -> dict:
         return {name: values[0] for name, values in self.features.items()}
@@ -83,8 +85,11 @@ class Contract:
         return [self._case(rng, values, varied) for values, varied in self.plan()]
 
     def sample(self, rng) -> dict:
-        """One random combination of every feature's values."""
-        return {name: values[int(rng.integers(len(values)))] for name, values in self.features.items()}
+        """One random combination of every feature's values (none of those kept ``apart``)."""
+        while True:
+            values = {name: values[int(rng.integers(len(values)))] for name, values in self.features.items()}
+            if not any(all(values[k] == v for k, v in pair.items()) for pair in self.apart):
+                return values
 
     def sample_case(self, rng):
         values = self.sample(rng)
@@ -207,7 +212,7 @@ def _attention(rng, dtype, scale, batch, size_1, mask, lengths, widths, scores):
     n_q = 1 if size_1 == "n_q" else 3  # one query still sees 3 or 5 keys: its gradient is not 0
     n_k = 1 if size_1 == "n_k" else 3 if lengths == "n_q = n_k" else 5
     d_k = 1 if size_1 == "d_k" else 3
-    d_v = d_k if widths == "d_v = d_k" else d_k + 1
+    d_v = 1 if size_1 == "d_v" else d_k if widths == "d_v = d_k" else d_k + 1
     qb = kb = _batch("one" if batch in ("k, v broadcast", "q broadcast") else batch, b)
     if batch == "k, v broadcast":
         kb = (1,)
@@ -228,9 +233,10 @@ def _attention(rng, dtype, scale, batch, size_1, mask, lengths, widths, scores):
 
 ATTENTION = Contract({"dtype": ("float64", "float32"), "scale": ("default", "given"),
                       "batch": ("one", "none", "two", "k, v broadcast", "q broadcast"),
-                      "size_1": ("none", "n_q", "n_k", "d_k", "batch"),
+                      "size_1": ("none", "n_q", "n_k", "d_k", "d_v", "batch"),
                       "mask": ("none", "bool", "float -inf", "causal"), "lengths": ("n_q = n_k", "n_q != n_k"),
-                      "widths": ("d_v != d_k", "d_v = d_k"), "scores": ("ordinary", "near 800")}, _attention)
+                      "widths": ("d_v != d_k", "d_v = d_k"), "scores": ("ordinary", "near 800")}, _attention,
+                     apart=({"dtype": "float32", "scores": "near 800"},))
 
 
 # -- heads ----------------------------------------------------------------------------------------
@@ -257,12 +263,12 @@ SPLIT, MERGE = Contract(_HEADS, _split), Contract(_HEADS, _merge)
 
 def _layer_norm(rng, dtype, leading, size_1):
     dt = _dtype(dtype)
-    d = 7
+    d = 1 if size_1 == "D" else 7  # D = 1: x_hat is 0, and a squeeze() of dgamma shows
     lead = {0: (), 1: (1 if size_1 == "rows" else 4,), 2: (3, 1 if size_1 == "rows" else 4)}[leading]
     return _case((_normal(rng, lead + (d,), dt, 3.0) + dt(1), _normal(rng, (d,), dt), _normal(rng, (d,), dt)))
 
 
-LAYER_NORM = Contract({"dtype": ("float64", "float32"), "leading": (1, 0, 2), "size_1": ("none", "rows")},
+LAYER_NORM = Contract({"dtype": ("float64", "float32"), "leading": (1, 0, 2), "size_1": ("none", "rows", "D")},
                       _layer_norm)
 
 
@@ -273,12 +279,14 @@ def _flash(rng, dtype, batch, mask, rule, block_size, widths, size_1, scores):
     n_q = 1 if size_1 == "n_q" else 4
     n_k = n_q + 2
     d_k = 1 if size_1 == "d_k" else 3
-    d_v = d_k if widths == "d_v = d_k" else d_k + 1
-    lead = _batch(batch, 2)
+    d_v = 1 if size_1 == "d_v" else d_k if widths == "d_v = d_k" else d_k + 1
+    lead = _batch("size 1" if size_1 == "batch" else "one" if batch == "k, v broadcast" else batch, 2)
+    k_lead = (1,) if batch == "k, v broadcast" else lead  # k and v shared by the batch items
     if scores == "near 800":
-        q, k, v = _large_scores(rng, lead, lead, n_q, n_k, d_k, d_v, 1 / math.sqrt(d_k))
+        q, k, v = _large_scores(rng, lead, k_lead, n_q, n_k, d_k, d_v, 1 / math.sqrt(d_k))
     else:
-        q, k, v = (rng.standard_normal(lead + (n, d)) for n, d in ((n_q, d_k), (n_k, d_k), (n_k, d_v)))
+        q, k, v = (rng.standard_normal(b + (n, d)) for b, n, d in ((lead, n_q, d_k), (k_lead, n_k, d_k),
+                                                                     (k_lead, n_k, d_v)))
     kwargs = {"mask": _mask(rng, mask, n_q, n_k, dt)} if mask != "none" else {}
     kwargs.update({"causal": True} if "causal" in rule else {})
     kwargs.update({"window": 1} if "window" in rule else {})
@@ -290,7 +298,9 @@ def _flash(rng, dtype, batch, mask, rule, block_size, widths, size_1, scores):
 FLASH = Contract({"dtype": ("float64", "float32"), "batch": ("one", "none", "two"),
                   "mask": ("none", "bool", "float -inf"), "rule": ("none", "causal", "window", "causal and window"),
                   "block_size": (2, 3, 1, 8), "widths": ("d_v != d_k", "d_v = d_k"),
-                  "size_1": ("none", "n_q", "d_k"), "scores": ("ordinary", "near 800")}, _flash)
+                  "size_1": ("none", "n_q", "d_k", "d_v", "batch"), "scores": ("ordinary", "near 800")}, _flash,
+                 together=({"mask": "bool", "rule": "causal and window"}, {"mask": "float -inf", "rule": "causal"}),
+                 apart=({"dtype": "float32", "scores": "near 800"},))
 
 
 # -- multi-head attention -------------------------------------------------------------------------
@@ -341,7 +351,8 @@ MULTI_HEAD = Contract({"dtype": ("float64", "float32"), "h": (2, 1, 3), "head_wi
                        "bias": ("all", "none"), "batch": ("one", "none", "two"),
                        "lengths": ("n_q = n_k", "n_q != n_k"),
                        "mask": ("none", "bool", "float -inf", "causal"), "size_1": ("none", "n_q", "batch"),
-                       "scale": ("default", "given"), "scores": ("ordinary", "near 800")}, _multi_head)
+                       "scale": ("default", "given"), "scores": ("ordinary", "near 800")}, _multi_head,
+                      apart=({"dtype": "float32", "scores": "near 800"},))
 
 
 # -- encoder block --------------------------------------------------------------------------------
