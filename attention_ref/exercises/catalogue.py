@@ -78,20 +78,22 @@ STEPS = {
                               ("db = dy summed over every axis but the last", "db")),
     "scaled_dot_product_attention_backward": _steps(
         ("dv = P^T dout", "dv"),
-        ("the softmax step, dP = dout v^T then dS = P * (dP - D) with D_i = rowsum(dout_i * out_i)", "dq dk"),
+        ("the softmax step (dP = dout v^T then dS = P * (dP - D) with D_i = rowsum(dout_i * out_i)), or"
+         " the scale that dq and dk share", "dq dk"),
         ("dq = dS k * scale", "dq"), ("dk = dS^T q * scale", "dk")),
     "layer_norm_backward": _steps(
         ("dx, the normalisation's backward (with the gain, the mean and the variance)", "dx"),
         ("dgamma = dy * x_hat summed over the rows", "dgamma"), ("dbeta = dy summed over the rows", "dbeta")),
     "flash_attention_backward": _steps(
         ("dv[keys] += P^T dout[queries]", "dv"),
-        ("each tile's dP = dout v^T, D or dS = P * (dP - D)", "dq dk"),
+        ("each tile's dP = dout v^T, D or dS = P * (dP - D), or the scale that dq and dk share", "dq dk"),
         ("dq[queries] += dS k * scale", "dq"), ("dk[keys] += dS^T q * scale", "dk"),
         ("the recomputed P: the tiles visited, the masks or the saved statistics", "dq dk dv")),
     "multi_head_attention_backward": _steps(
         ("dW_o = concat^T dout", "W_o"), ("db_o = dout summed over every axis but the last", "b_o"),
         ("the attention's dv = P^T dout (or the value heads' merge)", "dvalue W_v b_v"),
-        ("the attention's softmax step, dP = dout v^T then dS = P * (dP - D)", "dquery W_q b_q dkey W_k b_k"),
+        ("the attention's softmax step (dP = dout v^T then dS = P * (dP - D)), or the scale that dq and dk"
+         " share", "dquery W_q b_q dkey W_k b_k"),
         ("the attention's dq = dS k * scale (or the query heads' merge)", "dquery W_q b_q"),
         ("the attention's dk = dS^T q * scale (or the key heads' merge)", "dkey W_k b_k"),
         ("dconcat = dout W_o^T or its split into heads", _QKV),

@@ -456,6 +456,9 @@ def _name_the_mistake(e, runs, failed) -> str:
     specific = [x for x in said if "none of the classic mistakes explains" not in x]
     skipped = [x for x in specific if "was never computed" in x]  # a block of zeros says the most
     seen = (skipped or specific or said)[0]
+    varying = _varying_ratio(runs, name)
+    if varying and ("times the true gradient (ratio " in seen or "multiple of the true gradient (ratio " in seen):  # one case's number is no factor of all
+        seen = varying
     overflow = _overflow_note(runs, failed)
     # which cases are wrong and which right, for the first wrong output: a right case whose true
     # gradient of it is zero (one key: the softmax is constant) says nothing and is left out
@@ -607,7 +610,8 @@ def _observe(e, case, name, got, truth) -> str:
     arr = as_gradient_array(got)
     return observe(name, got, truth, case.factors, masked, _axis_names(arr.ndim if arr is not None else 0, name),
                    parameter=name.startswith("grads[") or name not in ("dx", "dq", "dk", "dv", "dquery", "dkey",
-                                                                       "dvalue", "dheads"))
+                                                                       "dvalue", "dheads"),
+                   product=e.name not in ("split_heads_backward", "merge_heads_backward"))
 
 
 def _swapped(e, runs):
@@ -641,9 +645,11 @@ def _factor_across_cases(runs, name):
         g = dict(got).get(name)
         t = dict(truth).get(name)
         g = as_gradient_array(g)
+        if t is None and g is None:
+            continue  # an absent bias, rightly None
         if g is None or t is None or g.shape != np.shape(t) or not np.isfinite(g).all():
             return None
-        if not np.any(t) or np.asarray(t).dtype == np.float32:
+        if not _informative(truth, {name}) or np.asarray(t).dtype == np.float32:
             continue  # a zero gradient says nothing about a factor; float32 rounding blurs one
         c = ratio(g.astype(np.float64), np.asarray(t, dtype=np.float64))
         if c is None:
@@ -657,10 +663,30 @@ def _factor_across_cases(runs, name):
     for label in sorted(common):
         if all(abs(c - case.factors[label]) <= 1e-6 * max(1.0, abs(c)) for case, c in ratios):
             shown = ", ".join(f"{c:.4g}" for _, c in ratios)
-            why = " (a mean over the rows where a sum belongs)" if label == "1/rows" else ""
+            why = " (a mean over the rows where a sum belongs)" if label.startswith("1/rows") else ""
             return (f"{_short(name)} is {label} times the true gradient in every case (ratios {shown}, as {label}"
                     f" changes from case to case): a factor {label} is missing or extra{why}")
     return None
+
+
+def _varying_ratio(runs, name):
+    """"dq is a multiple of the true gradient that changes from case to case": when the ratio
+    is constant within each case but not across them, and no named factor tracks it."""
+    ratios = []
+    for case, _, _, got, truth, _ in runs:
+        g, t = as_gradient_array(dict(got).get(name)), dict(truth).get(name)
+        if g is None or t is None or g.shape != np.shape(t) or not np.isfinite(g).all() \
+                or not _informative(truth, {name}) or np.asarray(t).dtype == np.float32:
+            continue
+        c = ratio(g.astype(np.float64), np.asarray(t, dtype=np.float64))
+        if c is None:
+            return None
+        ratios.append(c)
+    if len({round(c, 9) for c in ratios}) < 2:
+        return None
+    shown = ", ".join(dict.fromkeys(f"{c:.4g}" for c in ratios))
+    return (f"{_short(name)} is a multiple of the true gradient that changes from case to case (ratios {shown}):"
+            " a factor that depends on the inputs' sizes or options is missing or extra")
 
 
 def _locate(e, runs, failed) -> str:

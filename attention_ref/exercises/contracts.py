@@ -139,8 +139,8 @@ def _mask(rng, kind, n_q, n_k, dtype):
 def scale_factors(d_k, scale=None):
     """Named constants a wrong attempt's ratio may equal."""
     found = {"sqrt(d_k)": math.sqrt(d_k), "1/sqrt(d_k)": 1 / math.sqrt(d_k), "d_k": d_k, "1/d_k": 1 / d_k}
-    if scale is not None:
-        found.update({"scale": scale, "1/scale": 1 / scale})
+    scale = 1 / math.sqrt(d_k) if scale is None else scale  # the default scale is 1/sqrt(d_k)
+    found.update({"scale": scale, "1/scale": 1 / scale})
     return found
 
 
@@ -245,13 +245,13 @@ def _split(rng, dtype, batch, h, d_head, size_1):
     n = 1 if size_1 == "N" else 4
     lead = _batch("size 1" if size_1 == "batch" else batch, 2)
     x = _normal(rng, lead + (n, h * d_head), _dtype(dtype))
-    return _case((x, h), sizes={"h": h, "d_head": d_head})
+    return _case((x, h), factors={"h": h, "1/h": 1 / h, "d_head": d_head}, sizes={"h": h, "d_head": d_head})
 
 
 def _merge(rng, **values):
     case = _split(rng, **values)
     x, h = case.inputs
-    return _case((split_heads(x, h), h), sizes=case.sizes)
+    return _case((split_heads(x, h), h), factors=case.factors, sizes=case.sizes)
 
 
 _HEADS = {"dtype": ("float64", "float32"), "batch": ("one", "none", "two"), "h": (2, 1, 3),
@@ -337,7 +337,9 @@ def _multi_head(rng, dtype, h, head_widths, model_width, input_widths, attention
     m = _mask(rng, mask, n_q, n_k, dt)
     kwargs = {"mask": m} if m is not None else {}
     kwargs.update({"scale": s} if scale == "given" else {})
-    factors = {**scale_factors(d_k, s if scale == "given" else None), "h": h, "1/h": 1 / h}
+    rows = int(np.prod(lead)) if lead else 1  # a mean over the rows where a bias's sum belongs
+    factors = {**scale_factors(d_k, s if scale == "given" else None), "h": h, "1/h": 1 / h,
+               "1/rows (queries)": 1 / (rows * n_q), "1/rows (keys)": 1 / (rows * n_k)}
     inputs = tuple(x.astype(dt) if isinstance(x, np.ndarray) else x for x in (query, key, value))
     if attention == "self":
         inputs = (inputs[0], inputs[0], inputs[0])
@@ -369,7 +371,7 @@ def _encoder(rng, dtype, h, norm_first, activation, mask, batch, size_1):
     kwargs = {"mask": m, "norm_first": norm_first}
     if activation != "relu":
         kwargs["activation"] = activation
-    return _case((x, params, h), kwargs, sizes={"h": h, "d_head": d_head})
+    return _case((x, params, h), kwargs, {"h": h, "1/h": 1 / h}, sizes={"h": h, "d_head": d_head})
 
 
 ENCODER = Contract({"dtype": ("float64", "float32"), "h": (2, 1, 3), "norm_first": (False, True),

@@ -340,7 +340,7 @@ def _correct_then(name, change):
     ("softmax_backward", _correct_then("softmax_backward", lambda dx, dy, c: -dx), "has the wrong sign everywhere"),
     ("scaled_dot_product_attention_backward",
      _correct_then("scaled_dot_product_attention_backward",
-                   lambda g, dout, c: (g[0] / c.scale, g[1], g[2])), "= sqrt(d_k)"),
+                   lambda g, dout, c: (g[0] / c.scale, g[1], g[2])), "dq is 1/scale times the true gradient in every case"),
     ("multi_head_attention_backward",
      _correct_then("multi_head_attention_backward",
                    lambda g, dout, c: (g[0] * c.num_heads, *g[1:])), "h times the true gradient in every case"),
