@@ -16,17 +16,14 @@ the caller's again when :func:`check` returns, whatever the student's code chang
 """
 from __future__ import annotations
 
-import contextlib
 import copy
-import signal
 import textwrap
-import threading
-import time
 import traceback
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -43,8 +40,9 @@ from .diagnosis import (
     ratio,
 )
 from .mistakes import ANY
+from .process import _check_arguments, _numpy_state_kept, _OutOfTime, _stopped, _time_limit
 
-__all__ = ["CheckResult", "check", "hint"]
+__all__ = ["CheckResult", "Run", "WrongOutput", "check", "hint"]
 
 WIDTH = 80
 _FLOAT32_RTOL_OF_RESULT = 1e-4  # a right float32 attempt and the library's float32 differ by rounding
@@ -142,69 +140,6 @@ def _where(exc) -> str:
     return ""
 
 
-class _OutOfTime(BaseException):
-    """Raised inside the student's code when a case's time runs out (a BaseException, so that
-    an ``except Exception`` in the student's code does not swallow it)."""
-
-
-@contextlib.contextmanager
-def _time_limit(seconds):
-    """Raise :class:`_OutOfTime` in the code run under it after ``seconds``; no limit when
-    ``seconds`` is None, off the main thread, or without ``signal.setitimer`` (Windows). A
-    timer the caller had set (pytest-timeout's, say) runs on afterwards."""
-    if seconds is None or not hasattr(signal, "setitimer") or \
-            threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def on_alarm(signum, frame):
-        raise _OutOfTime
-
-    old_handler = signal.signal(signal.SIGALRM, on_alarm)
-    old_delay, old_interval = signal.setitimer(signal.ITIMER_REAL, seconds)
-    started = time.monotonic()
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old_handler)
-        if old_delay:
-            left = max(old_delay - (time.monotonic() - started), 1e-3)
-            signal.setitimer(signal.ITIMER_REAL, left, old_interval)
-
-
-def _stopped(who, exc, where="") -> str:
-    """The sentence for student code that exited or was interrupted instead of returning."""
-    if isinstance(exc, SystemExit):
-        return (f"your {who} called sys.exit({exc.code!r}) (SystemExit){where}: a {who} returns its"
-                " result, it never ends the program")
-    return f"your {who} was interrupted (KeyboardInterrupt){where}; the check stopped there"
-
-
-@contextlib.contextmanager
-def _numpy_state_kept():
-    """NumPy's error settings and callback, print options and global random state, as they
-    were before, whatever the code run under it changes."""
-    err, call, printing = np.geterr(), np.geterrcall(), np.get_printoptions()
-    random_state = np.random.get_state()
-    try:
-        yield
-    finally:
-        np.seterr(**err)
-        np.seterrcall(call)
-        np.set_printoptions(**printing)
-        np.random.set_state(random_state)
-
-
-def _check_arguments(seed, time_limit):
-    """One-line errors for a seed or a time limit that cannot be used."""
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"check: seed must be a whole number >= 0, got {seed!r}")
-    if time_limit is not None and (isinstance(time_limit, bool) or not isinstance(time_limit, (int, float))
-                                   or not time_limit > 0 or time_limit == float("inf")):
-        raise ValueError(f"check: time_limit must be a number of seconds > 0 (or None), got {time_limit!r}")
-
-
 #: exercise name -> the hints read in this process (``check``'s "next:" suggests the next unread)
 _HINTS_READ: dict = {}
 
@@ -245,40 +180,69 @@ def check(name: str, attempt, forward=None, *, seed: int = 0, hints_read=None,
         return _check(e, attempt, forward, seed, hints_read, time_limit)
 
 
+class Run(NamedTuple):
+    """One case the attempt returned from: its inputs, the upstream gradient, the library's
+    cache, the attempt's outputs and the true ones (``[(name, value), ...]``), params' keys."""
+
+    case: object
+    dout: np.ndarray
+    cache: object
+    got: list
+    truth: list
+    keys: list | None
+
+
+class WrongOutput(NamedTuple):
+    """One output of one case that is not the library's."""
+
+    case: object
+    name: str
+    got: object
+    truth: object
+
+
+@dataclass
+class _Outcome:
+    """What running the cases gave: the table, the runs, the wrong outputs, the notes (writes
+    into an argument), why the run stopped early if it did, the largest difference of a right
+    output."""
+
+    cases: list
+    lines: list = field(default_factory=list)
+    runs: list = field(default_factory=list)
+    wrong: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+    stopped: str | None = None
+    worst_rel: float = 0.0
+
+
 def _check(e, attempt, forward, seed, hints_read, time_limit) -> CheckResult:
-    """:func:`check` once its arguments are known to be good."""
-    name = e.name
-    rng = np.random.default_rng(seed)
-    cases = e.cases(rng)
-    own_forward = None if forward is None else e.adapt_forward(forward)
-    # the attempt's own names for its arguments, for "your backward wrote into dy"
+    """:func:`check` once its arguments are known to be good: run the cases and compare, then
+    diagnose, then write the report."""
+    outcome = _run_cases(e, attempt, forward, seed, time_limit)
+    passed, diagnosis = _diagnose(e, outcome)
+    return _report(e, outcome, passed, diagnosis, hints_read)
+
+
+def _argument_names(e, attempt):
+    """The attempt's own names for its upstream gradient and cache (for "wrote into dy")."""
     documented = e.signature.split("(", 1)[1].split(")", 1)[0].split(", ") + ["cache"]  # (dy, cache)
     mine = _parameter_names(attempt, 2) or _parameter_names(attempt, 1) or []
-    dout_name = mine[0] if mine else documented[0]
-    cache_name = mine[1] if len(mine) > 1 else documented[1]
-    lines, failed, runs, notes = [], [], [], []
-    worst_rel = 0.0
-    diagnosis = None
-    for i, case in enumerate(cases, 1):
+    return (mine[0] if mine else documented[0]), (mine[1] if len(mine) > 1 else documented[1])
+
+
+def _run_cases(e, attempt, forward, seed, time_limit) -> _Outcome:
+    """Step 1: each case through the library's forward and backward and the attempt, compared
+    output by output; stops at the first case the attempt (or its forward) cannot finish."""
+    rng = np.random.default_rng(seed)
+    o = _Outcome(e.cases(rng))
+    own_forward = None if forward is None else e.adapt_forward(forward)
+    dout_name, cache_name = _argument_names(e, attempt)
+    for i, case in enumerate(o.cases, 1):
         out, cache = e.forward(*case.inputs, **case.kwargs)
-        given = cache
-        if own_forward is not None:
-            try:
-                with _time_limit(time_limit):
-                    mine, given = own_forward(*copy.deepcopy(case.inputs), **copy.deepcopy(case.kwargs))
-            except _OutOfTime:
-                diagnosis = _out_of_time("forward", i, case, time_limit)
-                break
-            except (SystemExit, KeyboardInterrupt) as exc:
-                diagnosis = _stopped("forward", exc, f" on case {i}{_where(exc)}")
-                break
-            except Exception as exc:  # noqa: BLE001  (a student's code may raise anything)
-                diagnosis = f"your forward raised {type(exc).__name__}: {exc}{_where(exc)}"
-                break
-            if not close(mine, out):
-                diagnosis = (f"your forward's output differs from {e.forward_name}'s on {case.describe()}:"
-                             " fix the forward first")
-                break
+        given = cache if own_forward is None else _their_cache(e, own_forward, case, i, out, time_limit, o)
+        if o.stopped:
+            break
         dout = rng.standard_normal(np.shape(out)).astype(np.result_type(out))  # float32 out: float32 dout
         reference = e.run(e.backward, dout, cache)
         keys = list(reference[e.returns.index("grads")]) if "grads" in e.returns else None  # params' order
@@ -288,73 +252,105 @@ def _check(e, attempt, forward, seed, hints_read, time_limit) -> CheckResult:
             with _time_limit(time_limit):
                 result = e.run(attempt, their_dout, theirs)
         except _OutOfTime:
-            lines.append(_fill(f"case {i}: {case.describe()}: ran out of time"))
-            diagnosis = _out_of_time("backward", i, case, time_limit)
-            break
+            o.lines.append(_fill(f"case {i}: {case.describe()}: ran out of time"))
+            o.stopped = _out_of_time("backward", i, case, time_limit)
         except (SystemExit, KeyboardInterrupt) as exc:
-            lines.append(_fill(f"case {i}: {case.describe()}: {type(exc).__name__}"))
-            diagnosis = _stopped("backward", exc, f" on case {i}{_where(exc)}")
-            break
-        except Exception as exc:  # noqa: BLE001
-            lines.append(textwrap.fill(f"case {i}: {case.describe()}: raised {type(exc).__name__}", WIDTH,
-                                       subsequent_indent="    "))
-            if isinstance(exc, NotImplementedError):
-                diagnosis = f"{name} is not written yet: derive it, with the hints if you like"
-            elif runs:  # the earlier cases may already show the mistake
-                diagnosis = (_name_the_mistake(e, runs, failed) + f"; on case {i} it raised {type(exc).__name__}:"
-                             f" {exc}{_where(exc)}") if failed else None
-            if diagnosis is None:
-                diagnosis = f"your backward raised {type(exc).__name__}: {exc}{_where(exc)} (on {case.describe()})"
-                new = _what_differs([r[0] for r in runs] + [case], [len(runs) + 1]) if runs else ""
-                if new:  # the cases before were right: what is new in this one?
-                    diagnosis += f"; new in this case: {new}"
+            o.lines.append(_fill(f"case {i}: {case.describe()}: {type(exc).__name__}"))
+            o.stopped = _stopped("backward", exc, f" on case {i}{_where(exc)}")
+        except Exception as exc:  # noqa: BLE001  (a student's code may raise anything)
+            o.lines.append(_fill(f"case {i}: {case.describe()}: raised {type(exc).__name__}"))
+            o.stopped = _crashed(e, exc, i, case, o)
+        if o.stopped:
             break
         place = _first_write(their_dout, dout, dout_name) or _first_write(theirs, given, cache_name)
-        if place:
-            note = f"your backward wrote into {place}; a backward must not change its arguments"
-            notes.append(note) if note not in notes else None
+        note = f"your backward wrote into {place}; a backward must not change its arguments" if place else None
+        if note and note not in o.notes:
+            o.notes.append(note)
         got = _flatten(e.returns, result, keys)
         if isinstance(got, str):
-            diagnosis = got
+            o.stopped = got
             break
-        runs.append((case, dout, cache, got, truth, keys))
-        lines.append(textwrap.fill(f"case {i}: {case.describe()}", WIDTH, subsequent_indent="    "))
-        scale = max((float(np.abs(np.asarray(t)).max()) for _, t in truth if t is not None and np.size(t)),
-                    default=0.0)
-        rows = []  # (output, shape, verdict, size of the error)
-        for (n, g), (_, t) in zip(got, truth):
-            if t is None:
-                ok = g is None
-                rows.append((n, "", "None" if ok else "expected None", ""))
-            else:
-                t = np.asarray(t)
-                ok = _right(g, t)
-                arr = as_gradient_array(g)
-                if ok and t.size:  # relative to the case's largest gradient: a zero gradient is rounding
-                    worst_rel = max(worst_rel, float(np.abs(arr - t).max()) / max(scale, ATOL))
-                shape = str(arr.shape) if arr is not None else type(g).__name__
-                rows.append((n, f"shape {shape}", "ok" if ok else "WRONG", _size_of_error(arr, t)))
-            if not ok:
-                failed.append((case, n, g, t))
-        lines.extend(_table(rows))
-    right = diagnosis is None and not failed
-    passed = right and not notes
-    if passed:
-        verdict = f"{name}: PASS on {len(cases)} cases"
-        rel = "below 1e-10" if worst_rel < 1e-10 else f"{worst_rel:.1e}"
-        diagnosis = f"correct: every gradient matches the library's (largest difference {rel} of the largest gradient)"
-    else:
-        verdict = f"{name}: FAIL"
-        if right:
-            diagnosis = "the gradients are right"
-        elif diagnosis is None:
-            diagnosis = _name_the_mistake(e, runs, failed)
-        diagnosis = "; ".join([diagnosis, *notes])
-    report = [verdict, *lines, textwrap.fill(f"diagnosis: {diagnosis}", WIDTH, subsequent_indent="  ",
-                                             break_on_hyphens=False)]
+        o.runs.append(Run(case, dout, cache, got, truth, keys))
+        o.lines.append(_fill(f"case {i}: {case.describe()}"))
+        o.lines.extend(_compare(o, case, got, truth))
+    return o
+
+
+def _their_cache(e, own_forward, case, i, out, time_limit, o):
+    """The cache of the student's own forward, after checking its output; sets ``o.stopped``
+    when the forward fails."""
+    try:
+        with _time_limit(time_limit):
+            mine, given = own_forward(*copy.deepcopy(case.inputs), **copy.deepcopy(case.kwargs))
+    except _OutOfTime:
+        o.stopped = _out_of_time("forward", i, case, time_limit)
+        return None
+    except (SystemExit, KeyboardInterrupt) as exc:
+        o.stopped = _stopped("forward", exc, f" on case {i}{_where(exc)}")
+        return None
+    except Exception as exc:  # noqa: BLE001  (a student's code may raise anything)
+        o.stopped = f"your forward raised {type(exc).__name__}: {exc}{_where(exc)}"
+        return None
+    if not close(mine, out):
+        o.stopped = (f"your forward's output differs from {e.forward_name}'s on {case.describe()}:"
+                     " fix the forward first")
+    return given
+
+
+def _crashed(e, exc, i, case, o) -> str:
+    """The diagnosis when the attempt raised on case ``i``: not written yet; the mistake the
+    earlier cases show; or the crash with the student's line and what is new in this case."""
+    if isinstance(exc, NotImplementedError):
+        return f"{e.name} is not written yet: derive it, with the hints if you like"
+    if o.runs and o.wrong:  # the earlier cases may already show the mistake
+        return (_name_the_mistake(e, o.runs, o.wrong) + f"; on case {i} it raised {type(exc).__name__}:"
+                f" {exc}{_where(exc)}")
+    said = f"your backward raised {type(exc).__name__}: {exc}{_where(exc)} (on {case.describe()})"
+    new = _what_differs([r.case for r in o.runs] + [case], [len(o.runs) + 1]) if o.runs else ""
+    return said + (f"; new in this case: {new}" if new else "")  # the cases before were right
+
+
+def _compare(o, case, got, truth) -> list:
+    """One case's table rows; the wrong outputs go to ``o.wrong``, the largest difference of a
+    right one (against the case's largest gradient) to ``o.worst_rel``."""
+    scale = max((float(np.abs(np.asarray(t)).max()) for _, t in truth if t is not None and np.size(t)),
+                default=0.0)
+    rows = []  # (output, shape, verdict, size of the error)
+    for (n, g), (_, t) in zip(got, truth):
+        if t is None:
+            ok = g is None
+            rows.append((n, "", "None" if ok else "expected None", ""))
+        else:
+            t = np.asarray(t)
+            ok = _right(g, t)
+            arr = as_gradient_array(g)
+            if ok and t.size:  # relative to the case's largest gradient: a zero gradient is rounding
+                o.worst_rel = max(o.worst_rel, float(np.abs(arr - t).max()) / max(scale, ATOL))
+            shape = str(arr.shape) if arr is not None else type(g).__name__
+            rows.append((n, f"shape {shape}", "ok" if ok else "WRONG", _size_of_error(arr, t)))
+        if not ok:
+            o.wrong.append(WrongOutput(case, n, g, t))
+    return _table(rows)
+
+
+def _diagnose(e, o) -> tuple:
+    """Step 2: (passed, the diagnosis sentence)."""
+    right = o.stopped is None and not o.wrong
+    if right and not o.notes:
+        rel = "below 1e-10" if o.worst_rel < 1e-10 else f"{o.worst_rel:.1e}"
+        return True, f"correct: every gradient matches the library's (largest difference {rel} of the largest gradient)"
+    said = "the gradients are right" if right else o.stopped or _name_the_mistake(e, o.runs, o.wrong)
+    return False, "; ".join([said, *o.notes])
+
+
+def _report(e, o, passed, diagnosis, hints_read) -> CheckResult:
+    """Step 3: the verdict, the table, the diagnosis and what to do next."""
+    verdict = f"{e.name}: PASS on {len(o.cases)} cases" if passed else f"{e.name}: FAIL"
+    report = [verdict, *o.lines, textwrap.fill(f"diagnosis: {diagnosis}", WIDTH, subsequent_indent="  ",
+                                               break_on_hyphens=False)]
     if not passed:
         report += _next(e, diagnosis, hints_read)
-    return CheckResult(name, passed, diagnosis, "\n".join(report))
+    return CheckResult(e.name, passed, diagnosis, "\n".join(report))
 
 
 def _table(rows) -> list:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from .bugs import BUGS
 from .catalogue import EXERCISES
-from .checker import TIME_LIMIT, _OutOfTime, _stopped, _time_limit, check, hint
+from .checker import TIME_LIMIT, check, hint
+from .process import _OutOfTime, _stopped, _time_limit
 
 __all__ = ["main", "skeleton", "bug_file"]
 

@@ -31,7 +31,8 @@ import numpy as np
 
 from .bugs import BUGS
 from .catalogue import EXERCISES
-from .checker import _OutOfTime, _right, _time_limit, check
+from .checker import _right, check
+from .process import _OutOfTime, _time_limit
 
 __all__ = ["Mutant", "mutants", "verdict", "SWEEP"]
 
