@@ -11,9 +11,17 @@ the largest gradient entry of that input (numerical or analytic). Relative error
 measured against that largest entry, not entry by entry, because entry-wise relative
 error is meaningless for gradients that are exactly zero (the key bias ``b_k`` of
 attention, for example, whose gradient is zero up to rounding).
+
+Every call of the pair gets its own copies: each ``forward`` call fresh copies of the inputs,
+the ``backward`` a copy of ``dout`` and a deep copy of the cache. The finite differences use
+the originals, so a pair that writes into what it is given cannot change the verdict's
+numbers; and the write itself fails the check, named: "backward wrote into dout".
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
+import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -130,6 +138,68 @@ def _private_copy(x):
     return np.array(x, dtype=np.float64)
 
 
+def _first_write(after, before, path, depth=0):
+    """The first place where ``after`` (a copy handed to a function, after the call) no longer
+    holds ``before``'s numbers, as a path such as ``cache.y`` or ``cache.attention.q``; None
+    when nothing was written into. Arrays, tuples (named or not), lists, dicts, dataclasses
+    and plain objects are walked; anything else cannot be written into by a backward."""
+    if depth > 20:
+        return None
+    if isinstance(before, np.ndarray):
+        if not isinstance(after, np.ndarray) or after.shape != before.shape or after.dtype != before.dtype:
+            return path
+        same = np.array_equal(after, before, equal_nan=before.dtype.kind in "fc")
+        return None if same else path
+    if isinstance(before, (tuple, list)):
+        if type(after) is not type(before) or len(after) != len(before):
+            return path
+        names = getattr(before, "_fields", None) or [f"[{i}]" for i in range(len(before))]
+        for name, x, y in zip(names, after, before):
+            found = _first_write(x, y, path + name if name.startswith("[") else f"{path}.{name}", depth + 1)
+            if found:
+                return found
+        return None
+    if isinstance(before, Mapping):
+        if not isinstance(after, Mapping) or list(after.keys()) != list(before.keys()):
+            return path
+        for key in before:
+            found = _first_write(after[key], before[key], f"{path}[{key!r}]", depth + 1)
+            if found:
+                return found
+        return None
+    if dataclasses.is_dataclass(before) and not isinstance(before, type):
+        for f in dataclasses.fields(before):
+            found = _first_write(getattr(after, f.name, None), getattr(before, f.name), f"{path}.{f.name}",
+                                 depth + 1)
+            if found:
+                return found
+        return None
+    if type(before).__module__.split(".")[0] not in ("builtins", "numpy") and hasattr(before, "__dict__") \
+            and not callable(before) and not inspect.ismodule(before):
+        for name, value in vars(before).items():
+            found = _first_write(getattr(after, name, None), value, f"{path}.{name}", depth + 1)
+            if found:
+                return found
+        return None
+    return None  # numbers, strings, None, functions: nothing a backward could write into
+
+
+def _parameter_names(fn, count):
+    """The first ``count`` positional parameter names of ``fn``; None when it has no such
+    signature (a builtin, ``*args``)."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return positional[:count] if len(positional) >= count else None
+
+
+def _wrote(who, path) -> str:
+    return (f"{who} wrote into {path}; a {who} must not change its arguments (compute into new arrays:"
+            " no +=, *=, [...] = or out=)")
+
+
 def _compare(name, analytic, numerical, atol, rtol) -> GradcheckRow:
     """One row of the report."""
     shape = numerical.shape
@@ -206,7 +276,11 @@ def gradcheck(forward, backward, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, seed=0
 
     Every input is copied to float64 before use, so the caller's arrays are never modified,
     and each input is perturbed on its own even when one array object was passed for
-    several inputs (self-attention passes ``x`` as query, key and value).
+    several inputs (self-attention passes ``x`` as query, key and value). Each call of
+    ``forward`` gets fresh copies of the inputs and ``backward`` gets a copy of ``dout`` and a
+    deep copy of the cache; a write into any of them is a failure of its own, named in
+    ``report.errors`` with the function's own argument name ("backward wrote into dy",
+    "backward wrote into cache.y", "forward wrote into x").
     """
     n_diff = 0
     while n_diff < len(inputs) and _is_differentiable(inputs[n_diff]):
@@ -214,15 +288,29 @@ def gradcheck(forward, backward, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, seed=0
     if n_diff == 0:
         raise TypeError("gradcheck needs at least one leading floating-point array (or dict of them)")
     names = list(names) if names is not None else [f"input {i}" for i in range(n_diff)]
-    # float64 copies of the differentiable inputs; the rest keep their types (copied arrays)
+    # float64 copies of the differentiable inputs; the rest keep their types (copied arrays).
+    # base is never handed to anyone: each forward call gets its own copies of it
     base = [_private_copy(x) if i < n_diff else
             (np.array(x) if isinstance(x, np.ndarray) else x) for i, x in enumerate(inputs)]
-
-    out, cache = _out_and_cache(forward(*base))
-    dout = np.random.default_rng(seed).standard_normal(np.shape(out))
-    analytic = backward(dout, cache)
-    analytic = tuple(analytic) if isinstance(analytic, (tuple, list)) else (analytic,)  # one bare gradient
     errors = []
+
+    given = copy.deepcopy(base)
+    out, cache = _out_and_cache(forward(*given))
+    arg_names = _parameter_names(forward, len(base)) or [
+        names[i] if i < n_diff else f"input {i}" for i in range(len(base))]
+    for i, (after, before) in enumerate(zip(given, base)):
+        place = _first_write(after, before, arg_names[i])
+        if place:
+            errors.append(_wrote("forward", place))
+            break
+    dout = np.random.default_rng(seed).standard_normal(np.shape(out))
+    their_dout, their_cache = dout.copy(), copy.deepcopy(cache)  # dout and cache stay ours
+    analytic = backward(their_dout, their_cache)
+    dout_name, cache_name = _parameter_names(backward, 2) or ("dout", "cache")
+    place = _first_write(their_dout, dout, dout_name) or _first_write(their_cache, cache, cache_name)
+    if place:
+        errors.append(_wrote("backward", place))
+    analytic = tuple(analytic) if isinstance(analytic, (tuple, list)) else (analytic,)  # one bare gradient
     if len(analytic) < n_diff:
         errors.append(f"backward returned {len(analytic)} gradients for {n_diff} differentiable inputs")
     elif any(g is not None for g in analytic[n_diff:]):
@@ -232,8 +320,8 @@ def gradcheck(forward, backward, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, seed=0
     def loss_with(position, key=None):
         """L as a function of one input (or one dict entry), the others fixed."""
         def f(x):
-            args = list(base)
-            args[position] = x if key is None else {**base[position], key: x}  # base is never written
+            args = copy.deepcopy(base)  # fresh copies for each call: a forward may write into them
+            args[position] = x.copy() if key is None else {**args[position], key: x.copy()}
             out_x, _ = _out_and_cache(forward(*args))
             return float(np.sum(np.asarray(out_x) * dout))  # float64: dout is
         return f

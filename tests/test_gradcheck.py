@@ -447,3 +447,102 @@ def test_integer_and_float32_gradients_are_compared(dtype):
     report = gradcheck(lambda x: (2 * x, None), lambda dout, cache: np.full(dout.shape, 0, dtype), np.ones(3))
     (row,) = report.rows
     assert row.message == "" and not row.ok and row.max_abs_err == pytest.approx(row.scale, rel=1e-6)
+
+
+# -------------------------------------- a pair that writes into what it is given fails, named
+
+def test_a_backward_that_scales_dout_in_place_fails():
+    """Before, the finite differences reused the same dout: twice the gradient passed."""
+    x, W = np.random.default_rng(9).standard_normal((3, 4)), np.random.default_rng(10).standard_normal((4, 2))
+
+    def doubled(dout, cache):
+        dout *= 2
+        return linear_backward(dout, cache)
+
+    report = gradcheck(linear_forward, doubled, x, W, names=["x", "W"])
+    assert not report.ok and not any(r.ok for r in report.rows)
+    assert report.errors[0].startswith("backward wrote into dout;")
+
+
+def test_a_backward_that_zeroes_dout_and_returns_zeros_fails():
+    def zeroed(dy, cache):
+        dy[...] = 0
+        return linear_backward(dy, cache)
+
+    x, W = np.ones((2, 3)), np.ones((3, 2))
+    report = gradcheck(linear_forward, zeroed, x, W)
+    assert not report.ok and [r.ok for r in report.rows] == [False, False]
+    assert report.errors[0].startswith("backward wrote into dy;")  # the backward's own argument name
+
+
+def test_a_right_softmax_backward_written_into_dout_fails_by_its_write_only():
+    from attention_ref import softmax_backward, softmax_forward
+
+    def in_place(dy, cache):
+        s = (dy * cache.y).sum(axis=cache.axis, keepdims=True)
+        dy -= s
+        dy *= cache.y
+        return dy
+
+    x = np.random.default_rng(11).standard_normal((3, 5))
+    report = gradcheck(softmax_forward, in_place, x, names=["x"])
+    assert [r.ok for r in report.rows] == [True]  # the numbers are right: dout was never reused
+    assert not report.ok and report.errors == (
+        "backward wrote into dy; a backward must not change its arguments (compute into new arrays:"
+        " no +=, *=, [...] = or out=)",)
+    assert gradcheck(softmax_forward, softmax_backward, x).ok
+
+
+def test_a_right_backward_that_zeroes_its_cache_fails_by_naming_the_field():
+    x = np.random.default_rng(12).standard_normal((2, 3, 4))
+    params = random_params(np.random.default_rng(13), 4, 2, 2, 2)
+
+    def forward(x, p):
+        return multi_head_attention_forward(x, x, x, p, 2)
+
+    def zeroes_cache(dout, cache):
+        dq, dk, dv, grads = multi_head_attention_backward(dout, cache)
+        cache.attention.weights[...] = 0
+        return dq + dk + dv, grads
+
+    report = gradcheck(forward, zeroes_cache, x, params, names=["x", "params"])
+    assert all(r.ok for r in report.rows)
+    assert report.errors[0].startswith("backward wrote into cache.attention.weights;")
+
+
+def test_a_forward_that_writes_into_its_input_fails_and_the_caller_keeps_its_array():
+    x = np.random.default_rng(14).standard_normal((3, 4))
+    before = x.copy()
+
+    def forward(x, W):
+        x *= 2
+        return linear_forward(x, W)
+
+    report = gradcheck(forward, linear_backward, x, np.ones((4, 2)))
+    assert not report.ok and report.errors[0].startswith("forward wrote into x;")
+    np.testing.assert_array_equal(x, before)
+
+
+def test_a_backward_that_writes_into_a_dict_or_a_plain_object_in_its_cache_is_named():
+    class Box:
+        def __init__(self, w):
+            self.w = w
+
+    def forward(x):
+        return 2.0 * x, {"box": Box(x.copy()), "n": 3}
+
+    def backward(dout, cache):
+        cache["box"].w[0] = 7.0
+        return 2.0 * dout
+
+    report = gradcheck(forward, backward, np.ones(3))
+    assert report.errors[0].startswith("backward wrote into cache['box'].w;")
+
+
+def test_a_backward_that_only_reads_passes():
+    """Reading, aliasing and returning views of the cache are no writes."""
+    def forward(x):
+        return 2.0 * x, x
+
+    report = gradcheck(forward, lambda dout, cache: 2.0 * dout.view(), np.ones(3))
+    assert report.ok and report.errors == ()

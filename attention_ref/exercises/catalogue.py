@@ -7,55 +7,21 @@ has that function's signature and receives the cache of the library's forward.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
-
-import numpy as np
 
 from ..core.attention import scaled_dot_product_attention_backward, scaled_dot_product_attention_forward
 from ..core.heads import merge_heads, merge_heads_backward, split_heads, split_heads_backward
 from ..core.linear import linear_backward, linear_forward
-from ..core.masks import causal_mask
 from ..core.multi_head import multi_head_attention_backward, multi_head_attention_forward
 from ..core.softmax import softmax_backward, softmax_forward
-from ..nn.encoder_block import encoder_block_backward, encoder_block_forward, init_encoder_block_params
+from ..nn.encoder_block import encoder_block_backward, encoder_block_forward
 from ..nn.layer_norm import layer_norm_backward, layer_norm_forward
 from ..variants.blockwise import flash_attention_backward, flash_attention_forward
+from .contracts import CONTRACTS, Case
 from .mistakes import MISTAKES
 
 __all__ = ["Case", "Exercise", "EXERCISES"]
-
-
-@dataclass(frozen=True)
-class Case:
-    """One set of inputs an attempt is checked on."""
-
-    inputs: tuple
-    kwargs: dict = field(default_factory=dict)
-    factors: dict = field(default_factory=dict)  # name -> value, for naming a constant ratio
-    masked: np.ndarray | None = None  # entries of the first gradient that a mask blocks
-    feature: str = ""  # what is special about this case, said when only it goes wrong
-    sizes: dict = field(default_factory=dict)  # h, d_head, ...: compared between wrong and right cases
-
-    def describe(self) -> str:
-        shapes = ", ".join(_positional(a) if isinstance(a, np.ndarray) else
-                           ("params" if isinstance(a, dict) else repr(a)) for a in self.inputs)
-        extra = "".join(f", {k}={_kwarg(v)}" for k, v in self.kwargs.items())
-        return f"inputs {shapes}{extra}" + (f" ({self.feature})" if self.feature else "")
-
-
-def _positional(a) -> str:
-    """An input array as its shape, with "bool" or "with -inf" when it is a mask or holds one."""
-    if a.dtype == bool:
-        return f"bool {np.shape(a)}"
-    return f"{np.shape(a)} with -inf" if a.dtype.kind == "f" and np.isneginf(a).any() else str(np.shape(a))
-
-
-def _kwarg(v) -> str:
-    if isinstance(v, np.ndarray):
-        return f"{'bool' if v.dtype == bool else 'float'} mask {np.shape(v)}"
-    return repr(v)
 
 
 @dataclass(frozen=True)
@@ -81,6 +47,7 @@ class Exercise:
     wrap_forward: Callable = None  # a student's forward -> one returning (out, cache), when it differs
     steps: tuple = ()  # ((step, frozenset of the outputs it feeds), ...) in the backward's order
     cache_fields: tuple = ()  # ((field, shape and meaning), ...)
+    contract: object = None  # the Contract its cases come from (attention_ref.exercises.contracts)
 
     def run(self, fn, dout, cache):
         """Call an attempt (or the reference) with this exercise's signature."""
@@ -91,163 +58,12 @@ class Exercise:
         return forward if self.wrap_forward is None else self.wrap_forward(forward)
 
 
-def _sizes(rng, n=3, low=2, high=6):
-    return [int(s) for s in rng.integers(low, high + 1, size=n)]
-
-
-def _keep_mask(rng, n_q, n_k):
-    """A random boolean mask (True = may attend) in which every query keeps a key."""
-    mask = rng.random((n_q, n_k)) < 0.6
-    mask[np.arange(n_q), rng.integers(0, n_k, size=n_q)] = True
-    return mask
-
-
-def _scale_factors(d_k):
-    return {"sqrt(d_k)": math.sqrt(d_k), "1/sqrt(d_k)": 1 / math.sqrt(d_k), "d_k": d_k, "1/d_k": 1 / d_k}
-
-
-def _softmax_cases(rng):
-    b, n, m = _sizes(rng)
-    x4 = rng.standard_normal((b, 2, n, m)) * 2
-    masked = rng.standard_normal((b, n)) * 2
-    blocked = ~_keep_mask(rng, b, n)
-    masked[blocked] = -np.inf
-    return [Case((rng.standard_normal(n) * 2,)), Case((rng.standard_normal((b, m)) * 2,)), Case((x4,)),
-            Case((masked,), masked=blocked), Case((rng.standard_normal((m, b)) * 2,), {"axis": 0}),
-            Case((rng.standard_normal((b, n + 1, m)) * 2,), {"axis": 1})]  # a middle axis: .T is no answer
-
-
-def _linear_cases(rng):
-    b, n, d_in = _sizes(rng)
-    d_out = d_in + 1 + int(rng.integers(0, 3))
-    W = rng.standard_normal((d_in, d_out))
-    rows = {"1/rows": 1 / n}, {"1/rows": 1 / (b * n)}  # a mean where a sum belongs
-    return [Case((rng.standard_normal((n, d_in)), W, rng.standard_normal(d_out)), factors=rows[0]),
-            Case((rng.standard_normal((b, n, d_in)), W, rng.standard_normal(d_out)), factors=rows[1]),
-            Case((rng.standard_normal((b, n, d_in)), rng.standard_normal((d_in, d_in)), rng.standard_normal(d_in)),
-                 factors=rows[1]),
-            Case((rng.standard_normal(d_in), W, None), factors={"1/rows": 1.0})]
-
-
-def _large_scores(rng, b, n_q, n_k, d_k, d_v):
-    """q, k, v whose scores sit near 800 (exp overflows float64 beyond 709) but differ by a few
-    units within a row, so the probabilities stay spread: subtracting the row maximum matters."""
-    u = rng.standard_normal(d_k)
-    u /= np.linalg.norm(u)
-    c = math.sqrt(800.0 * math.sqrt(d_k))  # q . k / sqrt(d_k) = c^2 / sqrt(d_k) + small = 800 + small
-    q = c * u + rng.standard_normal((b, n_q, d_k))
-    k = c * u + 0.05 * rng.standard_normal((b, n_k, d_k))
-    return q, k, rng.standard_normal((b, n_k, d_v))
-
-
-def _float_mask(rng, n_q, n_k):
-    """An additive mask: -inf on some keys (every query keeps one), a bias on the others."""
-    keep = _keep_mask(rng, n_q, n_k)
-    return np.where(keep, rng.standard_normal((n_q, n_k)), -np.inf)
-
-
-def _widths(rng):
-    """d_k and d_v, never equal: a scale taken from the wrong one shows."""
-    d_k = int(rng.integers(2, 6))
-    return d_k, d_k + 1 + int(rng.integers(0, 2))
-
-
-def _attention_cases(rng):
-    b, n_q, n_k = _sizes(rng)
-    d_k, d_v = _widths(rng)
-    q3, k3, v3 = (rng.standard_normal((b, n, d)) for n, d in ((n_q, d_k), (n_k, d_k), (n_k, d_v)))
-    qc, kc, vc = (rng.standard_normal((b, 3, n_q, d)) for d in (d_k, d_k, d_v))
-    big = _large_scores(rng, b, n_q, n_k, d_k, d_v)
-    return [Case((qc, kc, vc, causal_mask(n_q)), factors=_scale_factors(d_k)),  # square first: a wrong
-            Case((q3[0], k3[0], v3[0]), factors=_scale_factors(d_k)),             # product shows in values
-            Case((q3, k3, v3, _keep_mask(rng, n_q, n_k)), factors=_scale_factors(d_k)),
-            Case((q3, k3, v3, _float_mask(rng, n_q, n_k)), factors=_scale_factors(d_k)),
-            Case((*big, _keep_mask(rng, n_q, n_k)), factors=_scale_factors(d_k), feature="scores near 800")]
-
-
-def _head_cases(rng):
-    b, n = _sizes(rng, 2)
-    cases = []
-    for h in (2, 1, int(rng.integers(3, 5))):  # the head count and width change from case to case
-        d_head = int(rng.integers(2, 5))
-        shape = ((n,), (b, n), (b, 2, n))[len(cases)]
-        cases.append(Case((rng.standard_normal(shape + (h * d_head,)), h), sizes={"h": h, "d_head": d_head}))
-    return cases
-
-
-def _layer_norm_cases(rng):
-    b, n, d = _sizes(rng)
-    d = max(b, n) + d  # a width unlike the other axes: summing over the wrong one shows
-    return [Case((rng.standard_normal(d) * 3 + 1, rng.standard_normal(d), rng.standard_normal(d))),
-            Case((rng.standard_normal((n, d)) * 3 + 1, rng.standard_normal(d), rng.standard_normal(d))),
-            Case((rng.standard_normal((b, n, d)) * 3 + 1, rng.standard_normal(d), rng.standard_normal(d)))]
-
-
-def _flash_cases(rng):
-    b, n_q, n_k = _sizes(rng, low=3, high=7)
-    d_k, d_v = _widths(rng)
-    q, k, v = (rng.standard_normal((b, n, d)) for n, d in ((n_q, d_k), (n_k, d_k), (n_k, d_v)))
-    big = _large_scores(rng, b, n_q, n_k, d_k, d_v)
-    kc, vc = rng.standard_normal((b, n_q + 2, d_k)), rng.standard_normal((b, n_q + 2, d_v))  # never square:
-    kw, vw = rng.standard_normal((b, n_q + 3, d_k)), rng.standard_normal((b, n_q + 3, d_v))  # the offset shows
-    return [Case((q, k, v), {"block_size": 2}, _scale_factors(d_k)),
-            Case((q, kc, vc), {"causal": True, "block_size": 2}, _scale_factors(d_k)),
-            Case((q[0], k[0], v[0]), {"mask": _keep_mask(rng, n_q, n_k), "block_size": 3}, _scale_factors(d_k)),
-            Case((q, kw, vw), {"window": 1, "block_size": 2}, _scale_factors(d_k)),
-            Case(big, {"block_size": 2}, _scale_factors(d_k), feature="scores near 800")]
-
-
-def _multi_head_cases(rng):
-    b, n_q, n_k = _sizes(rng)
-    cases = []
-    # self-attention (square) first: a product of the wrong shapes then fails on a later case,
-    # after the first one has shown what the attempt computes
-    for h, bias, self_attention, d_head in ((1, True, True, 2), (2, True, False, 3), (3, False, False, 2),
-                                            (2, False, False, 4)):  # h and the width both change
-        d = h * d_head
-        params = {}
-        for name in "qkvo":  # (d, d) each
-            params["W_" + name] = rng.standard_normal((d, d)) / math.sqrt(d)
-            params["b_" + name] = 0.1 * rng.standard_normal(d) if bias else None
-        query = rng.standard_normal((b, n_q, d))
-        key = query if self_attention else rng.standard_normal((b, n_k, d))
-        value = key if self_attention else rng.standard_normal((b, n_k, d))
-        mask = causal_mask(n_q) if self_attention else _keep_mask(rng, n_q, n_k) if bias else \
-            _float_mask(rng, n_q, n_k)
-        feature = ""
-        if len(cases) == 3:  # scores near 800: the query and key projections share a large direction
-            params["W_k"] = params["W_q"]
-            query, key, value = _large_scores(rng, b, n_q, n_k, d, d)
-            u = np.linalg.lstsq(params["W_q"].T, np.ones(d), rcond=None)[0]  # u W_q = (1, ..., 1)
-            u /= np.linalg.norm(u @ params["W_q"])  # |u W_q| = 1, spread evenly over the heads
-            c = math.sqrt(800.0 * math.sqrt(d_head) * h)  # each head holds 1/h of |u W_q|^2
-            query = c * u + rng.standard_normal((b, n_q, d)) * 0.5
-            key = c * u + 0.02 * rng.standard_normal((b, n_k, d))
-            mask, feature = _keep_mask(rng, n_q, n_k), "scores near 800"
-        factors = {**_scale_factors(d_head), "h": h, "1/h": 1 / h}
-        cases.append(Case((query, key, value, params, h), {"mask": mask}, factors, feature=feature,
-                          sizes={"h": h, "d_head": d_head}))
-    return cases
-
-
-def _encoder_cases(rng):
-    b, n, d_head = _sizes(rng, high=4)
-    cases = []
-    for h, norm_first, mask in ((2, False, None), (1, True, "padding"), (3, True, "causal"), (3, False, "causal")):
-        d = h * d_head
-        params = init_encoder_block_params(d, h, 2 * d, seed=int(rng.integers(1 << 30)))
-        params = {k: v + 0.1 * rng.standard_normal(v.shape) for k, v in params.items()}  # no special values
-        m = None if mask is None else causal_mask(n) if mask == "causal" else \
-            (np.arange(n) < int(rng.integers(1, n + 1)))[None, None, :]  # (1, 1, N): a padded tail
-        cases.append(Case((rng.standard_normal((b, n, d)), params, h), {"mask": m, "norm_first": norm_first},
-                          sizes={"h": h, "d_head": d_head}))
-    return cases
-
-
-def _exercise(name, forward_name, signature, returns, formula, hints, cases, forward, backward, call=None,
+def _exercise(name, forward_name, signature, returns, formula, hints, forward, backward, call=None,
               wrap_forward=None):
-    return Exercise(name, forward_name, signature, returns, formula, tuple(hints), cases, forward, backward,
-                    call, MISTAKES.get(name, ()), wrap_forward, STEPS.get(name, ()), CACHE_FIELDS.get(name, ()))
+    contract = CONTRACTS[name]
+    return Exercise(name, forward_name, signature, returns, formula, tuple(hints), contract.cases, forward, backward,
+                    call, MISTAKES.get(name, ()), wrap_forward, STEPS.get(name, ()), CACHE_FIELDS.get(name, ()),
+                    contract)
 
 
 def _steps(*pairs):
@@ -262,20 +78,22 @@ STEPS = {
                               ("db = dy summed over every axis but the last", "db")),
     "scaled_dot_product_attention_backward": _steps(
         ("dv = P^T dout", "dv"),
-        ("the softmax step, dP = dout v^T then dS = P * (dP - D) with D_i = rowsum(dout_i * out_i)", "dq dk"),
+        ("the softmax step (dP = dout v^T then dS = P * (dP - D) with D_i = rowsum(dout_i * out_i)), or"
+         " the scale that dq and dk share", "dq dk"),
         ("dq = dS k * scale", "dq"), ("dk = dS^T q * scale", "dk")),
     "layer_norm_backward": _steps(
         ("dx, the normalisation's backward (with the gain, the mean and the variance)", "dx"),
         ("dgamma = dy * x_hat summed over the rows", "dgamma"), ("dbeta = dy summed over the rows", "dbeta")),
     "flash_attention_backward": _steps(
         ("dv[keys] += P^T dout[queries]", "dv"),
-        ("each tile's dP = dout v^T, D or dS = P * (dP - D)", "dq dk"),
+        ("each tile's dP = dout v^T, D or dS = P * (dP - D), or the scale that dq and dk share", "dq dk"),
         ("dq[queries] += dS k * scale", "dq"), ("dk[keys] += dS^T q * scale", "dk"),
         ("the recomputed P: the tiles visited, the masks or the saved statistics", "dq dk dv")),
     "multi_head_attention_backward": _steps(
         ("dW_o = concat^T dout", "W_o"), ("db_o = dout summed over every axis but the last", "b_o"),
         ("the attention's dv = P^T dout (or the value heads' merge)", "dvalue W_v b_v"),
-        ("the attention's softmax step, dP = dout v^T then dS = P * (dP - D)", "dquery W_q b_q dkey W_k b_k"),
+        ("the attention's softmax step (dP = dout v^T then dS = P * (dP - D)), or the scale that dq and dk"
+         " share", "dquery W_q b_q dkey W_k b_k"),
         ("the attention's dq = dS k * scale (or the query heads' merge)", "dquery W_q b_q"),
         ("the attention's dk = dS^T q * scale (or the key heads' merge)", "dkey W_k b_k"),
         ("dconcat = dout W_o^T or its split into heads", _QKV),
@@ -335,7 +153,7 @@ EXERCISES = {e.name: e for e in [
          "dy_j/dx_i = y_j (delta_ij - y_i).",
          "dx_i = sum_j dy_j y_j (delta_ij - y_i) = y_i (dy_i - sum_j y_j dy_j); sum along the axis with"
          " keepdims=True so it broadcasts."],
-        _softmax_cases, softmax_forward, softmax_backward),
+        softmax_forward, softmax_backward),
     _exercise(
         "linear_backward", "linear_forward", "linear_backward(dy, cache) -> (dx, dW, db)", ("dx", "dW", "db"),
         "y = x W + b with x (..., d_in), W (d_in, d_out), b (d_out,) or None.\n"
@@ -345,7 +163,7 @@ EXERCISES = {e.name: e for e in [
          "y_nj = sum_i x_ni W_ij + b_j: so dx = dy W^T and dW = x^T dy, with every leading axis of x"
          " folded into the rows n.",
          "b is added to every row of every batch item: db sums dy over all axes but the last."],
-        _linear_cases, linear_forward, linear_backward),
+        linear_forward, linear_backward),
     _exercise(
         "scaled_dot_product_attention_backward", "scaled_dot_product_attention_forward",
         "scaled_dot_product_attention_backward(dout, cache) -> (dq, dk, dv)", ("dq", "dk", "dv"),
@@ -357,15 +175,18 @@ EXERCISES = {e.name: e for e in [
          "The softmax gives dS = P * (dP - D), D_i = sum_j P_ij dP_ij. The mask needs no step of its"
          " own: S + M has the identity Jacobian in S (and a blocked entry has P = 0, so dS = 0).",
          "S = q k^T * scale gives dq = dS k * scale and dk = dS^T q * scale; with batch axes"
-         " transpose with swapaxes(-1, -2): .T reverses every axis, batch axes included."],
-        _attention_cases, scaled_dot_product_attention_forward, scaled_dot_product_attention_backward),
+         " transpose with swapaxes(-1, -2): .T reverses every axis, batch axes included.",
+         "q, k and v may have different batch axes that broadcast (k, v shared by every batch item):"
+         " sum each gradient over the axes its input was broadcast along, back to its shape. Keep the"
+         " inputs' dtype, and read the scale from cache.scale."],
+        scaled_dot_product_attention_forward, scaled_dot_product_attention_backward),
     _exercise(
         "split_heads_backward", "split_heads", "split_heads_backward(dheads) -> dx", ("dx",),
         "heads = split_heads(x, H): (..., N, H*Dh) -> (..., H, N, Dh), head i taking the columns"
         " i*Dh:(i+1)*Dh.\nDerive dx from dheads. The split only moves numbers: undo the move.",
         ["The split is a reshape (..., N, H, Dh) and a moveaxis of H before N.",
          "Its backward undoes both in reverse order: move H back after N, then reshape to (..., N, H*Dh)."],
-        _head_cases, lambda x, h: (split_heads(x, h), h), split_heads_backward,
+        lambda x, h: (split_heads(x, h), h), split_heads_backward,
         call=lambda fn, dout, cache: fn(dout), wrap_forward=lambda f: lambda x, h: (f(x, h), h)),
     _exercise(
         "merge_heads_backward", "merge_heads", "merge_heads_backward(dmerged, num_heads) -> dheads", ("dheads",),
@@ -373,7 +194,6 @@ EXERCISES = {e.name: e for e in [
         "Derive dheads from dmerged.",
         ["The merge is a moveaxis of H after N and a reshape; undo them in reverse order.",
          "Split the last axis into (H, Dh) first, then move H before N."],
-        lambda rng: [Case((split_heads(*c.inputs), c.inputs[1]), sizes=c.sizes) for c in _head_cases(rng)],
         lambda heads, h: (merge_heads(heads), h), merge_heads_backward,
         wrap_forward=lambda f: lambda heads, h: (f(heads), h)),
     _exercise(
@@ -385,7 +205,7 @@ EXERCISES = {e.name: e for e in [
         ["dgamma and dbeta: gamma and beta act on every row, so sum dy * x_hat and dy over the rows.",
          "Let g = gamma * dy, the gradient reaching x_hat. mu and var depend on every x of the row.",
          "dx = rstd * (g - mean(g) - x_hat * mean(g * x_hat)), means over the last axis."],
-        _layer_norm_cases, layer_norm_forward, layer_norm_backward),
+        layer_norm_forward, layer_norm_backward),
     _exercise(
         "flash_attention_backward", "flash_attention_forward", "flash_attention_backward(dout, cache) -> (dq, dk, dv)",
         ("dq", "dk", "dv"),
@@ -399,7 +219,7 @@ EXERCISES = {e.name: e for e in [
          " dS k * scale, dk[keys] += dS^T q * scale.",
          "attention_ref.variants.blockwise has _key_blocks (the tiles to visit) and _scores (a tile's"
          " masked, scaled scores); you may use them."],
-        _flash_cases, flash_attention_forward, flash_attention_backward),
+        flash_attention_forward, flash_attention_backward),
     _exercise(
         "encoder_block_backward", "encoder_block_forward", "encoder_block_backward(dout, cache) -> (dx, grads)",
         ("dx", "grads"),
@@ -415,7 +235,7 @@ EXERCISES = {e.name: e for e in [
          "So it returns dquery + dkey + dvalue from multi_head_attention_backward(ds, c). Collect the"
          " gradients with attention_ref.nn.residual.join_grads({'self_attn': ..., 'ln1': {'gamma':"
          " ..., 'beta': ...}, 'ffn': ..., 'ln2': ...}, cache.param_keys)."],
-        _encoder_cases, encoder_block_forward, encoder_block_backward),
+        encoder_block_forward, encoder_block_backward),
     _exercise(
         "multi_head_attention_backward", "multi_head_attention_forward",
         "multi_head_attention_backward(dout, cache) -> (dquery, dkey, dvalue, grads)",
@@ -431,5 +251,5 @@ EXERCISES = {e.name: e for e in [
          " three projections.",
          "The attention cache holds every head at once, (..., H, N, D): split dconcat into heads,"
          " run the attention backward once, and merge dq, dk, dv back to (..., N, H*D)."],
-        _multi_head_cases, multi_head_attention_forward, multi_head_attention_backward),
+        multi_head_attention_forward, multi_head_attention_backward),
 ]}

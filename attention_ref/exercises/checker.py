@@ -8,18 +8,26 @@ library's backward (see :mod:`attention_ref.exercises.diagnosis` for the toleran
 otherwise each classic mistake of the exercise is run on the same inputs, and the one that
 reproduces the attempt on every case is named; failing that,
 :func:`~attention_ref.exercises.diagnosis.observe` describes what it can see.
+
+The student's code runs under a time limit per case (a signal alarm, on the main thread of
+Unix-like systems), and its ``sys.exit``, ``SystemExit`` and ``KeyboardInterrupt`` are
+reported as what they are. NumPy's error settings, print options and global random state are
+the caller's again when :func:`check` returns, whatever the student's code changed.
 """
 from __future__ import annotations
 
 import copy
 import textwrap
 import traceback
+import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
+from ..gradcheck import _first_write, _parameter_names
 from .catalogue import EXERCISES
 from .diagnosis import (
     _FLOAT32_RTOL,
@@ -32,10 +40,14 @@ from .diagnosis import (
     ratio,
 )
 from .mistakes import ANY
+from .process import _check_arguments, _numpy_state_kept, _OutOfTime, _stopped, _time_limit
 
-__all__ = ["CheckResult", "check", "hint"]
+__all__ = ["CheckResult", "Run", "WrongOutput", "check", "hint"]
 
 WIDTH = 80
+_FLOAT32_RTOL_OF_RESULT = 1e-4  # a right float32 attempt and the library's float32 differ by rounding
+_FLOAT32_ATOL = 1e-5
+TIME_LIMIT = 5.0  # seconds the student's code may take on one case, by default
 _PACKAGE = Path(__file__).resolve().parents[1]
 
 
@@ -99,33 +111,14 @@ def _matches(got, predicted):
         if p is None or g is None:
             if p is not g:
                 return False
+        elif np.asarray(p).dtype == np.float32 and as_gradient_array(g) is not None \
+                and np.isfinite(np.asarray(p)).all():  # float32: the tolerance of a right answer
+            if not _right(g, p):
+                return False
         elif not close_or_same_nonfinite(g, np.asarray(p),
                                          rtol=_FLOAT32_RTOL if np.asarray(g).dtype == np.float32 else RTOL):
             return False
     return len(got) == len(predicted)
-
-
-def _written(a, b, path="cache"):
-    """The first place where ``a`` (after the attempt) no longer holds ``b``'s numbers, as a
-    path such as ``cache.y`` or ``cache.attention.q``; None when nothing was written into."""
-    if isinstance(b, np.ndarray):
-        same = isinstance(a, np.ndarray) and a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
-        return None if same else path
-    if isinstance(b, (tuple, list)) and type(a) is type(b) and len(a) == len(b):
-        names = getattr(b, "_fields", None) or [f"[{i}]" for i in range(len(b))]
-        for name, x, y in zip(names, a, b):
-            found = _written(x, y, f"{path}.{name}" if not name.startswith("[") else path + name)
-            if found:
-                return found
-        return None
-    if isinstance(b, Mapping) and isinstance(a, Mapping):
-        if a.keys() != b.keys():
-            return path
-        for key in b:
-            found = _written(a[key], b[key], f"{path}[{key!r}]")
-            if found:
-                return found
-    return None  # numbers, strings, None: not arrays a backward could write into
 
 
 def _axis_names(ndim, name=""):
@@ -160,7 +153,8 @@ def hint(name: str, number: int = 1) -> str:
     return textwrap.fill(f"hint {number} of {len(e.hints)}: {e.hints[number - 1]}", WIDTH, subsequent_indent="    ")
 
 
-def check(name: str, attempt, forward=None, *, seed: int = 0, hints_read=None) -> CheckResult:
+def check(name: str, attempt, forward=None, *, seed: int = 0, hints_read=None,
+          time_limit: float | None = TIME_LIMIT) -> CheckResult:
     """Check a student's backward for exercise ``name`` (the library function's name).
 
     Parameters
@@ -172,96 +166,231 @@ def check(name: str, attempt, forward=None, *, seed: int = 0, hints_read=None) -
     seed : the inputs and upstream gradients are drawn from this seed
     hints_read : the hint numbers already read, for the report's "next:" line (default: those
         :func:`hint` returned in this process)
+    time_limit : seconds the student's code may take on one case (None: no limit); the case
+        that runs out is named and the check fails
 
     Returns
     -------
-    CheckResult with ``.ok``, ``.diagnosis`` and the report as its text
+    CheckResult with ``.ok``, ``.diagnosis`` and the report as its text; NumPy's error
+    settings, print options and global random state are left as they were
     """
     e = _exercise(name)
+    _check_arguments(seed, time_limit)
+    with _numpy_state_kept():
+        return _check(e, attempt, forward, seed, hints_read, time_limit)
+
+
+class Run(NamedTuple):
+    """One case the attempt returned from: its inputs, the upstream gradient, the library's
+    cache, the attempt's outputs and the true ones (``[(name, value), ...]``), params' keys."""
+
+    case: object
+    dout: np.ndarray
+    cache: object
+    got: list
+    truth: list
+    keys: list | None
+
+
+class WrongOutput(NamedTuple):
+    """One output of one case that is not the library's."""
+
+    case: object
+    name: str
+    got: object
+    truth: object
+
+
+@dataclass
+class _Outcome:
+    """What running the cases gave: the table, the runs, the wrong outputs, the notes (writes
+    into an argument), why the run stopped early if it did, the largest difference of a right
+    output."""
+
+    cases: list
+    lines: list = field(default_factory=list)
+    runs: list = field(default_factory=list)
+    wrong: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+    stopped: str | None = None
+    worst_rel: float = 0.0
+
+
+def _check(e, attempt, forward, seed, hints_read, time_limit) -> CheckResult:
+    """:func:`check` once its arguments are known to be good: run the cases and compare, then
+    diagnose, then write the report."""
+    outcome = _run_cases(e, attempt, forward, seed, time_limit)
+    passed, diagnosis = _diagnose(e, outcome)
+    return _report(e, outcome, passed, diagnosis, hints_read)
+
+
+def _argument_names(e, attempt):
+    """The attempt's own names for its upstream gradient and cache (for "wrote into dy")."""
+    documented = e.signature.split("(", 1)[1].split(")", 1)[0].split(", ") + ["cache"]  # (dy, cache)
+    mine = _parameter_names(attempt, 2) or _parameter_names(attempt, 1) or []
+    return (mine[0] if mine else documented[0]), (mine[1] if len(mine) > 1 else documented[1])
+
+
+def _run_cases(e, attempt, forward, seed, time_limit) -> _Outcome:
+    """Step 1: each case through the library's forward and backward and the attempt, compared
+    output by output; stops at the first case the attempt (or its forward) cannot finish."""
     rng = np.random.default_rng(seed)
-    cases = e.cases(rng)
+    o = _Outcome(e.cases(rng))
     own_forward = None if forward is None else e.adapt_forward(forward)
-    lines, failed, runs, notes = [], [], [], []
-    worst_rel = 0.0
-    diagnosis = None
-    for i, case in enumerate(cases, 1):
+    dout_name, cache_name = _argument_names(e, attempt)
+    for i, case in enumerate(o.cases, 1):
         out, cache = e.forward(*case.inputs, **case.kwargs)
-        given = cache
-        if own_forward is not None:
-            try:
-                mine, given = own_forward(*case.inputs, **case.kwargs)
-            except Exception as exc:  # noqa: BLE001  (a student's code may raise anything)
-                diagnosis = f"your forward raised {type(exc).__name__}: {exc}{_where(exc)}"
-                break
-            if not close(mine, out):
-                diagnosis = (f"your forward's output differs from {e.forward_name}'s on {case.describe()}:"
-                             " fix the forward first")
-                break
-        dout = rng.standard_normal(np.shape(out))
+        given = cache if own_forward is None else _their_cache(e, own_forward, case, i, out, time_limit, o)
+        if o.stopped:
+            break
+        dout = rng.standard_normal(np.shape(out)).astype(np.result_type(out))  # float32 out: float32 dout
         reference = e.run(e.backward, dout, cache)
         keys = list(reference[e.returns.index("grads")]) if "grads" in e.returns else None  # params' order
         truth = _flatten(e.returns, reference)
         theirs, their_dout = copy.deepcopy(given), dout.copy()
         try:
-            result = e.run(attempt, their_dout, theirs)
-        except Exception as exc:  # noqa: BLE001
-            lines.append(textwrap.fill(f"case {i}: {case.describe()}: raised {type(exc).__name__}", WIDTH,
-                                       subsequent_indent="    "))
-            if isinstance(exc, NotImplementedError):
-                diagnosis = f"{name} is not written yet: derive it, with the hints if you like"
-            elif runs:  # the earlier cases may already show the mistake
-                diagnosis = (_name_the_mistake(e, runs, failed) + f"; on case {i} it raised {type(exc).__name__}:"
-                             f" {exc}{_where(exc)}") if failed else None
-            if diagnosis is None:
-                diagnosis = f"your backward raised {type(exc).__name__}: {exc}{_where(exc)} (on {case.describe()})"
-                new = _what_differs([r[0] for r in runs] + [case], [len(runs) + 1]) if runs else ""
-                if new:  # the cases before were right: what is new in this one?
-                    diagnosis += f"; new in this case: {new}"
+            with _time_limit(time_limit):
+                result = e.run(attempt, their_dout, theirs)
+        except _OutOfTime:
+            o.lines.append(_fill(f"case {i}: {case.describe()}: ran out of time"))
+            o.stopped = _out_of_time("backward", i, case, time_limit)
+        except (SystemExit, KeyboardInterrupt) as exc:
+            o.lines.append(_fill(f"case {i}: {case.describe()}: {type(exc).__name__}"))
+            o.stopped = _stopped("backward", exc, f" on case {i}{_where(exc)}")
+        except Exception as exc:  # noqa: BLE001  (a student's code may raise anything)
+            o.lines.append(_fill(f"case {i}: {case.describe()}: raised {type(exc).__name__}"))
+            o.stopped = _crashed(e, exc, i, case, o)
+        if o.stopped:
             break
-        place = _written(theirs, given) or (None if np.array_equal(their_dout, dout) else "dout")
-        if place:
-            note = f"your backward wrote into {place}; a backward must not change its arguments"
-            notes.append(note) if note not in notes else None
+        place = _first_write(their_dout, dout, dout_name) or _first_write(theirs, given, cache_name)
+        note = f"your backward wrote into {place}; a backward must not change its arguments" if place else None
+        if note and note not in o.notes:
+            o.notes.append(note)
         got = _flatten(e.returns, result, keys)
         if isinstance(got, str):
-            diagnosis = got
+            o.stopped = got
             break
-        runs.append((case, dout, cache, got, truth, keys))
-        lines.append(textwrap.fill(f"case {i}: {case.describe()}", WIDTH, subsequent_indent="    "))
-        scale = max((float(np.abs(np.asarray(t)).max()) for _, t in truth if t is not None and np.size(t)),
-                    default=0.0)
-        for (n, g), (_, t) in zip(got, truth):
-            if t is None:
-                ok = g is None
-                lines.append(f"  {n:<16} {'None' if ok else 'expected None'}")
-            else:
-                t = np.asarray(t)
-                ok = close(g, t)
-                arr = as_gradient_array(g)
-                if ok and t.size:  # relative to the case's largest gradient: a zero gradient is rounding
-                    worst_rel = max(worst_rel, float(np.abs(arr - t).max()) / max(scale, ATOL))
-                shape = str(arr.shape) if arr is not None else type(g).__name__
-                lines.append(f"  {n:<16} shape {shape:<14} {'ok' if ok else 'WRONG'}{_size_of_error(arr, t)}")
-            if not ok:
-                failed.append((case, n, g, t))
-    right = diagnosis is None and not failed
-    passed = right and not notes
-    if passed:
-        verdict = f"{name}: PASS on {len(cases)} cases"
-        rel = "below 1e-10" if worst_rel < 1e-10 else f"{worst_rel:.1e}"
-        diagnosis = f"correct: every gradient matches the library's (largest difference {rel} of the largest gradient)"
-    else:
-        verdict = f"{name}: FAIL"
-        if right:
-            diagnosis = "the gradients are right"
-        elif diagnosis is None:
-            diagnosis = _name_the_mistake(e, runs, failed)
-        diagnosis = "; ".join([diagnosis, *notes])
-    report = [verdict, *lines, textwrap.fill(f"diagnosis: {diagnosis}", WIDTH, subsequent_indent="  ",
-                                             break_on_hyphens=False)]
+        o.runs.append(Run(case, dout, cache, got, truth, keys))
+        o.lines.append(_fill(f"case {i}: {case.describe()}"))
+        o.lines.extend(_compare(o, case, got, truth))
+    return o
+
+
+def _their_cache(e, own_forward, case, i, out, time_limit, o):
+    """The cache of the student's own forward, after checking its output; sets ``o.stopped``
+    when the forward fails."""
+    try:
+        with _time_limit(time_limit):
+            mine, given = own_forward(*copy.deepcopy(case.inputs), **copy.deepcopy(case.kwargs))
+    except _OutOfTime:
+        o.stopped = _out_of_time("forward", i, case, time_limit)
+        return None
+    except (SystemExit, KeyboardInterrupt) as exc:
+        o.stopped = _stopped("forward", exc, f" on case {i}{_where(exc)}")
+        return None
+    except Exception as exc:  # noqa: BLE001  (a student's code may raise anything)
+        o.stopped = f"your forward raised {type(exc).__name__}: {exc}{_where(exc)}"
+        return None
+    if not close(mine, out):
+        o.stopped = (f"your forward's output differs from {e.forward_name}'s on {case.describe()}:"
+                     " fix the forward first")
+    return given
+
+
+def _crashed(e, exc, i, case, o) -> str:
+    """The diagnosis when the attempt raised on case ``i``: not written yet; the mistake the
+    earlier cases show; or the crash with the student's line and what is new in this case."""
+    if isinstance(exc, NotImplementedError):
+        return f"{e.name} is not written yet: derive it, with the hints if you like"
+    if o.runs and o.wrong:  # the earlier cases may already show the mistake
+        return (_name_the_mistake(e, o.runs, o.wrong) + f"; on case {i} it raised {type(exc).__name__}:"
+                f" {exc}{_where(exc)}")
+    said = f"your backward raised {type(exc).__name__}: {exc}{_where(exc)} (on {case.describe()})"
+    new = _what_differs([r.case for r in o.runs] + [case], [len(o.runs) + 1]) if o.runs else ""
+    return said + (f"; new in this case: {new}" if new else "")  # the cases before were right
+
+
+def _compare(o, case, got, truth) -> list:
+    """One case's table rows; the wrong outputs go to ``o.wrong``, the largest difference of a
+    right one (against the case's largest gradient) to ``o.worst_rel``."""
+    scale = max((float(np.abs(np.asarray(t)).max()) for _, t in truth if t is not None and np.size(t)),
+                default=0.0)
+    rows = []  # (output, shape, verdict, size of the error)
+    for (n, g), (_, t) in zip(got, truth):
+        if t is None:
+            ok = g is None
+            rows.append((n, "", "None" if ok else "expected None", ""))
+        else:
+            t = np.asarray(t)
+            ok = _right(g, t)
+            arr = as_gradient_array(g)
+            if ok and t.size:  # relative to the case's largest gradient: a zero gradient is rounding
+                o.worst_rel = max(o.worst_rel, float(np.abs(arr - t).max()) / max(scale, ATOL))
+            shape = str(arr.shape) if arr is not None else type(g).__name__
+            rows.append((n, f"shape {shape}", "ok" if ok else "WRONG", _size_of_error(arr, t)))
+        if not ok:
+            o.wrong.append(WrongOutput(case, n, g, t))
+    return _table(rows)
+
+
+def _diagnose(e, o) -> tuple:
+    """Step 2: (passed, the diagnosis sentence)."""
+    right = o.stopped is None and not o.wrong
+    if right and not o.notes:
+        rel = "below 1e-10" if o.worst_rel < 1e-10 else f"{o.worst_rel:.1e}"
+        return True, f"correct: every gradient matches the library's (largest difference {rel} of the largest gradient)"
+    said = "the gradients are right" if right else o.stopped or _name_the_mistake(e, o.runs, o.wrong)
+    return False, "; ".join([said, *o.notes])
+
+
+def _report(e, o, passed, diagnosis, hints_read) -> CheckResult:
+    """Step 3: the verdict, the table, the diagnosis and what to do next."""
+    verdict = f"{e.name}: PASS on {len(o.cases)} cases" if passed else f"{e.name}: FAIL"
+    report = [verdict, *o.lines, textwrap.fill(f"diagnosis: {diagnosis}", WIDTH, subsequent_indent="  ",
+                                               break_on_hyphens=False)]
     if not passed:
         report += _next(e, diagnosis, hints_read)
-    return CheckResult(name, passed, diagnosis, "\n".join(report))
+    return CheckResult(e.name, passed, diagnosis, "\n".join(report))
+
+
+def _table(rows) -> list:
+    """One case's rows, columns as wide as their longest entry; a row that would pass 80
+    columns puts the size of its error on the next line."""
+    name_w = max((len(n) for n, *_ in rows), default=0)
+    shape_w = max((len(shape) for _, shape, *_ in rows), default=0)
+    lines = []
+    for name, shape, verdict, size in rows:
+        line = f"  {name:<{name_w}} {shape:<{shape_w}} {verdict}" if shape else f"  {name:<{name_w}} {verdict}"
+        if len(line + size) <= WIDTH:
+            lines.append(line + size)
+        else:
+            lines.extend([line, _fill(" " * 4 + size.strip(), " " * 5)] if size else [line[:WIDTH]])
+    return lines
+
+
+def _out_of_time(who, i, case, time_limit) -> str:
+    return (f"your {who} ran out of time on case {i} ({case.describe()}): it took more than {time_limit:g} s"
+            " (an endless loop? the limit is check(..., time_limit=) or --time-limit)")
+
+
+def _fill(text, indent="    ") -> str:
+    return textwrap.fill(text, WIDTH, subsequent_indent=indent, break_on_hyphens=False)
+
+
+def _rtol(t) -> float:
+    """How close a right answer comes to the library's: float64 rounding, or float32's."""
+    return _FLOAT32_RTOL_OF_RESULT if np.asarray(t).dtype == np.float32 else RTOL
+
+
+def _right(g, t) -> bool:
+    """An output is right when it has the library's dtype and equals it within the tolerance
+    (in float32, a gradient that is zero up to rounding, such as b_k's, is zero within 1e-5)."""
+    arr, t = as_gradient_array(g), np.asarray(t)
+    if arr is None or arr.dtype != t.dtype:
+        return False
+    if t.dtype == np.float32 and arr.shape == t.shape and np.isfinite(arr).all() and t.size:
+        return float(np.abs(arr - t).max()) <= _rtol(t) * float(np.abs(t).max()) + _FLOAT32_ATOL
+    return close(arr, t, _rtol(t))
 
 
 def _size_of_error(arr, t) -> str:
@@ -273,12 +402,14 @@ def _size_of_error(arr, t) -> str:
         return ""
     if not np.isfinite(arr).all():
         return " (NaN/inf)"
+    if arr.dtype != t.dtype:
+        return f" (dtype {arr.dtype}, expected {t.dtype})"
     err, big = float(np.abs(arr - t).max()), float(np.abs(t).max())
     return f" (max error {err:.1e}, max |true| {big:.1e})" if err > _tolerance_of(t) else ""
 
 
 def _tolerance_of(t):
-    return RTOL * (float(np.abs(t).max()) if t.size else 0.0) + ATOL
+    return _rtol(t) * (float(np.abs(t).max()) if t.size else 0.0) + (_FLOAT32_ATOL if t.dtype == np.float32 else ATOL)
 
 
 def _next(e, diagnosis, hints_read) -> list:
@@ -287,8 +418,7 @@ def _next(e, diagnosis, hints_read) -> list:
     if diagnosis.startswith("the gradients are right; your backward wrote into"):
         return ["next: compute into new arrays (no +=, *= or out= on the cache or dout), then check again"]
     if "dtype" in diagnosis and "precision" in diagnosis or "float32's precision" in diagnosis:
-        return ["next: keep every step in the inputs' dtype (no float32 arrays, no .astype), then check"
-                " again"[:WIDTH]]
+        return ["next: keep every step in the inputs' dtype (no float32, no .astype); check again"]
     read = set(hints_read if hints_read is not None else _HINTS_READ.get(e.name, ()))
     unread = [i for i in range(1, len(e.hints) + 1) if i not in read]
     if not unread:
@@ -303,22 +433,17 @@ def _name_the_mistake(e, runs, failed) -> str:
     """What is wrong, most specific first: outputs in the wrong order; a catalogue mistake that
     reproduces the attempt on every case; a factor that varies with the cases; then the step
     the wrong outputs point at, with what can be seen."""
-    swapped = _swapped(runs)
+    swapped = _swapped(e, runs)
     if swapped:
         return swapped
-    for mistake in e.mistakes:
-        differs = False
-        for _, dout, cache, got, truth, keys in runs:
-            try:
-                predicted = _flatten(e.returns, e.run(mistake.backward, dout, copy.deepcopy(cache)), keys)
-            except (ValueError, IndexError):  # a product of the wrong shapes: not this attempt's mistake
-                break
-            if isinstance(predicted, str) or not _matches(got, predicted):
-                break
-            differs = differs or not _matches(predicted, truth)
-        else:
-            if differs:
-                return mistake.sentence
+    # a mistake that reproduces the attempt on every run; failing that, on every run where no
+    # output has the wrong shape: that is a second mistake (a broadcast axis not summed back),
+    # said after the name
+    misshapen = [i for i, r in enumerate(runs, 1) if _misshapen(r[3], r[4])]
+    for skipped in ([], misshapen if len(misshapen) < len(runs) else []):
+        for mistake in e.mistakes:
+            if _reproduces(e, mistake, [r for i, r in enumerate(runs, 1) if i not in skipped]):
+                return mistake.sentence + (_also_misshapen(e, runs, failed, skipped) if skipped else "")
     case, name, got, truth = failed[0]
     factor = _factor_across_cases(runs, name)
     if factor:
@@ -327,10 +452,15 @@ def _name_the_mistake(e, runs, failed) -> str:
     specific = [x for x in said if "none of the classic mistakes explains" not in x]
     skipped = [x for x in specific if "was never computed" in x]  # a block of zeros says the most
     seen = (skipped or specific or said)[0]
-    wrong = sorted({i for i, (c, *_) in enumerate(runs, 1) if any(c is f[0] for f in failed)})
+    varying = _varying_ratio(runs, name)
+    if varying and ("times the true gradient (ratio " in seen or "multiple of the true gradient (ratio " in seen):  # one case's number is no factor of all
+        seen = varying
     overflow = _overflow_note(runs, failed)
-    if len(wrong) < len(runs):  # some cases are right: say which are not, the inputs tell why
-        right = [i for i in range(1, len(runs) + 1) if i not in wrong]
+    # which cases are wrong and which right, for the first wrong output: a right case whose true
+    # gradient of it is zero (one key: the softmax is constant) says nothing and is left out
+    wrong = sorted({i for i, (c, *_) in enumerate(runs, 1) if any(c is f[0] and f[1] == name for f in failed)})
+    right = [i for i in range(1, len(runs) + 1) if i not in wrong and _informative(runs[i - 1][4], {name})]
+    if right:  # some cases are right: say which are not, the inputs tell why
         if len(wrong) <= len(right):
             which = "only " + "; ".join(f"case {i} ({runs[i - 1][0].describe()})" for i in wrong) + \
                 f" {'is' if len(wrong) == 1 else 'are'} wrong, the other cases are right"
@@ -338,16 +468,63 @@ def _name_the_mistake(e, runs, failed) -> str:
             which = (f"cases {', '.join(map(str, wrong))} are wrong; only "
                      + "; ".join(f"case {i} ({runs[i - 1][0].describe()})" for i in right)
                      + f" {'is' if len(right) == 1 else 'are'} right")
-        differs = _what_differs([r[0] for r in runs], wrong)
+        kept = sorted(wrong + right)
+        differs = _what_differs([runs[i - 1][0] for i in kept], [kept.index(i) + 1 for i in wrong])
         if differs and "none of the classic mistakes explains" in seen:
             seen = ""  # what separates the cases says more than a largest error does
         seen = f"{which}: " + (differs + "; " + seen if seen and differs else differs or seen)
     return _locate(e, runs, failed) + seen + overflow
 
 
+def _reproduces(e, mistake, runs) -> bool:
+    """Whether ``mistake`` gives the attempt's outputs on every run, and differs from the truth
+    on one at least."""
+    differs = False
+    for _, dout, cache, got, truth, keys in runs:
+        try:
+            with np.errstate(all="ignore"), warnings.catch_warnings():  # a mistake may overflow
+                warnings.simplefilter("ignore")
+                predicted = _flatten(e.returns, e.run(mistake.backward, dout, copy.deepcopy(cache)), keys)
+        except Exception:  # noqa: BLE001  (a product of the wrong shapes: not this attempt's mistake)
+            return False
+        if isinstance(predicted, str) or not _matches(got, predicted):
+            return False
+        differs = differs or not _matches(predicted, truth)
+    return differs
+
+
+def _misshapen(got, truth) -> bool:
+    """Whether an output of a run has another shape than the true gradient's."""
+    return any(t is not None and as_gradient_array(g) is not None and as_gradient_array(g).shape != np.shape(t)
+               for (_, g), (_, t) in zip(got, truth))
+
+
+def _also_misshapen(e, runs, failed, misshapen) -> str:
+    """"; and on case 6 (batch = k, v broadcast), dk has shape ...": the second mistake."""
+    if not misshapen or len(misshapen) == len(runs):
+        return ""
+    i = misshapen[0]
+    case = runs[i - 1][0]
+    shape_wrong = [(c, n, g, t) for c, n, g, t in failed if c is case and
+                   as_gradient_array(g) is not None and as_gradient_array(g).shape != np.shape(t)]
+    c, n, g, t = shape_wrong[0]
+    where = f"case {i}" + (f" ({case.feature})" if case.feature else "")
+    return f"; besides, on {where}: " + _observe(e, c, n, g, t)
+
+
+def _informative(truth, names) -> bool:
+    """Whether a case's true gradients of ``names`` are more than rounding (largest entry above
+    1e-8 of the case's largest gradient): a zero gradient is right whatever the mistake."""
+    def biggest(t):
+        return float(np.abs(np.asarray(t, dtype=np.float64)).max()) if t is not None and np.size(t) else 0.0
+
+    scale = max((biggest(t) for _, t in truth), default=0.0)
+    return any(biggest(t) > 1e-8 * scale for n, t in truth if n in names)
+
+
 def _overflow_note(runs, failed) -> str:
     """NaN or infinity only in a case whose scores are near 800: exp overflowed there."""
-    bad = [i for i, (c, *_) in enumerate(runs, 1) if c.feature and any(
+    bad = [i for i, (c, *_) in enumerate(runs, 1) if "800" in c.feature and any(
         c is f[0] and as_gradient_array(f[2]) is not None and not np.isfinite(as_gradient_array(f[2])).all()
         for f in failed)]
     if not bad:
@@ -357,8 +534,11 @@ def _overflow_note(runs, failed) -> str:
 
 
 def _features(case) -> dict:
-    """What may explain why a mistake shows in some cases only: head count and width, the
-    number of axes of the first input, and the keyword arguments."""
+    """What may explain why a mistake shows in some cases only: the contract's features of
+    the case; for a case built by hand, head count and width, the number of axes of the first
+    input, and the keyword arguments."""
+    if case.features:
+        return dict(case.features)
     found = dict(case.sizes)
     first = case.inputs[0] if case.inputs else None
     if isinstance(first, np.ndarray):
@@ -376,7 +556,26 @@ _WHY = {"h": "are the head count and width read from the arguments, the cache or
         "axis": "is the sum along cache.axis?", "norm_first": "the pre-norm and post-norm branches differ.",
         "causal": "is the causal rule applied, with the queries aligned to the last keys?",
         "window": "is the window applied, with the queries aligned to the last keys?",
-        "mask": "is the mask applied, for every kind of mask?"}
+        "mask": "is the mask applied, for every kind of mask?",
+        "rule": "are the causal rule and the window applied, alone and together, with the queries aligned to"
+                " the last keys?",
+        "dtype": "float32 inputs get float32 gradients: is every step in the inputs' dtype?",
+        "scale": "is the scale read from cache.scale, not computed from a shape?",
+        "batch": "are the batch axes any number, and is a gradient summed over the axes its input was"
+                 " broadcast along?",
+        "ndim": "a fixed axis, .T or a reshape that assumes a number of axes?",
+        "leading": "a fixed axis, .T or a reshape that assumes a number of leading axes?",
+        "size_1": "a squeeze(), or a shape test, that an axis of size 1 fools?",
+        "widths": "is each width read from its own array's shape?",
+        "head_widths": "is each head width read from its own array (d_v from v, d_k from q)?",
+        "model_width": "is the head width read from the shapes, not d_model // h?",
+        "input_widths": "are the key's and value's widths read from their own arrays?",
+        "lengths": "are n_q and n_k read from their own arrays?",
+        "bias": "an absent bias gets None; is a present one summed over every leading axis?",
+        "block_size": "do the tiles cover every row when block_size does not divide n?",
+        "activation": "is the feed-forward's activation derivative the one of cache's activation?",
+        "scores": "is the row maximum subtracted before exp (or the saved statistics used)?",
+        "attention": "self-attention: the query, key and value paths all reach the one input."}
 
 
 def _what_differs(cases, wrong) -> str:
@@ -407,26 +606,30 @@ def _observe(e, case, name, got, truth) -> str:
     arr = as_gradient_array(got)
     return observe(name, got, truth, case.factors, masked, _axis_names(arr.ndim if arr is not None else 0, name),
                    parameter=name.startswith("grads[") or name not in ("dx", "dq", "dk", "dv", "dquery", "dkey",
-                                                                       "dvalue", "dheads"))
+                                                                       "dvalue", "dheads"),
+                   product=e.name not in ("split_heads_backward", "merge_heads_backward"))
 
 
-def _swapped(runs):
+def _swapped(e, runs):
     """"your dx equals the true dW": an output that is wrong in place but equals another output's
     true value in every case (outputs returned in another order, dict entries exchanged)."""
     names = [n for n, _ in runs[0][4]]
 
     def right(g, t):
-        return g is None if t is None else close(g, np.asarray(t))
+        return g is None if t is None else _right(g, t)
 
     for i, name in enumerate(names):
         if all(right(r[3][i][1], r[4][i][1]) for r in runs):
             continue
         for j, other in enumerate(names):
-            if j != i and all(r[4][j][1] is not None and np.size(r[4][j][1]) and close(r[3][i][1], np.asarray(r[4][j][1]))
+            if j != i and all(r[4][j][1] is not None and np.size(r[4][j][1]) and _right(r[3][i][1], r[4][j][1])
                               for r in runs):
+                if name.startswith("grads[") and other.startswith("grads["):  # a dict: no order to fix
+                    return (f"your {_short(name)} equals the true {_short(other)}: two entries of the dict grads"
+                            f" are exchanged; grads[{_short(name)!r}] holds the gradient of {_short(name)}")
+                shown = ", ".join(e.returns)  # grads stays one dict, as the function returns it
                 return (f"your {_short(name)} equals the true {_short(other)}: the outputs are in the wrong"
-                        f" order (or two entries exchanged); return ({', '.join(_short(n) for n in names)})"
-                        " in that order")
+                        f" order; return ({shown}) in that order")
     return None
 
 
@@ -438,22 +641,48 @@ def _factor_across_cases(runs, name):
         g = dict(got).get(name)
         t = dict(truth).get(name)
         g = as_gradient_array(g)
+        if t is None and g is None:
+            continue  # an absent bias, rightly None
         if g is None or t is None or g.shape != np.shape(t) or not np.isfinite(g).all():
             return None
+        if not _informative(truth, {name}) or np.asarray(t).dtype == np.float32:
+            continue  # a zero gradient says nothing about a factor; float32 rounding blurs one
         c = ratio(g.astype(np.float64), np.asarray(t, dtype=np.float64))
         if c is None:
             return None
         ratios.append((case, c))
+    if not ratios:
+        return None
     if len({round(c, 9) for _, c in ratios}) < 2:
         return None  # one ratio for every case: observe names it, with the case's factors
     common = set.intersection(*(set(case.factors) for case, _ in ratios))
     for label in sorted(common):
         if all(abs(c - case.factors[label]) <= 1e-6 * max(1.0, abs(c)) for case, c in ratios):
             shown = ", ".join(f"{c:.4g}" for _, c in ratios)
-            why = " (a mean over the rows where a sum belongs)" if label == "1/rows" else ""
+            why = " (a mean over the rows where a sum belongs)" if label.startswith("1/rows") else ""
             return (f"{_short(name)} is {label} times the true gradient in every case (ratios {shown}, as {label}"
                     f" changes from case to case): a factor {label} is missing or extra{why}")
     return None
+
+
+def _varying_ratio(runs, name):
+    """"dq is a multiple of the true gradient that changes from case to case": when the ratio
+    is constant within each case but not across them, and no named factor tracks it."""
+    ratios = []
+    for case, _, _, got, truth, _ in runs:
+        g, t = as_gradient_array(dict(got).get(name)), dict(truth).get(name)
+        if g is None or t is None or g.shape != np.shape(t) or not np.isfinite(g).all() \
+                or not _informative(truth, {name}) or np.asarray(t).dtype == np.float32:
+            continue
+        c = ratio(g.astype(np.float64), np.asarray(t, dtype=np.float64))
+        if c is None:
+            return None
+        ratios.append(c)
+    if len({round(c, 9) for c in ratios}) < 2:
+        return None
+    shown = ", ".join(dict.fromkeys(f"{c:.4g}" for c in ratios))
+    return (f"{_short(name)} is a multiple of the true gradient that changes from case to case (ratios {shown}):"
+            " a factor that depends on the inputs' sizes or options is missing or extra")
 
 
 def _locate(e, runs, failed) -> str:

@@ -5,6 +5,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -12,7 +13,8 @@ from pathlib import Path
 from .._atomic import write_atomic
 from .bugs import BUGS
 from .catalogue import EXERCISES
-from .checker import check, hint
+from .checker import TIME_LIMIT, check, hint
+from .process import _OutOfTime, _stopped, _time_limit
 
 __all__ = ["main", "skeleton", "bug_file"]
 
@@ -115,11 +117,11 @@ def _bug_main(args) -> int:
         return _write_new(Path(args.path or f"bug_{args.name.replace('-', '_')}.py"), args.force,
                           lambda path: bug_file(args.name, path),
                           f"find the bug in {BUGS[args.name].exercise}, fix it", "bug check")
-    name, attempt, forward, module = _load(args.path, with_module=True)
-    bug = BUGS.get(getattr(module, "BUG", None))
+    name, attempt, forward, module = _load(args.path, with_module=True, time_limit=args.time_limit)
+    bug = BUGS.get(getattr(module, "BUG", None)) if isinstance(getattr(module, "BUG", None), str) else None
     if bug is None:
-        raise SystemExit(f"{args.path} must set BUG to one of: {', '.join(BUGS)} (bug start writes it)")
-    result = check(name, attempt, forward=forward)
+        _fail(f"{args.path} must set BUG to a bug's name (bug list shows them; bug start writes it)")
+    result = check(name, attempt, forward=forward, time_limit=args.time_limit)
     if result.ok:
         print(textwrap.fill(f"FIXED: {bug.name}, {result.diagnosis}", WIDTH, subsequent_indent="  "))
         print(textwrap.fill(f"the bug was: {bug.sentence}", WIDTH, subsequent_indent="  "))
@@ -131,31 +133,77 @@ def _bug_main(args) -> int:
 
 def _state_file() -> Path:
     """Where the CLI remembers the hints read (``check``'s "next:" suggests the next unread one):
-    ``$ATTENTION_REF_STATE_DIR/hints.json``, by default under ``~/.cache/attention_ref``."""
-    base = os.environ.get("ATTENTION_REF_STATE_DIR") or Path.home() / ".cache" / "attention_ref"
+    ``$ATTENTION_REF_STATE_DIR/hints.json``, else ``$XDG_CACHE_HOME/attention_ref/hints.json``,
+    else ``~/.cache/attention_ref/hints.json``."""
+    base = os.environ.get("ATTENTION_REF_STATE_DIR")
+    if not base:
+        xdg = os.environ.get("XDG_CACHE_HOME", "")
+        cache = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"  # XDG: absolute only
+        base = cache / "attention_ref"
     return Path(base) / "hints.json"
 
 
+def _parse_state(text) -> dict:
+    """``{"exercise": [hint numbers]}`` from the state file's text; ValueError naming the field
+    when it is anything else."""
+    data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError(f"expected an object, got {type(data).__name__}")
+    read = {}
+    for name, numbers in data.items():
+        if not isinstance(numbers, list) or not all(type(n) is int for n in numbers):
+            raise ValueError(f"field {name!r}: expected a list of hint numbers")
+        read[name] = set(numbers)
+    return read
+
+
 def _hints_read() -> dict:
+    """The hints read, from the state file; a file that is not a state is moved aside (to
+    ``hints.json.bad``) with a one-line note, and the hints start afresh."""
+    path = _state_file()
     try:
-        return {k: set(v) for k, v in json.loads(_state_file().read_text()).items()}
-    except (OSError, ValueError, AttributeError):
-        return {}
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        if isinstance(exc, FileNotFoundError):
+            return {}
+        text = None
+        why = f"cannot be read ({type(exc).__name__})"
+    if text is not None:
+        try:
+            return _parse_state(text)
+        except ValueError as exc:  # JSONDecodeError is one
+            why = f"is not a hint state ({str(exc).splitlines()[0][:60]})"
+    aside = path.with_name(path.name + ".bad")
+    try:
+        os.replace(path, aside)
+        moved = f"moved to {aside.name}"
+    except OSError:
+        moved = "left where it is"
+    print(f"note: {path} {why}; {moved}, starting afresh", file=sys.stderr)
+    return {}
 
 
 def _remember_hint(name: str, number: int) -> None:
+    """Add a hint to the state file (written atomically: a temporary file beside it, renamed)."""
     read = _hints_read()
     read.setdefault(name, set()).add(number)
+    path = _state_file()
     try:
-        _state_file().parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(_state_file(), json.dumps({k: sorted(v) for k, v in read.items()}))
-    except OSError:  # a read-only home: "next:" falls back to hint 1
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, json.dumps({k: sorted(v) for k, v in read.items()}))
+    except OSError:  # a read-only home: "next:" falls back to hint 1 (write_atomic removes its temporary)
         pass
 
 
-def _load(path, with_module=False):
+def _fail(text):
+    """End the command with exit status 1 and ``text`` on stderr, wrapped to 80 columns."""
+    raise SystemExit(textwrap.fill(text, WIDTH, subsequent_indent="  ", break_on_hyphens=False))
+
+
+def _load(path, with_module=False, time_limit=TIME_LIMIT):
     """The exercise name, the attempt and the optional forward defined in ``path`` (and the
-    module itself when ``with_module``)."""
+    module itself when ``with_module``); a file that exits, is interrupted or loops forever
+    while it is imported ends the command with a non-zero status that says so."""
     if not Path(path).is_file():
         if Path(f"{path}.py").is_file():
             raise SystemExit(f"{path}: no such file; did you mean {path}.py?")
@@ -167,46 +215,106 @@ def _load(path, with_module=False):
         raise SystemExit(f"cannot import {path}: not a Python file")
     module = importlib.util.module_from_spec(spec)
     try:
-        spec.loader.exec_module(module)
+        with _time_limit(time_limit):
+            spec.loader.exec_module(module)
+    except _OutOfTime:
+        _fail(f"{path} did not finish importing within {time_limit:g} s (an endless loop at the top level?)")
+    except (SystemExit, KeyboardInterrupt) as exc:
+        _fail(f"{path}: " + _stopped("file", exc, " while it was imported"))
     except Exception as exc:  # noqa: BLE001  (a student's file may fail to import in any way)
         line = f" (line {exc.lineno})" if isinstance(exc, SyntaxError) else ""
-        raise SystemExit(f"{path} does not run{line}: {type(exc).__name__}: {exc}") from None
+        _fail(f"{path} does not run{line}: {type(exc).__name__}: {str(exc)[:200]}")
     name = getattr(module, "EXERCISE", None)
-    if name not in EXERCISES:
-        raise SystemExit(f"{path} must set EXERCISE to one of: {', '.join(EXERCISES)}")
+    if not isinstance(name, str) or name not in EXERCISES:
+        _fail(f"{path} must set EXERCISE to an exercise's name (python -m attention_ref exercise list)")
     attempt = getattr(module, name, None)
-    if attempt is None:
-        raise SystemExit(f"{path} must define a function named {name}")
+    if not callable(attempt):
+        _fail(f"{path} must define a function named {name}")
     forward = module.__dict__.get(EXERCISES[name].forward_name)
     own_forward = forward if forward is not None and getattr(forward, "__module__", None) == "attempt" else None
     return (name, attempt, own_forward, module) if with_module else (name, attempt, own_forward)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: the command, then what is wrong, then where to look."""
+
+    def error(self, message):
+        named = re.match(r"argument ([^:]+): (.*)", message)  # our own messages name the argument
+        if named and named.group(2).startswith((named.group(1), "no ", "the hint number")):
+            message = named.group(2)
+        sys.stderr.write(f"{self.prog.replace('python -m attention_ref ', '')}: {message}\n")
+        raise SystemExit(2)
+
+
+def _whole(text, least, what):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{what} must be a whole number, got {text!r}") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"{what} must be >= {least}, got {value}")
+    return value
+
+
+def _seed(text):
+    return _whole(text, 0, "--seed")
+
+
+def _hint_number(text):
+    return _whole(text, 1, "the hint number")
+
+
+def _seconds(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"--time-limit must be a number of seconds > 0, got {text!r}")
+    return value
+
+
+def _exercise_name(text):
+    if text not in EXERCISES:
+        raise argparse.ArgumentTypeError(f"no exercise {text!r} (python -m attention_ref exercise list)")
+    return text
+
+
+def _bug_name(text):
+    if text not in BUGS:
+        raise argparse.ArgumentTypeError(f"no bug {text!r} (python -m attention_ref exercise bug list)")
+    return text
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m attention_ref exercise",
-                                     description="Derive a backward by hand; the checker names the mistake.")
+    parser = _Parser(prog="python -m attention_ref exercise",
+                     description="Derive a backward by hand; the checker names the mistake.")
     sub = parser.add_subparsers(dest="action", required=True)
     sub.add_parser("list", help="the exercises")
-    names = "one of: " + ", ".join(EXERCISES)
+    names = "an exercise's name (exercise list shows them)"
     start = sub.add_parser("start", help="write a skeleton file to fill in")
-    start.add_argument("name", choices=list(EXERCISES), metavar="NAME", help=names)
+    start.add_argument("name", type=_exercise_name, metavar="NAME", help=names)
     start.add_argument("path", nargs="?", help="where to write it (default: NAME.py here)")
     start.add_argument("--force", action="store_true", help="overwrite an existing file")
     hints = sub.add_parser("hint", help="show one hint (each says more than the last)")
-    hints.add_argument("name", choices=list(EXERCISES), metavar="NAME", help=names)
-    hints.add_argument("number", nargs="?", type=int, default=1)
+    hints.add_argument("name", type=_exercise_name, metavar="NAME", help=names)
+    hints.add_argument("number", nargs="?", type=_hint_number, default=1)
+    limit = dict(type=_seconds, default=TIME_LIMIT, metavar="SECONDS",
+                 help=f"time the code may take on one case (default {TIME_LIMIT:g})")
     run = sub.add_parser("check", help="check the backward in a file written by start")
     run.add_argument("path")
-    run.add_argument("--seed", type=int, default=0, help="seed of the inputs (default 0)")
+    run.add_argument("--seed", type=_seed, default=0, help="seed of the inputs (default 0)")
+    run.add_argument("--time-limit", **limit)
     bug = sub.add_parser("bug", help="spot the bug: a backward with one mistake to find and fix")
     bug_sub = bug.add_subparsers(dest="bug_action", required=True)
     bug_sub.add_parser("list", help="the buggy backwards")
     bug_start = bug_sub.add_parser("start", help="write one to a file")
-    bug_start.add_argument("name", choices=list(BUGS), metavar="NAME", help="one of: " + ", ".join(BUGS))
+    bug_start.add_argument("name", type=_bug_name, metavar="NAME", help="a bug's name (bug list shows them)")
     bug_start.add_argument("path", nargs="?", help="where to write it (default: bug_NAME.py here)")
     bug_start.add_argument("--force", action="store_true", help="overwrite an existing file")
     bug_check = bug_sub.add_parser("check", help="check a fixed file")
     bug_check.add_argument("path")
+    bug_check.add_argument("--time-limit", **limit)
     args = parser.parse_args(argv)
 
     if args.action == "bug":
@@ -229,7 +337,8 @@ def main(argv=None) -> int:
             return 2
         _remember_hint(args.name, args.number)
         return 0
-    name, attempt, forward = _load(args.path)
-    result = check(name, attempt, forward=forward, seed=args.seed, hints_read=_hints_read().get(name, set()))
+    name, attempt, forward = _load(args.path, time_limit=args.time_limit)
+    result = check(name, attempt, forward=forward, seed=args.seed, hints_read=_hints_read().get(name, set()),
+                   time_limit=args.time_limit)
     print(result)
     return 0 if result.ok else 1

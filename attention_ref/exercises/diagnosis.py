@@ -58,9 +58,11 @@ def close_or_same_nonfinite(got, truth, rtol=RTOL) -> bool:
     return close(got[finite], truth[finite], rtol)
 
 
-def _shape_sentence(name, got, truth, parameter):
+def _shape_sentence(name, got, truth, parameter, product=True):
     g, t = got.shape, truth.shape
     if len(g) >= 2 and g == t[:-2] + t[-2:][::-1]:
+        if not product:  # a split or a merge only moves numbers: there is no product to swap
+            return f"{name} has shape {g}, the transpose of the expected {t}: its last two axes are exchanged"
         return (f"{name} has shape {g}, the transpose of the expected {t}: swap the factors of the product"
                 + (" (for a weight, x^T dy and not dy^T x)" if parameter else ""))
     if tuple(d for d in g if d != 1) == tuple(d for d in t if d != 1):
@@ -91,8 +93,9 @@ def _confined(err, axis):
     return [int(i) for i in bad] if 0 < len(bad) < err.shape[axis] else None
 
 
-def observe(name, got, truth, factors=None, masked=None, axis_names=None, parameter=False) -> str:
-    """One plain sentence describing how ``got`` differs from ``truth``."""
+def observe(name, got, truth, factors=None, masked=None, axis_names=None, parameter=False, product=True) -> str:
+    """One plain sentence describing how ``got`` differs from ``truth`` (``product``: whether the
+    backward has a matrix product whose factors a transposed shape may come from)."""
     arr = as_gradient_array(got)
     if truth is None:
         return f"{name} must be None (that parameter is absent), got {type(got).__name__}"
@@ -101,11 +104,15 @@ def observe(name, got, truth, factors=None, masked=None, axis_names=None, parame
     if arr is None:
         return f"{name} is not an array of numbers (got {type(got).__name__})"
     if arr.shape != truth.shape:
-        return _shape_sentence(name, arr, truth, parameter)
+        return _shape_sentence(name, arr, truth, parameter, product)
     if not np.isfinite(arr).all():
         where = tuple(int(i) for i in np.argwhere(~np.isfinite(arr))[0])
         return (f"{name} has NaN or infinity (first at index {where}): a 0/0 or an overflow"
                 + ("; a blocked score must give exactly 0, never exp(-inf - (-inf))" if masked is not None else ""))
+    err = np.abs(arr.astype(np.float64) - truth) > _tolerance(truth)
+    if masked is not None and masked.shape == err.shape and masked.any() and err.any() and not (err & ~masked).any():
+        return (f"{name} is right except at masked entries, where it must be 0: no gradient flows into a"
+                " blocked score (its probability is exactly 0)")  # however small the error: never precision
     if arr.dtype != truth.dtype:
         if close(arr, truth, _FLOAT32_RTOL):
             return (f"{name} is right to {arr.dtype} precision but has dtype {arr.dtype}: compute in the"
@@ -120,7 +127,10 @@ def observe(name, got, truth, factors=None, masked=None, axis_names=None, parame
         if abs(c + 1) <= 1e-6:
             return f"{name} has the wrong sign everywhere ({name} = -1 x the true gradient)"
         if abs(c) <= 1e-6:
-            return f"{name} is zero everywhere: this gradient is missing"
+            if not arr.any():
+                return f"{name} is zero everywhere: this gradient is missing"
+            return (f"{name} is zero up to rounding everywhere (largest entry {float(np.abs(arr).max()):.1g}): it"
+                    " is computed, but its terms cancel (a sum along an axis where the summands add up to 0?)")
         labels = [label for label, value in {**(factors or {}), **_SIMPLE}.items()
                   if abs(c - value) <= 1e-6 * max(1.0, abs(value))]
         if labels:  # several names may fit one number (h = d_k = 2): all are listed

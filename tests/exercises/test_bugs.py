@@ -63,3 +63,30 @@ def test_bug_files_fit_80_columns():
     for name in BUGS:
         text = bug_file(name, f"bug_{name}.py")
         assert max(len(line) for line in text.splitlines()) <= 80, name
+
+
+@pytest.mark.parametrize("name", list(BUGS))
+def test_a_story_says_where_to_look_not_the_fix(name):
+    """Issue 29: `bug list` gave answers away ("the sum runs along a fixed axis"). A story names
+    the function's outputs that are wrong, never the wrong or the right text."""
+    bug = BUGS[name]
+    outputs = {"softmax_backward": "dx", "linear_backward": "dW db", "scaled_dot_product_attention_backward": "dq dk",
+               "layer_norm_backward": "dx", "split_heads_backward": "dx", "merge_heads_backward": "dheads",
+               "flash_attention_backward": "dq dk dv"}[bug.exercise].split()
+    assert any(o in bug.story.split() or o + "," in bug.story or o + ";" in bug.story for o in outputs), bug.story
+    wrong, right = (set(t.replace("(", " ").replace(")", " ").replace(",", " ").split()) for t in bug.fix)
+    for token in (wrong ^ right) - {"#", "the", "a"}:  # what the fix changes is never in the story
+        assert token not in bug.story.split(), (token, bug.story)
+    for phrase in ("fixed axis", "derivative s (1 - s)", "wrong axis", "only reshapes", "wrong order",
+                   "copied from the line above", "row sums D"):
+        assert phrase not in bug.story, phrase
+
+
+@pytest.mark.parametrize("name", list(BUGS))
+def test_each_bug_lives_in_a_python_file_a_linter_sees(name):
+    import importlib
+
+    module = importlib.import_module(f"attention_ref.exercises.bug_files.{name.replace('-', '_')}")
+    bug = BUGS[name]
+    assert callable(getattr(module, bug.exercise)) and module.__doc__.startswith(f"Spot the bug {name}:")
+    compile(bug.source.replace(*bug.fix), "fixed", "exec")  # the fix keeps it Python

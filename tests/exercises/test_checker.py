@@ -22,12 +22,20 @@ def linear_backward(dy, cache):
     return dy @ W.T, x2.T @ dy2, dy2.sum(axis=0) if cache.has_bias else None
 
 
+def sum_to(g, shape):
+    """A gradient computed on broadcast shapes, summed back to its input's ``shape``."""
+    g = g.sum(axis=tuple(range(g.ndim - len(shape)))) if g.ndim > len(shape) else g
+    return g.sum(axis=tuple(i for i, n in enumerate(shape) if n == 1 and g.shape[i] != 1), keepdims=True)
+
+
 def attention_backward(dout, cache):
     q, k, v, P, scale = cache.q, cache.k, cache.v, cache.weights, cache.scale
     dv = np.einsum("...ij,...id->...jd", P, dout)
     dP = np.einsum("...id,...jd->...ij", dout, v)
     dS = P * (dP - np.einsum("...ij,...ij->...i", P, dP)[..., None])
-    return np.einsum("...ij,...jd->...id", dS, k) * scale, np.einsum("...ij,...id->...jd", dS, q) * scale, dv
+    dq = np.einsum("...ij,...jd->...id", dS, k) * q.dtype.type(scale)
+    dk = np.einsum("...ij,...id->...jd", dS, q) * q.dtype.type(scale)
+    return sum_to(dq, q.shape), sum_to(dk, k.shape), sum_to(dv, v.shape)
 
 
 def split_heads_backward(dheads):
@@ -54,8 +62,8 @@ def flash_attention_backward(dout, cache, *, normalise=True, row_D=True, accumul
     q, k, v, mask, out, m, log_l, scale, causal, window, block = cache
     window, causal, mask = window if use_window else None, causal and use_causal, mask if use_mask else None
     n_q, n_k = q.shape[-2], k.shape[-2]
-    dq, dk, dv = np.zeros(out.shape[:-1] + q.shape[-1:]), np.zeros(out.shape[:-2] + k.shape[-2:]), \
-        np.zeros(out.shape[:-2] + v.shape[-2:])
+    dq, dk, dv = (np.zeros(shape, q.dtype) for shape in (out.shape[:-1] + q.shape[-1:],
+                                                          out.shape[:-2] + k.shape[-2:], out.shape[:-2] + v.shape[-2:]))
     D = np.sum(dout * out, axis=-1, keepdims=True)
     factor = scale if scaled else 1.0
     for qs in range(0, n_q, block):
@@ -78,7 +86,7 @@ def flash_attention_backward(dout, cache, *, normalise=True, row_D=True, accumul
             else:
                 dk[..., ks:ke, :] = new_dk
                 dv[..., ks:ke, :] = new_dv
-    return dq, dk, dv
+    return sum_to(dq, q.shape), sum_to(dk, k.shape), sum_to(dv, v.shape)
 
 
 def multi_head_attention_backward(dout, cache, *, transpose_dW_o=False, scale=None, sum_b_o=True, attention=None):
@@ -332,7 +340,7 @@ def _correct_then(name, change):
     ("softmax_backward", _correct_then("softmax_backward", lambda dx, dy, c: -dx), "has the wrong sign everywhere"),
     ("scaled_dot_product_attention_backward",
      _correct_then("scaled_dot_product_attention_backward",
-                   lambda g, dout, c: (g[0] / c.scale, g[1], g[2])), "= sqrt(d_k)"),
+                   lambda g, dout, c: (g[0] / c.scale, g[1], g[2])), "dq is 1/scale times the true gradient in every case"),
     ("multi_head_attention_backward",
      _correct_then("multi_head_attention_backward",
                    lambda g, dout, c: (g[0] * c.num_heads, *g[1:])), "h times the true gradient in every case"),
@@ -454,7 +462,8 @@ def test_a_mistake_confined_to_some_cases_says_which():
 
     with np.errstate(divide="ignore"):
         result = check("softmax_backward", forgets_the_mask_in_the_sum)
-    assert result.diagnosis.startswith("only case 4 (inputs"), result.diagnosis
+    assert result.diagnosis.startswith("only case 10 (inputs"), result.diagnosis
+    assert "mask = '-inf entries' in the wrong cases and 'none' in the right ones" in result.diagnosis
     assert "is wrong, the other cases are right" in result.diagnosis
 
 

@@ -44,8 +44,9 @@ def attention_einsum(dout, cache):
     dP = np.einsum("...id,...jd->...ij", dout, cache.v)
     D = np.einsum("...id,...id->...i", dout, cache.out)[..., None]
     dS = P * (dP - D)
-    return (np.einsum("...ij,...jd->...id", dS, cache.k) * scale,
-            np.einsum("...ij,...id->...jd", dS, cache.q) * scale, dv)
+    dq = np.einsum("...ij,...jd->...id", dS, cache.k) * scale
+    dk = np.einsum("...ij,...id->...jd", dS, cache.q) * scale
+    return _sum_to(dq, cache.q.shape), _sum_to(dk, cache.k.shape), _sum_to(dv, cache.v.shape)
 
 
 def _sum_to(g, shape):
@@ -66,7 +67,7 @@ def attention_other_order(dout, cache):
 
 def split_loop(dheads):
     *batch, h, n, d = dheads.shape
-    dx = np.zeros((*batch, n, h * d))
+    dx = np.zeros((*batch, n, h * d), dheads.dtype)
     for i in range(h):
         dx[..., :, i * d:(i + 1) * d] = dheads[..., i, :, :]
     return dx
@@ -95,9 +96,9 @@ def flash_tiles(dout, cache, *, subtract=True, window=True, causal=True, user_ma
     c = cache.causal if causal else False
     mk = mask if user_mask else None
     n_q, n_k = q.shape[-2], k.shape[-2]
-    dq = np.zeros(out.shape[:-1] + q.shape[-1:])
-    dk = np.zeros(out.shape[:-2] + k.shape[-2:])
-    dv = np.zeros(out.shape[:-2] + v.shape[-2:])
+    dq = np.zeros(out.shape[:-1] + q.shape[-1:], q.dtype)
+    dk = np.zeros(out.shape[:-2] + k.shape[-2:], q.dtype)
+    dv = np.zeros(out.shape[:-2] + v.shape[-2:], q.dtype)
     D = np.einsum("...qd,...qd->...q", dout, out)[..., None]
     for qs in range(0, n_q, b):
         qe = min(qs + b, n_q)
@@ -136,16 +137,16 @@ def multi_head_by_heads(dout, cache, *, h=None, dh=None, divide=1.0, softmax="fu
     h = cache.num_heads if h is None else h
     att = cache.attention
     q, k, v, P = att.q, att.k, att.v, att.weights  # (..., H, N, D)
+    dv_w = v.shape[-1] if dh is None else dh  # the value heads' width: d_v, not d_k
     dh = q.shape[-1] if dh is None else dh
-    dv_w = v.shape[-1] if dh is None else dh
     grads = {}
     concat, W_o = cache.o_proj.x, cache.o_proj.W
     grads["W_o"] = concat.reshape(-1, concat.shape[-1]).T @ dout.reshape(-1, dout.shape[-1])
     grads["b_o"] = dout.reshape(-1, dout.shape[-1]).sum(0) if cache.o_proj.has_bias else None
     dconcat = dout @ W_o.T
-    dQ = np.zeros(cache.q_proj.x.shape[:-1] + (cache.q_proj.W.shape[1],))
-    dK = np.zeros(cache.k_proj.x.shape[:-1] + (cache.k_proj.W.shape[1],))
-    dV = np.zeros(cache.v_proj.x.shape[:-1] + (cache.v_proj.W.shape[1],))
+    dQ = np.zeros(cache.q_proj.x.shape[:-1] + (cache.q_proj.W.shape[1],), dout.dtype)
+    dK = np.zeros(cache.k_proj.x.shape[:-1] + (cache.k_proj.W.shape[1],), dout.dtype)
+    dV = np.zeros(cache.v_proj.x.shape[:-1] + (cache.v_proj.W.shape[1],), dout.dtype)
     for i in range(h):
         if i == skip_head:
             continue
@@ -288,8 +289,8 @@ WRONG = [
     ("split_heads_backward", split_stale_globals, ("seen", "H_STALE * DH_STALE")),  # the line that raised
     ("merge_heads_backward", merge_stale_global, ("seen", "are the head count and width read from the arguments")),
     ("flash_attention_backward", lambda d, c: flash_tiles(d, c, window=False), _named("window ignored")),
-    ("scaled_dot_product_attention_backward", attention_recompute_no_max,
-     _named("P recomputed without the row maximum")),
+    ("scaled_dot_product_attention_backward", attention_recompute_no_max,  # and forgets broadcasting: named,
+     _named("P recomputed without the row maximum")),  # then the shape said after the name
     ("flash_attention_backward", lambda d, c: flash_tiles(d, c, subtract=False),
      _named("P recomputed without the row maximum")),
     # -- the five that misled --

@@ -1,0 +1,315 @@
+"""The checker's own mutation test: wrong backwards nobody wrote by hand must all fail.
+
+Each exercise's reference backward (the library's formulas) and each spot-the-bug fix is
+mutated mechanically, one change at a time, on its syntax tree: an operator swapped, a term
+dropped, a constant or an axis changed, a transpose dropped, a product's factors swapped,
+``keepdims`` or ``axis=`` dropped, a reduction over fewer axes, two outputs swapped, an output
+cast to float64 or squeezed, the scale computed from a shape, the sum over broadcast axes
+dropped. A random sweep of inputs drawn
+from the exercise's contract (:meth:`Contract.sample_case`, never the checker's own cases)
+decides which mutants are wrong; the checker's default run must fail every one of them.
+
+``python -m attention_ref.exercises.mutation`` runs every mutant and prints the score;
+``--write PATH`` saves the verdicts as JSON (``tests/exercises/mutants.json`` is committed and
+``tests/exercises/test_mutants.py`` re-derives a sample of it).
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import inspect
+import json
+import os
+import sys
+import textwrap
+import types
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from .bugs import BUGS
+from .catalogue import EXERCISES
+from .checker import _right, check
+from .process import _OutOfTime, _time_limit
+
+__all__ = ["Mutant", "mutants", "verdict", "SWEEP"]
+
+SWEEP = 40  # random draws from the contract that decide whether a mutant is wrong
+_F64 = ast.Attribute(ast.Name("np", ast.Load()), "float64", ast.Load())
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One mutant: where it comes from, what was changed, and the function it makes."""
+
+    exercise: str
+    origin: str  # "reference: module.function" or "bug: name"
+    index: int  # its number among the origin's mutants
+    change: str  # what was mutated, in words, with the line
+    function: object  # callable with the exercise's signature
+
+
+# -- the mutation operators ------------------------------------------------------------------------
+
+def _sites(tree):
+    """Every (node, replacements) pair: each replacement is (words, a function node -> new node)."""
+    for node in ast.walk(tree):
+        found = []
+        if isinstance(node, ast.BinOp):
+            swaps = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult}
+            if type(node.op) in swaps:
+                found.append((f"{type(node.op).__name__} -> {swaps[type(node.op)].__name__}",
+                              lambda n, op=swaps[type(node.op)]: ast.BinOp(n.left, op(), n.right)))
+            if isinstance(node.op, ast.MatMult):
+                found.append(("factors of @ swapped", lambda n: ast.BinOp(n.right, ast.MatMult(), n.left)))
+            found.append(("right operand dropped", lambda n: n.left))
+            found.append(("left operand dropped", lambda n: n.right))
+        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            found.append(("minus sign dropped", lambda n: n.operand))
+        elif isinstance(node, ast.Constant) and type(node.value) in (int, float):
+            c = node.value
+            for new in dict.fromkeys([c + 1, -c if c else 2, c - 1]):
+                found.append((f"constant {c} -> {new}", lambda n, new=new: ast.Constant(new)))
+        elif isinstance(node, ast.keyword) and node.arg == "keepdims":
+            found.append(("keepdims=True dropped", lambda n: ast.keyword("keepdims", ast.Constant(False))))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            name = node.func.attr
+            if name == "swapaxes":  # a.swapaxes(-1, -2) or np.swapaxes(a, -1, -2): the transpose dropped
+                target = node.args[0] if isinstance(node.func.value, ast.Name) and node.func.value.id == "np" \
+                    else node.func.value
+                found.append(("transpose dropped", lambda n, t=target: t))
+            if name == "reshape":  # x.reshape(-1, d).sum(axis=0) then sums over the first axis only
+                found.append(("reshape dropped (a reduction over fewer axes)", lambda n: n.func.value))
+            if name in ("sum", "mean") and any(k.arg == "axis" for k in node.keywords):
+                found.append((f"{name} over every axis", lambda n: ast.Call(
+                    n.func, n.args, [k for k in n.keywords if k.arg not in ("axis", "keepdims")])))
+                for k in node.keywords:
+                    if k.arg == "axis" and isinstance(k.value, ast.Tuple) and len(k.value.elts) > 1:
+                        found.append((f"{name} over fewer axes", lambda n: _fewer_axes(n)))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("unbroadcast",
+                                                                                               "_sum_to"):
+            found.append(("sum over the broadcast axes dropped", lambda n: n.args[0]))
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+            if node.attr == "T":
+                found.append(("transpose .T dropped", lambda n: n.value))
+            if node.attr == "scale":
+                found.append(("scale from the last axis of q", lambda n: ast.parse(
+                    f"(1 / np.sqrt({ast.unparse(n.value)}.q.shape[-1]))", mode="eval").body))
+        elif isinstance(node, ast.Name) and node.id == "scale" and isinstance(node.ctx, ast.Load):
+            found.append(("scale from the last axis of q", lambda n: ast.parse(
+                "(1 / np.sqrt(q.shape[-1]))", mode="eval").body))
+        elif isinstance(node, ast.Return) and isinstance(node.value, ast.Tuple):
+            elts = node.value.elts
+            for i in range(len(elts) - 1):
+                found.append((f"outputs {i} and {i + 1} swapped", lambda n, i=i: _swap(n, i)))
+            for i in range(len(elts)):
+                found.append((f"output {i} cast to float64", lambda n, i=i: _wrap(n, i, "astype")))
+                found.append((f"output {i} squeezed", lambda n, i=i: _wrap(n, i, "squeeze")))
+        elif isinstance(node, ast.Return) and node.value is not None and not isinstance(node.value, ast.Dict):
+            found.append(("output cast to float64", lambda n: ast.Return(_cast(n.value))))
+            found.append(("output squeezed", lambda n: ast.Return(_squeeze(n.value))))
+        if found:
+            yield node, found
+
+
+def _fewer_axes(n):
+    n = copy.deepcopy(n)
+    for k in n.keywords:
+        if k.arg == "axis" and isinstance(k.value, ast.Tuple):
+            k.value.elts = k.value.elts[1:]
+    return n
+
+
+def _swap(n, i):
+    n = copy.deepcopy(n)
+    e = n.value.elts
+    e[i], e[i + 1] = e[i + 1], e[i]
+    return n
+
+
+def _cast(value):
+    return ast.Call(ast.Attribute(ast.Name("np", ast.Load()), "asarray", ast.Load()), [value],
+                    [ast.keyword("dtype", _F64)])
+
+
+def _squeeze(value):
+    return ast.Call(ast.Attribute(ast.Name("np", ast.Load()), "squeeze", ast.Load()), [value], [])
+
+
+def _wrap(n, i, how):
+    n = copy.deepcopy(n)
+    e = n.value.elts
+    if isinstance(e[i], ast.Constant) and e[i].value is None:
+        return n
+    e[i] = _cast(e[i]) if how == "astype" else _squeeze(e[i])
+    return n
+
+
+class _Replace(ast.NodeTransformer):
+    def __init__(self, target, make):
+        self.target, self.make = target, make
+
+    def generic_visit(self, node):
+        if node is self.target:
+            return ast.copy_location(self.make(node), node) if not isinstance(node, ast.keyword) else self.make(node)
+        return super().generic_visit(node)
+
+
+def _variants(source):
+    """(words, mutated source) for every mutation of ``source``'s first function."""
+    tree = ast.parse(textwrap.dedent(source))
+    func = next(n for n in tree.body if isinstance(n, ast.FunctionDef))
+    if func.body and isinstance(func.body[0], ast.Expr) and isinstance(func.body[0].value, ast.Constant):
+        func.body = func.body[1:]  # the docstring is no code
+    func.returns = None
+    for a in func.args.args:
+        a.annotation = None
+    out = []
+    sites = list(_sites(func))
+    for position, (node, found) in enumerate(sites):
+        for words, make in found:
+            mutated = copy.deepcopy(tree)
+            target = [n for n, _ in _sites(next(x for x in mutated.body if isinstance(x, ast.FunctionDef)))][position]
+            mutated = ast.fix_missing_locations(_Replace(target, make).visit(mutated))
+            text = ast.unparse(mutated)
+            line = getattr(node, "lineno", 0)
+            out.append((f"line {line}: {words}", text))
+    seen, unique = set(), []
+    for words, text in out:
+        if text not in seen:
+            seen.add(text)
+            unique.append((words, text))
+    return unique
+
+
+# -- where the mutants come from -------------------------------------------------------------------
+
+def _reference_targets(e):
+    """The library function that holds the exercise's formulas, and how to call it as the
+    exercise's backward: (module, function name, the public backward)."""
+    public = e.backward
+    module = sys.modules[public.__module__]
+    names = [n for n in public.__code__.co_names if n.startswith("_") and inspect.isfunction(module.__dict__.get(n))
+             and n.endswith(("backward", "_merge", "_split"))]
+    return module, (names[0] if names else public.__name__), public
+
+
+def _reference_mutants(e):
+    module, target, public = _reference_targets(e)
+    source = inspect.getsource(module.__dict__[target])
+    for i, (words, text) in enumerate(_variants(source)):
+        namespace = dict(module.__dict__)
+        try:
+            exec(compile(text, f"<mutant {target} {i}>", "exec"), namespace)
+        except Exception:  # noqa: BLE001  (a mutant that does not compile is no mutant)
+            continue
+        if target == public.__name__:
+            fn = namespace[target]
+        else:
+            fn = types.FunctionType(public.__code__, namespace, public.__name__, public.__defaults__,
+                                    public.__closure__)
+        yield Mutant(e.name, f"reference: {module.__name__}.{target}", i, words, fn)
+
+
+def _bug_mutants(bug):
+    fixed = bug.source.replace(*bug.fix)
+    for i, (words, text) in enumerate(_variants(fixed)):
+        namespace = {"np": np}
+        try:
+            exec(compile(fixed, "<fixed>", "exec"), namespace)  # its helpers (_sum_to)
+            exec(compile(text, f"<mutant {bug.name} {i}>", "exec"), namespace)
+        except Exception:  # noqa: BLE001
+            continue
+        yield Mutant(bug.exercise, f"bug: {bug.name}", i, words, namespace[bug.exercise])
+
+
+def mutants():
+    """Every mutant of every reference backward and every bug's fix."""
+    for e in EXERCISES.values():
+        yield from _reference_mutants(e)
+    for bug in BUGS.values():
+        yield from _bug_mutants(bug)
+
+
+# -- the verdicts ----------------------------------------------------------------------------------
+
+def _sweep(e, seed=12345, n=SWEEP):
+    """Random draws from the contract, with the reference's outputs on them."""
+    rng = np.random.default_rng(seed)
+    draws = []
+    for _ in range(n):
+        case = e.contract.sample_case(rng)
+        out, cache = e.forward(*case.inputs, **case.kwargs)
+        dout = rng.standard_normal(np.shape(out)).astype(np.result_type(out))
+        draws.append((dout, cache, _flat(e.run(e.backward, dout, copy.deepcopy(cache)))))
+    return draws
+
+
+def _flat(result):
+    values = result if isinstance(result, tuple) else (result,)
+    flat = []
+    for v in values:
+        flat.extend(v.items() if isinstance(v, dict) else [("", v)])
+    return flat
+
+
+def _wrong_on(e, fn, draws) -> bool:
+    """Whether ``fn`` differs from the reference (values, shape or dtype) or fails on a draw."""
+    for dout, cache, truth in draws:
+        try:
+            with np.errstate(all="ignore"), warnings.catch_warnings(), _time_limit(2.0):
+                warnings.simplefilter("ignore")
+                got = _flat(e.run(fn, dout.copy(), copy.deepcopy(cache)))
+        except (Exception, _OutOfTime):  # noqa: BLE001  (a mutant may raise anything)
+            return True
+        if len(got) != len(truth):
+            return True
+        for (kg, g), (kt, t) in zip(got, truth):
+            if kg != kt or (t is None) != (g is None) or (t is not None and not _right(g, t)):
+                return True
+    return False
+
+
+def verdict(m: Mutant, draws) -> dict:
+    """``wrong`` (the sweep tells it from the reference) and ``caught`` (the checker fails it)."""
+    e = EXERCISES[m.exercise]
+    wrong = _wrong_on(e, m.function, draws)
+    caught = None
+    if wrong:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            caught = not check(m.exercise, m.function, time_limit=2.0).ok
+    return {"origin": m.origin, "index": m.index, "change": m.change, "wrong": wrong, "caught": caught}
+
+
+def run(keep=lambda m: True) -> list:
+    draws = {name: _sweep(e) for name, e in EXERCISES.items()}
+    return [verdict(m, draws[m.exercise]) for m in mutants() if keep(m)]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m attention_ref.exercises.mutation",
+                                     description="Mutate the reference backwards and the bugs' fixes; every"
+                                                 " wrong mutant must fail the checker.")
+    parser.add_argument("--write", metavar="PATH", help="save the verdicts as JSON (a new file, renamed into place)")
+    args = parser.parse_args(argv)
+    results = run()
+    wrong = [r for r in results if r["wrong"]]
+    missed = [r for r in wrong if not r["caught"]]
+    print(f"{len(results)} mutants, {len(wrong)} wrong on the sweep, {len(wrong) - len(missed)} of them fail"
+          f" the checker ({len(results) - len(wrong)} equivalent on {SWEEP} draws per exercise)")
+    for r in missed:
+        print(f"  not caught: {r['origin']} #{r['index']}: {r['change']}")
+    if args.write:
+        tmp = f"{args.write}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=0)
+            f.write("\n")
+        os.replace(tmp, args.write)
+    return 0 if not missed else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

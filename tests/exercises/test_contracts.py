@@ -1,0 +1,87 @@
+"""Each exercise's cases come from its input contract: the default run covers every value of
+every feature, changing one feature per case around a common base, and each case's inputs
+are what its features say."""
+import numpy as np
+import pytest
+
+from attention_ref.exercises import EXERCISES, check
+from attention_ref.exercises.contracts import CONTRACTS
+
+
+@pytest.mark.parametrize("name", list(EXERCISES))
+def test_every_feature_value_is_exercised_one_at_a_time(name):
+    e = EXERCISES[name]
+    contract = e.contract
+    assert contract is CONTRACTS[name]
+    cases = e.cases(np.random.default_rng(0))
+    base = contract.base()
+    assert cases[0].features == base and cases[0].feature in ("", "scores near 800")
+    for feature, values in contract.features.items():
+        assert len(values) >= 2 and len(set(map(repr, values))) == len(values), feature
+        seen = {repr(c.features[feature]) for c in cases}
+        assert seen == set(map(repr, values)), (feature, seen)  # every value, none invented
+    together = [dict(t) for t in contract.together]
+    for case in cases[1:]:
+        changed = {k: v for k, v in case.features.items() if v != base[k]}
+        assert len(changed) == 1 or changed in together, changed  # one feature, or a named combination
+        assert case.feature  # said in the report: "(dtype = float32)"
+
+
+@pytest.mark.parametrize("name", list(EXERCISES))
+def test_the_inputs_are_what_the_features_say(name):
+    e = EXERCISES[name]
+    for case in e.cases(np.random.default_rng(1)):
+        arrays = [a for a in case.inputs if isinstance(a, np.ndarray) and a.dtype.kind == "f"]
+        dtype = np.float32 if case.features["dtype"] == "float32" else np.float64
+        assert arrays and all(a.dtype == dtype for a in arrays if not np.isneginf(a).any() or a.ndim > 2), name
+        out, cache = e.forward(*case.inputs, **case.kwargs)
+        assert np.asarray(out).dtype == dtype and np.isfinite(out).all()
+
+
+def test_the_contract_covers_what_issue_29_lists():
+    f = {name: c.features for name, c in CONTRACTS.items()}
+    assert all(set(v["dtype"]) == {"float64", "float32"} for v in f.values())
+    att = f["scaled_dot_product_attention_backward"]
+    assert {"given"} <= set(att["scale"]) and {"k, v broadcast", "q broadcast", "none", "two"} <= set(att["batch"])
+    assert {"bool", "float -inf", "causal"} <= set(att["mask"]) and {"n_q", "n_k", "d_k", "batch"} <= set(att["size_1"])
+    mh = f["multi_head_attention_backward"]
+    assert {"d_v = d_k"} <= set(mh["head_widths"]) and {"none"} <= set(mh["bias"]) and 1 in mh["h"]
+    assert {"d_model = h*d_k", "d_model != h*d_k"} == set(mh["model_width"])
+    enc = f["encoder_block_backward"]
+    assert set(enc["activation"]) == {"relu", "gelu", "gelu_exact"} and set(enc["norm_first"]) == {False, True}
+    assert {0, 1, 2} <= set(f["linear_backward"]["leading"]) and "no" in f["linear_backward"]["bias"]
+    assert f["split_heads_backward"]["h"][0] != f["split_heads_backward"]["d_head"][0]  # the base has H != Dh
+    flash = f["flash_attention_backward"]
+    assert 3 in flash["block_size"] and "causal and window" in flash["rule"] and "float -inf" in flash["mask"]
+
+
+@pytest.mark.parametrize("name", list(EXERCISES))
+def test_the_reference_passes_on_random_draws_from_the_contract(name):
+    """The contract's sample() draws combinations of every feature (what the mutation test
+    sweeps): the library's own backward is right on all of them."""
+    e = EXERCISES[name]
+    rng = np.random.default_rng(2)
+    for _ in range(20):
+        case = e.contract.sample_case(rng)
+        out, cache = e.forward(*case.inputs, **case.kwargs)
+        assert np.isfinite(out).all(), case.features
+        e.run(e.backward, rng.standard_normal(np.shape(out)).astype(np.asarray(out).dtype), cache)
+
+
+def test_a_fix_right_for_square_float64_inputs_only_fails():
+    """Two of the false passes issue 29 lists, as one attempt each: float64 gradients for
+    float32 inputs, and dk and dv not summed over the batch axes k and v were broadcast along."""
+    from attention_ref import scaled_dot_product_attention_backward as right
+
+    def float64(dout, cache):
+        return tuple(g.astype(np.float64) for g in right(dout, cache))
+
+    def unsummed(dout, cache):
+        P, s = cache.weights, cache.scale
+        dP = dout @ np.swapaxes(cache.v, -1, -2)
+        dS = P * (dP - (P * dP).sum(-1, keepdims=True))
+        return right(dout, cache)[0], np.swapaxes(dS, -1, -2) @ cache.q * s, np.swapaxes(P, -1, -2) @ dout
+
+    name = "scaled_dot_product_attention_backward"
+    assert "dtype = 'float32' in the wrong cases" in check(name, float64).diagnosis
+    assert "batch = 'k, v broadcast' in the wrong cases" in check(name, unsummed).diagnosis
