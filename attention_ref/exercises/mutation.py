@@ -20,7 +20,6 @@ import ast
 import copy
 import inspect
 import json
-import os
 import sys
 import textwrap
 import types
@@ -29,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._atomic import write_atomic
 from .bugs import BUGS
 from .catalogue import EXERCISES
 from .checker import _right, check
@@ -303,11 +303,7 @@ def main(argv=None) -> int:
     for r in missed:
         print(f"  not caught: {r['origin']} #{r['index']}: {r['change']}")
     if args.write:
-        tmp = f"{args.write}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(results, f, indent=0)
-            f.write("\n")
-        os.replace(tmp, args.write)
+        write_atomic(args.write, json.dumps(results, indent=0) + "\n")
     return 0 if not missed else 1
 
 
