@@ -1,4 +1,4 @@
-"""Strategy one of document 000 (section 三.2): heads as separate single-head computations.
+"""Strategy one of document 000 (section 3.2): heads as separate single-head computations.
 
 Each head ``i`` is its own small attention layer with weights ``W_i^Q``, ``W_i^K``,
 ``W_i^V`` (column blocks of ``W_q``, ``W_k``, ``W_v``); the outputs are concatenated and

@@ -66,10 +66,10 @@ def softmax_forward(x, axis=-1):
 def softmax_backward(dy, cache: SoftmaxCache):
     """Gradient of the softmax.
 
-    The Jacobian is ``dy_j/dx_i = y_j (delta_ij - y_i)``, so the full
-    (not only diagonal) vector-Jacobian product is
+    The Jacobian is ``J_ij = dy_i/dx_j = y_i (delta_ij - y_j)`` (docs/notation.md), so the
+    full (not only diagonal) vector-Jacobian product ``dx = J^T dy`` is
 
-        ``dx_i = y_i (dy_i - sum_j dy_j y_j)``.
+        ``dx_j = sum_i dy_i y_i (delta_ij - y_j) = y_j (dy_j - sum_i dy_i y_i)``.
 
     Zero rows (all ``-inf`` input) get zero gradient.
 

@@ -4,7 +4,7 @@ The book is built with Sphinx, myst-nb (the notebooks with their committed outpu
 executed here: the test suite executes and checks them) and sphinx-book-theme, with MathJax
 served from the built folder (``sphinx-mathjax-offline``): building needs no network beyond
 installing the ``book`` extra, and reading none at all. It renders, in the reading guide's
-order, the README's first screen as the home page, the 15 notebooks and the docs pages.
+order, the README's first screen as the home page, the numbered notebooks and the docs pages.
 
 The sources are this checkout's files, copied into a scratch folder and lightly rewritten:
 links between them become links between pages, links to files the book does not hold become
