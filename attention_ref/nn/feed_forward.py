@@ -150,7 +150,7 @@ class FeedForwardCache(NamedTuple):
     param_keys: tuple
 
 
-def _check_ffn(x, params, activation):
+def check_ffn_inputs(x, params, activation):
     """Validate ``params`` keys and shapes, and the activation name."""
     if activation not in _ACT:
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
@@ -194,7 +194,12 @@ def feed_forward_forward(x, params, activation="relu"):
     y : array (..., d_out)
     cache : FeedForwardCache for :func:`feed_forward_backward`
     """
-    x, W_1, b_1, W_2, b_2 = _check_ffn(x, params, activation)
+    x, W_1, b_1, W_2, b_2 = check_ffn_inputs(x, params, activation)
+    return feed_forward_formula(x, W_1, b_1, W_2, b_2, activation, tuple(params))
+
+
+def feed_forward_formula(x, W_1, b_1, W_2, b_2, activation, param_keys=FFN_PARAM_NAMES):
+    """:func:`feed_forward_forward` on checked inputs (the blocks and the decoding steps call it)."""
     act_forward, _ = _ACT[activation]
     # 1. first linear map
     h = _linear_finite(x, W_1, b_1, ("x", "W_1", "b_1"))  # (..., F)
@@ -203,7 +208,7 @@ def feed_forward_forward(x, params, activation="relu"):
     # 3. second linear map
     y = _linear_finite(a, W_2, b_2, ("act(x W_1 + b_1)", "W_2", "b_2"))  # (..., Dout)
     cache = FeedForwardCache(LinearCache(x, W_1, b_1 is not None), h,
-                             LinearCache(a, W_2, b_2 is not None), activation, tuple(params))
+                             LinearCache(a, W_2, b_2 is not None), activation, tuple(param_keys))
     return y, cache
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._checks import as_real_array, check_positive_int, require_ndim
-from .._pair_checks import check_scale
+from .._checks import as_real_array, cast, check_positive_int, check_positive_real, common_dtype, require_ndim
+from .._pair_checks import check_multi_head_inputs, check_scale
 from ..core.masks import combine_with_causal
 from ..variants.kv_cache import KVCache
 from .encoder_block import (
@@ -22,10 +22,10 @@ from .encoder_block import (
     encoder_block_forward,
     init_encoder_block_params,
 )
-from .feed_forward import feed_forward_forward
-from .layer_norm import layer_norm_forward
+from .feed_forward import check_ffn_inputs, feed_forward_formula
+from .layer_norm import layer_norm_formula
 from .multi_head_attention import check_decode_mask, check_new_tokens, decode_attention
-from .residual import split_params
+from .residual import check_block_params, split_params
 
 __all__ = ["gpt2_block_forward", "gpt2_block_backward", "gpt2_block_decode_step", "init_gpt2_block_params"]
 
@@ -86,16 +86,40 @@ def gpt2_block_decode_step(x_t, params, num_heads, cache: KVCache, *, eps=1e-5, 
     y_t : array (..., t, d_model)
     """
     x_t = check_new_tokens(x_t, cache)
-    h = check_positive_int(num_heads, "num_heads")
+    num_heads = check_positive_int(num_heads, "num_heads")
     scale = check_scale(scale)
-    p = split_params(params, ENCODER_GROUPS)
+    x_t, p = check_gpt2_block_params(x_t, params, num_heads)
+    eps = check_positive_real(eps, "eps")
     mask = check_decode_mask(mask, x_t, cache, x_t.dtype)
-    # x + Attn(LN_1(x)): the new tokens attend to the cached ones and causally among themselves
-    z, _ = layer_norm_forward(x_t, p["ln1"]["gamma"], p["ln1"]["beta"], eps)  # (..., t, D)
-    hidden = x_t + decode_attention(z, p["self_attn"], h, h, cache, scale=scale, name="z", mask=mask)  # (..., t, D)
-    # h + MLP(LN_2(h))
-    u, _ = layer_norm_forward(hidden, p["ln2"]["gamma"], p["ln2"]["beta"], eps)
-    m, _ = feed_forward_forward(u, p["ffn"], "gelu")
+    return gpt2_decode_formula(x_t, p, num_heads, cache, eps=eps, scale=scale, mask=mask)
+
+
+def check_gpt2_block_params(x, params, num_heads):
+    """The block's flat ``params`` against ``x`` (..., n, d_model): every array real and finite,
+    of matching shapes, cast with ``x`` to their common dtype. Returns ``(x, p)``, ``p`` grouped
+    as ``p["ln1"]["gamma"]``, ``p["self_attn"]["W_q"]``, ``p["ffn"]["W_1"]`` ..."""
+    p = check_block_params(split_params(params, ENCODER_GROUPS), x.shape[-1], ("ln1", "ln2"),
+                           {"self_attn": ("W_o", "b_o"), "ffn": ("W_2", "b_2")})
+    _, _, _, p["self_attn"], _, _, _, _ = check_multi_head_inputs(x, x, x, p["self_attn"], num_heads)
+    _, *ffn = check_ffn_inputs(x, p["ffn"], "gelu")
+    p["ffn"] = {name: a for name, a in zip(("W_1", "b_1", "W_2", "b_2"), ffn) if a is not None}
+    dtype = common_dtype(x, *(a for group in p.values() for a in group.values()))
+    return cast(x, dtype), {g: {n: cast(a, dtype) for n, a in group.items()} for g, group in p.items()}
+
+
+def gpt2_decode_formula(x_t, p, num_heads, cache: KVCache, *, eps, scale, mask):
+    """:func:`gpt2_block_decode_step` on checked inputs (``p`` grouped as
+    :func:`check_gpt2_block_params` returns it, ``mask`` as :func:`check_decode_mask`)."""
+    ln1, attn, ln2, ffn = p["ln1"], p["self_attn"], p["ln2"], p["ffn"]
+    # 1. z = LN_1(x): 2. the new tokens attend to the cached ones and causally among themselves
+    z, _ = layer_norm_formula(x_t, ln1["gamma"], ln1["beta"], eps)  # (..., t, D)
+    a = decode_attention(z, attn, num_heads, num_heads, cache, scale=scale, name="z", mask=mask)  # (..., t, D)
+    # 3. h = x + a
+    hidden = x_t + a  # (..., t, D)
+    # 4. u = LN_2(h); 5. m = MLP(u)
+    u, _ = layer_norm_formula(hidden, ln2["gamma"], ln2["beta"], eps)  # (..., t, D)
+    m, _ = feed_forward_formula(u, ffn["W_1"], ffn.get("b_1"), ffn["W_2"], ffn.get("b_2"), "gelu")  # (..., t, D)
+    # 6. y = h + m
     return hidden + m  # (..., t, D)
 
 
