@@ -88,6 +88,9 @@ def _linear_finite(x, W, b, names=("x", "W", "b")):
     return path._linear_finite(x, W, b, names)
 
 
+linear_formula = _linear_finite  # the name the layers above import (a public name inside the package)
+
+
 def _linear_backward(dy, cache: LinearCache):
     """The linear backward on a checked upstream gradient, on the path the size rule picks."""
     path = fast_linear if uses_fast_path(dy.size) else core_linear

@@ -61,7 +61,7 @@ def gpt2_lm_forward(ids, params, config: LMConfig, attention_mask=None):
     logits : array (..., T, V) in the params' dtype
     cache : GPT2LMCache for :func:`gpt2_lm_backward`
     """
-    ids, mask = check_lm_inputs(ids, params, config, attention_mask)  # mask: (..., 1, T) or None
+    ids, params, mask = check_lm_inputs(ids, params, config, attention_mask)  # mask: (..., 1, T) or None
     T = ids.shape[-1]
     if T > config.max_positions:
         raise ValueError(f"ids has {T} positions, more than GPT-2's max_positions = {config.max_positions}")

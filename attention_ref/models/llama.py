@@ -58,7 +58,7 @@ def llama_lm_forward(ids, params, config: LMConfig, attention_mask=None):
     logits : array (..., T, V) in the params' dtype
     cache : LlamaLMCache for :func:`llama_lm_backward`
     """
-    ids, mask = check_lm_inputs(ids, params, config, attention_mask)  # mask: (..., 1, T) or None
+    ids, params, mask = check_lm_inputs(ids, params, config, attention_mask)  # mask: (..., 1, T) or None
     # 1. token embeddings (the pad row is read like any other; it gets no gradient)
     x, tok_cache = embedding_forward(ids, params["embed_tokens"], padding_idx=config.pad_token_id)  # (..., T, D)
     # 2. the blocks, causal with RoPE, each with its own cache
