@@ -12,7 +12,7 @@ from ..core.multi_head import _SCORE_NAMES, MultiHeadCache, _head_axis
 from .attention import _attention_backward, _attention_forward
 from .linear import _linear_backward, _linear_finite
 
-__all__ = ["multi_head_attention_forward", "multi_head_attention_backward"]
+__all__ = ["multi_head_attention_forward_fast", "multi_head_attention_backward_fast"]
 
 
 def _project(x, p, w_name, b_name, x_name):
@@ -43,14 +43,14 @@ def _multi_head_attention_backward(dout, c: MultiHeadCache):
     return dquery, dkey, dvalue, {n: grads[n] for n in c.param_keys}
 
 
-def multi_head_attention_forward(query, key, value, params, num_heads, mask=None, *, scale=None):
+def multi_head_attention_forward_fast(query, key, value, params, num_heads, mask=None, *, scale=None):
     """:func:`attention_ref.core.multi_head_attention_forward`, fast: same arguments and cache."""
     scale = check_scale(scale)
     query, key, value, p, mask, _, h, _ = check_multi_head_inputs(query, key, value, params, num_heads, mask)
     return _multi_head_attention_forward(query, key, value, p, mask, h, tuple(params), scale=scale)
 
 
-def multi_head_attention_backward(dout, cache: MultiHeadCache):
+def multi_head_attention_backward_fast(dout, cache: MultiHeadCache):
     """:func:`attention_ref.core.multi_head_attention_backward`, fast."""
     out_shape = cache.heads.shape[:-3] + (cache.heads.shape[-2], cache.o_proj.W.shape[1])  # (..., Nq, Dout)
     return _multi_head_attention_backward(as_upstream(dout, out_shape, cache.o_proj.x.dtype), cache)

@@ -32,7 +32,7 @@ from .._pair_checks import check_scale
 from ..core.masks import combine_with_causal
 from .._pair_checks import check_multi_head_inputs
 from ..variants.grouped_heads import GroupedMultiHeadCache
-from ..variants.grouped_heads import _multi_head_attention_backward, _multi_head_attention_forward
+from ..variants.grouped_heads import multi_head_attention_backward_formula, multi_head_attention_formula
 from ..variants.kv_cache import KVCache
 from ..variants.rope import rope_backward, rope_forward
 from .multi_head_attention import check_decode_mask, check_new_tokens, decode_attention
@@ -141,7 +141,7 @@ def llama_block_forward(x, params, num_heads, *, num_kv_heads=None, rope_base=10
     query, key, value, p, m, _, h, hkv = check_multi_head_inputs(
         z, z, z, attn_params, num_heads, combine_with_causal(mask, n), num_kv_heads)
     positions = np.arange(n)
-    a, attn = _multi_head_attention_forward(query, key, value, p, m, None, h, hkv, tuple(attn_params),
+    a, attn = multi_head_attention_formula(query, key, value, p, m, None, h, hkv, tuple(attn_params),
                                             scale=scale, rotary=RotaryHalf(positions, positions, float(rope_base)))
     # 3. h = x + a
     hidden = x + a  # (..., N, D)
@@ -172,7 +172,7 @@ def llama_block_backward(dout, cache: LlamaBlockCache):
     dh = dy + dh_norm  # (..., N, D)
     # 3. h = x + a: the residual passes dh to both
     # 2. a = Attn(z): z fed the query, the key and the value, so dz sums the three
-    dquery, dkey, dvalue, attn_grads = _multi_head_attention_backward(dh, cache.attn)
+    dquery, dkey, dvalue, attn_grads = multi_head_attention_backward_formula(dh, cache.attn)
     dz = dquery + dkey + dvalue  # (..., N, D)
     g.update({f"self_attn.{name}": attn_grads[name] for name in ("W_q", "W_k", "W_v", "W_o")})
     # 1. z = RMSNorm_1(x)

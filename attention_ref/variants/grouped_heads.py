@@ -153,39 +153,27 @@ def _grouped_backward(dout, c: GroupedMultiHeadCache):
     return dquery, dkey, dvalue, ordered
 
 
-def _forward(query, key, value, p, mask, head_mask, h, hkv, param_keys, *, scale=None, rotary=None):
-    """On checked inputs: the plain layer when nothing is added, else the grouped steps."""
+def multi_head_attention_formula(query, key, value, p, mask, head_mask, h, hkv, param_keys, *, scale=None,
+                                 rotary=None):
+    """:func:`multi_head_attention_forward` on checked inputs (as ``check_multi_head_inputs``
+    returns them; the blocks of ``nn`` call it): the plain layer when nothing is added, else
+    the grouped steps."""
     if hkv == h and head_mask is None and rotary is None:
         return _plain_multi_head_forward(query, key, value, p, mask, h, param_keys, scale=scale)
     return _grouped_forward(query, key, value, p, mask, head_mask, h, hkv, param_keys, scale=scale, rotary=rotary)
 
 
-def _backward(dout, cache):
-    """On a checked upstream gradient, for either cache."""
+def multi_head_attention_backward_formula(dout, cache):
+    """:func:`multi_head_attention_backward` on a checked upstream gradient, for either cache."""
     if isinstance(cache, GroupedMultiHeadCache):
         return _grouped_backward(dout, cache)
     return _plain_multi_head_backward(dout, cache)
 
 
-#: the checked-input entry points the blocks of ``nn`` call (they validate their own inputs)
-_multi_head_attention_forward, _multi_head_attention_backward = _forward, _backward
-
 
 def multi_head_attention_forward(query, key, value, params, num_heads, mask=None, *,
                                  num_kv_heads=None, head_mask=None, scale=None):
-    scale, checked = check_scale(scale), check_multi_head_inputs(query, key, value, params, num_heads, mask,
-                                                                 num_kv_heads, head_mask)
-    return _forward(*checked, tuple(params), scale=scale)
-
-
-def multi_head_attention_backward(dout, cache):
-    if not isinstance(cache, (GroupedMultiHeadCache, MultiHeadCache)):
-        raise TypeError(f"cache must be what multi_head_attention_forward returned, got {type(cache).__name__}")
-    out_shape = cache.heads.shape[:-3] + (cache.heads.shape[-2], cache.o_proj.W.shape[1])  # (..., Nq, Dout)
-    return _backward(as_upstream(dout, out_shape, cache.o_proj.x.dtype), cache)
-
-
-multi_head_attention_forward.__doc__ = """Multi-head attention ``Concat(head_1, ..., head_h) W^O``, with
+    """Multi-head attention ``Concat(head_1, ..., head_h) W^O``, with
     grouped-query heads and a head mask when asked: the plain layer
     (:func:`attention_ref.core.multi_head_attention_forward`, on the fast path for large inputs)
     when neither is given. Its projections and attention run the fast path (attention_ref.fast)
@@ -219,8 +207,13 @@ multi_head_attention_forward.__doc__ = """Multi-head attention ``Concat(head_1, 
     ------
     FloatingPointError : when a projection or the scores overflow the dtype
     """
+    scale, checked = check_scale(scale), check_multi_head_inputs(query, key, value, params, num_heads, mask,
+                                                                 num_kv_heads, head_mask)
+    return multi_head_attention_formula(*checked, tuple(params), scale=scale)
 
-multi_head_attention_backward.__doc__ = """Gradients of :func:`multi_head_attention_forward`, walking its steps in reverse.
+
+def multi_head_attention_backward(dout, cache):
+    """Gradients of :func:`multi_head_attention_forward`, walking its steps in reverse.
 
     On the same path as the forward: fast from FAST_MIN_ELEMENTS numbers, or always the
     reference with reference_only().
@@ -237,3 +230,7 @@ multi_head_attention_backward.__doc__ = """Gradients of :func:`multi_head_attent
     grads : dict with the same keys as ``params`` (None for a bias given as None), plus
         ``"head_mask"`` when a head mask was given
     """
+    if not isinstance(cache, (GroupedMultiHeadCache, MultiHeadCache)):
+        raise TypeError(f"cache must be what multi_head_attention_forward returned, got {type(cache).__name__}")
+    out_shape = cache.heads.shape[:-3] + (cache.heads.shape[-2], cache.o_proj.W.shape[1])  # (..., Nq, Dout)
+    return multi_head_attention_backward_formula(as_upstream(dout, out_shape, cache.o_proj.x.dtype), cache)
