@@ -20,6 +20,7 @@ restores NumPy's error settings, leaving overflow warnings off for the rest of t
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import NamedTuple
 
 import numpy as np
 
@@ -310,12 +311,27 @@ def _check_params(params, num_heads, num_kv_heads, dims):
     return p
 
 
+class MultiHeadInputs(NamedTuple):
+    """The arguments of multi-head attention, checked: arrays in their common dtype, ``params``
+    holding only the parameters present (biases may be absent). What the formulas take."""
+
+    query: np.ndarray  # (..., Nq, D)
+    key: np.ndarray  # (..., Nk, Dk_in)
+    value: np.ndarray  # (..., Nk, Dv_in)
+    params: dict  # W_q, W_k, W_v, W_o and the biases present
+    mask: np.ndarray | None  # broadcastable to (..., Nq, Nk), boolean or in the dtype
+    head_mask: np.ndarray | None  # (H,)
+    num_heads: int  # H
+    num_kv_heads: int  # Hkv, dividing H
+
+
 def check_multi_head_inputs(query, key, value, params, num_heads, mask=None,
                             num_kv_heads=None, head_mask=None, *, warn_mask=True):
     """Validate every argument of the multi-head forward before any arithmetic.
 
-    Returns ``(query, key, value, p, mask, head_mask, num_heads, num_kv_heads)`` with
-    arrays cast to their common dtype; ``p`` holds only the parameters that are present.
+    Returns a :class:`MultiHeadInputs` ``(query, key, value, params, mask, head_mask, num_heads,
+    num_kv_heads)`` with arrays cast to their common dtype; ``params`` holds only the parameters
+    that are present.
     ``warn_mask=False`` skips the 0/1 float mask warning (for a caller that gave it).
     """
     num_heads = check_positive_int(num_heads, "num_heads")
@@ -343,5 +359,5 @@ def check_multi_head_inputs(query, key, value, params, num_heads, mask=None,
             raise ValueError(f"head_mask must have shape (num_heads,) = ({num_heads},), got {head_mask.shape}")
     dtype = common_dtype(query, key, value, *p.values())  # head_mask follows, never leads
     p = {n: cast(a, dtype) for n, a in p.items()}
-    return (cast(query, dtype), cast(key, dtype), cast(value, dtype), p, cast_mask(mask, dtype),
-            cast(head_mask, dtype), num_heads, num_kv_heads)
+    return MultiHeadInputs(cast(query, dtype), cast(key, dtype), cast(value, dtype), p, cast_mask(mask, dtype),
+                           cast(head_mask, dtype), num_heads, num_kv_heads)

@@ -4,7 +4,7 @@
 ``attention_ref.scaled_dot_product_attention_forward``, ``linear_forward`` and their
 backwards are these functions; ``multi_head_attention_forward`` (in
 :mod:`attention_ref.variants.grouped_heads`, which adds grouped heads and a head mask) runs the
-plain layer through ``_plain_multi_head_forward`` here. The rule: a call runs on the
+plain layer through ``plain_multi_head_formula`` here. The rule: a call runs on the
 fast path when the largest array it makes has at least ``FAST_MIN_ELEMENTS`` numbers (the
 attention probabilities ``(..., H, Nq, Nk)``; a linear map's output ``(..., Dout)``), and
 on the reference below that, where the two cost about the same (``docs/performance.md``).
@@ -82,16 +82,13 @@ def _probabilities(q_shape, k_shape, mask) -> int:
 
 
 # ------------------------------------------------------------------------------ linear
-def _linear_finite(x, W, b, names=("x", "W", "b")):
+def linear_formula(x, W, b, names=("x", "W", "b")):
     """``y = x W + b`` on checked inputs, on the path the size rule picks."""
     path = fast_linear if uses_fast_path(math.prod(x.shape[:-1]) * W.shape[1]) else core_linear
     return path._linear_finite(x, W, b, names)
 
 
-linear_formula = _linear_finite  # the name the layers above import (a public name inside the package)
-
-
-def _linear_backward(dy, cache: LinearCache):
+def linear_backward_formula(dy, cache: LinearCache):
     """The linear backward on a checked upstream gradient, on the path the size rule picks."""
     path = fast_linear if uses_fast_path(dy.size) else core_linear
     return path._linear_backward(dy, cache)
@@ -119,7 +116,7 @@ def linear_forward(x, W, b=None):
     FloatingPointError : when ``x W + b`` overflows the dtype (names x, W, b and their sizes)
     """
     x, W, b = check_linear_inputs(x, W, b)
-    return _linear_finite(x, W, b), LinearCache(x, W, b is not None)
+    return linear_formula(x, W, b), LinearCache(x, W, b is not None)
 
 
 def linear_backward(dy, cache: LinearCache):
@@ -142,17 +139,17 @@ def linear_backward(dy, cache: LinearCache):
     db : array (d_out,), or None when the forward had no bias
     """
     x, W, _ = cache
-    return _linear_backward(as_upstream(dy, x.shape[:-1] + (W.shape[1],), x.dtype, "dy"), cache)
+    return linear_backward_formula(as_upstream(dy, x.shape[:-1] + (W.shape[1],), x.dtype, "dy"), cache)
 
 
 # --------------------------------------------------------------------------- attention
-def _attention_forward(q, k, v, mask, names=("q", "k"), scale=None):
+def attention_formula(q, k, v, mask, names=("q", "k"), scale=None):
     """Attention's forward on checked inputs, on the path the size rule picks."""
     path = fast_attention if uses_fast_path(_probabilities(q.shape, k.shape, mask)) else core_attention
     return path._attention_forward(q, k, v, mask, names, scale)
 
 
-def _attention_backward(dout, cache: AttentionCache):
+def attention_backward_formula(dout, cache: AttentionCache):
     """Attention's backward on a checked upstream gradient, on the path the size rule picks."""
     path = fast_attention if uses_fast_path(cache.weights.size) else core_attention
     return path._attention_backward(dout, cache)
@@ -186,7 +183,7 @@ def scaled_dot_product_attention_forward(q, k, v, mask=None, *, scale=None):
     FloatingPointError : when the scores (plus a float mask) overflow the dtype
     """
     scale, (q, k, v, mask, _) = check_scale(scale), check_attention_inputs(q, k, v, mask)
-    out, cache = _attention_forward(q, k, v, mask, scale=scale)
+    out, cache = attention_formula(q, k, v, mask, scale=scale)
     return out.copy(), cache  # the caller's own copy: editing it cannot change the backward
 
 
@@ -214,11 +211,11 @@ def scaled_dot_product_attention_backward(dout, cache: AttentionCache):
     dk : array, shape of k
     dv : array, shape of v
     """
-    return _attention_backward(as_upstream(dout, cache.out.shape, cache.out.dtype), cache)
+    return attention_backward_formula(as_upstream(dout, cache.out.shape, cache.out.dtype), cache)
 
 
 # -------------------------------------------------------------------------- multi-head
-def _plain_multi_head_forward(query, key, value, p, mask, h, param_keys, *, scale=None):
+def plain_multi_head_formula(query, key, value, p, mask, h, param_keys, *, scale=None):
     """The plain multi-head layer's forward on checked inputs, on the path the size rule picks
     (the public function, with grouped heads and a head mask, is
     :func:`attention_ref.variants.grouped_heads.multi_head_attention_forward`)."""
@@ -227,7 +224,7 @@ def _plain_multi_head_forward(query, key, value, p, mask, h, param_keys, *, scal
     return path._multi_head_attention_forward(query, key, value, p, mask, h, param_keys, scale=scale)
 
 
-def _plain_multi_head_backward(dout, cache: MultiHeadCache):
+def plain_multi_head_backward_formula(dout, cache: MultiHeadCache):
     """The plain multi-head layer's backward on a checked upstream gradient, on the path the size rule picks."""
     path = fast_multi_head if uses_fast_path(cache.attention.weights.size) else core_multi_head
     return path._multi_head_attention_backward(dout, cache)

@@ -151,7 +151,7 @@ def decoder_block_forward(x, memory, params, num_heads, mask=None, memory_mask=N
         """Multi-head attention of one group; the masks were validated, and warned about, above."""
         checked = check_multi_head_inputs(query, key_value, key_value, p[group], num_heads, group_mask,
                                           warn_mask=False)
-        return multi_head_attention_formula(*checked, tuple(p[group]))
+        return multi_head_attention_formula(checked, tuple(p[group]))
 
     def self_attention(z):
         return attention("self_attn", z, z, self_mask)

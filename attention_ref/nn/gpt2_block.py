@@ -100,7 +100,7 @@ def check_gpt2_block_params(x, params, num_heads):
     as ``p["ln1"]["gamma"]``, ``p["self_attn"]["W_q"]``, ``p["ffn"]["W_1"]`` ..."""
     p = check_block_params(split_params(params, ENCODER_GROUPS), x.shape[-1], ("ln1", "ln2"),
                            {"self_attn": ("W_o", "b_o"), "ffn": ("W_2", "b_2")})
-    _, _, _, p["self_attn"], _, _, _, _ = check_multi_head_inputs(x, x, x, p["self_attn"], num_heads)
+    p["self_attn"] = check_multi_head_inputs(x, x, x, p["self_attn"], num_heads).params
     _, *ffn = check_ffn_inputs(x, p["ffn"], "gelu")
     p["ffn"] = {name: a for name, a in zip(("W_1", "b_1", "W_2", "b_2"), ffn) if a is not None}
     dtype = common_dtype(x, *(a for group in p.values() for a in group.values()))
