@@ -95,7 +95,13 @@ from .nn.decoder_block import (
     decoder_block_forward,
     init_decoder_block_params,
 )
-from .nn.gpt2_block import gpt2_block_backward, gpt2_block_decode_step, gpt2_block_forward, init_gpt2_block_params
+from .nn.gpt2_block import (
+    GPT2BlockCache,
+    gpt2_block_backward,
+    gpt2_block_decode_step,
+    gpt2_block_forward,
+    init_gpt2_block_params,
+)
 from .nn.llama_block import (
     LLAMA_PARAM_NAMES,
     LlamaBlockCache,
