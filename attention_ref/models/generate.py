@@ -99,7 +99,7 @@ class LMDecoder:
                 x = llama_decode_formula(x, block, config.num_heads, config.num_kv_heads, cache, eps=config.eps,
                                          scale=None, mask=mask, rotary=rotary)  # (B, t, D)
             h, _ = rms_norm_formula(x, params["norm.weight"], config.eps)  # (B, t, D)
-        return linear_formula(h, head_weight(params, config), None, ("h", "W_head", "b"))  # (B, t, V)
+        return linear_formula(h, head_weight(params, config), None)  # (B, t, V)
 
 
 def check_prompts(ids, attention_mask, vocab_size):
