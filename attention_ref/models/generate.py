@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._checks import check_nonnegative_int, signals_land_here
-from .._pair_checks import as_attention_mask, as_token_ids
+from .._token_checks import as_attention_mask, as_token_ids
 from ..fast.dispatch import linear_formula
 from ..nn.encoder_block import ENCODER_GROUPS
 from ..nn.gpt2_block import gpt2_decode_formula

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._checks import as_real_array, cast, common_dtype
-from .._pair_checks import as_attention_mask, as_token_ids
+from .._token_checks import as_attention_mask, as_token_ids
 from ..nn.encoder_block import ENCODER_GROUPS
 from ..nn.gpt2_block import init_gpt2_block_params
 from ..nn.llama_block import LLAMA_PARAM_NAMES, init_llama_block_params

@@ -15,7 +15,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .._checks import as_upstream
-from .._pair_checks import check_embedding_inputs
+from .._token_checks import check_embedding_inputs
 
 __all__ = ["EmbeddingCache", "embedding_forward", "embedding_backward"]
 
