@@ -16,20 +16,30 @@ documents, the reference) <- ``fast`` (the same pairs with speed tricks, checked
 core) <- ``variants`` <- ``nn`` (layer classes, blocks, optimisers) <- ``models`` (GPT-2 and Llama whole, generation)
 <- ``documents``
 (claims, experiments, walkthrough) and ``plot``. ``docs/reading_guide.md`` says what to read
-first. Every name below is importable from ``attention_ref`` directly.
+first. Every name below is importable from ``attention_ref`` directly, and each is imported by
+name from the one module that defines it.
 """
 
 # the checker: any hand-written (forward, backward) pair against finite differences
 from .gradcheck import GradcheckError, GradcheckReport, gradcheck, numerical_gradient
 
-# core: linear, softmax, masks, scaled dot-product attention, split/merge heads, multi-head
-# attention (parallel form, grouped-query, head masks) and the separate-heads strategy
-from .core import *  # noqa: F401,F403  (the names: attention_ref/core/__init__.py)
+# core, the reference: softmax, masks, split/merge heads, and the documents' two strategies of
+# multi-head attention; each pair is also attention_ref.core.X, the formulas only
+from .core.linear import LinearCache, glorot_uniform
+from .core.softmax import SoftmaxCache, softmax_backward, softmax_forward
+from .core.masks import causal_mask, mask_to_additive, padding_mask
+from .core.attention import AttentionCache
+from .core.heads import merge_heads, merge_heads_backward, split_heads, split_heads_backward
+from .core.multi_head import PARAM_NAMES, MultiHeadCache
+from .core.separate_heads import (
+    multi_head_attention_separate_heads_backward,
+    multi_head_attention_separate_heads_forward,
+)
 
-# the public pairs of linear and attention validate once, then run the fast path for large
-# inputs and the reference (core) otherwise; reference_only() switches everything to the
-# reference (attention_ref/fast/dispatch.py)
-from .fast.dispatch import (  # noqa: F811
+# the public pairs of linear and attention: validate once, then one visible branch runs the fast
+# path (attention_ref.fast.X_fast) for large inputs and the reference (attention_ref.core.X)
+# otherwise; reference_only() switches everything to the reference (attention_ref/fast/dispatch.py)
+from .fast.dispatch import (
     linear_backward,
     linear_forward,
     reference_only,
@@ -38,28 +48,84 @@ from .fast.dispatch import (  # noqa: F811
 )
 
 # variants: blockwise (flash) attention, local windows, linear attention, RoPE, the KV cache,
-# and multi-head attention with grouped-query heads and a head mask: the public
-# multi_head_attention_forward/backward (the plain layer, core's, when neither is asked for)
-from .variants import *  # noqa: F401,F403
+# and the public multi_head_attention_forward/backward: grouped-query heads and a head mask
+# around the plain layer (core's, or its fast path for large inputs)
+from .variants.blockwise import FlashAttentionCache, flash_attention_backward, flash_attention_forward
+from .variants.local import local_window_mask
+from .variants.linear_attention import LinearAttentionCache, linear_attention_backward, linear_attention_forward
+from .variants.rope import RopeCache, rope_backward, rope_forward
+from .variants.kv_cache import KVCache
+from .variants.grouped_heads import GroupedMultiHeadCache, multi_head_attention_backward, multi_head_attention_forward
 
-# nn: the MultiHeadAttention class, layer norm, feed-forward, Add & Norm, encoder and
-# decoder blocks, SGD and Adam
-from .nn import *  # noqa: F401,F403
+# nn: the MultiHeadAttention class, the norms, feed-forward networks, Add & Norm, embeddings and
+# the loss, encoder and decoder blocks, GPT-2's and Llama's blocks, SGD and Adam
+from .nn.multi_head_attention import MultiHeadAttention
+from .nn.layer_norm import LayerNormCache, layer_norm_backward, layer_norm_forward
+from .nn.rms_norm import RMSNormCache, rms_norm_backward, rms_norm_forward
+from .nn.feed_forward import (
+    FeedForwardCache,
+    GeluCache,
+    feed_forward_backward,
+    feed_forward_forward,
+    gelu_backward,
+    gelu_forward,
+    relu_backward,
+    relu_forward,
+)
+from .nn.swiglu import SwiGLUCache, swiglu_backward, swiglu_forward
+from .nn.residual import (
+    AddNormCache,
+    ResidualCache,
+    add_norm_backward,
+    add_norm_forward,
+    residual_backward,
+    residual_forward,
+)
+from .nn.encoder_block import (
+    EncoderBlockCache,
+    TransformerEncoderBlock,
+    encoder_block_backward,
+    encoder_block_forward,
+    init_encoder_block_params,
+)
+from .nn.decoder_block import (
+    DecoderBlockCache,
+    TransformerDecoderBlock,
+    decoder_block_backward,
+    decoder_block_forward,
+    init_decoder_block_params,
+)
+from .nn.gpt2_block import (
+    GPT2BlockCache,
+    gpt2_block_backward,
+    gpt2_block_decode_step,
+    gpt2_block_forward,
+    init_gpt2_block_params,
+)
+from .nn.llama_block import (
+    LLAMA_PARAM_NAMES,
+    LlamaBlockCache,
+    init_llama_block_params,
+    llama_block_backward,
+    llama_block_decode_step,
+    llama_block_forward,
+)
+from .nn.optim import SGD, Adam
+from .nn.embedding import EmbeddingCache, embedding_backward, embedding_forward
+from .nn.cross_entropy import CrossEntropyCache, cross_entropy_backward, cross_entropy_forward, next_token_targets
 
 # models: GPT-2 and Llama as whole language models (ids -> logits -> loss and back), generation
-from .models import *  # noqa: F401,F403
+from .models.config import FAMILIES, LMConfig
+from .models.params import block_params, init_lm_params, param_names
+from .models.gpt2 import GPT2LMCache, gpt2_lm_backward, gpt2_lm_forward
+from .models.llama import LlamaLMCache, llama_lm_backward, llama_lm_forward
+from .models.lm import lm_backward, lm_forward, lm_loss
+from .models.generate import LMDecoder, generate
 
-# deprecated: the library runs no threads of its own; these change nothing
-from ._moved import get_num_threads, set_num_threads
+# the layers as modules: attention_ref.core.X is the reference, attention_ref.fast.X_fast the fast path
+from . import core, fast, models, nn, variants
 
-# the flat module paths of 0.1 (attention_ref.masks, ...) still import, with a DeprecationWarning
-from . import _moved, core, fast, models, nn, variants
+__version__ = "0.3.0"
 
-_moved.install()
-__getattr__ = _moved.module_getattr  # attention_ref.masks as an attribute, with the same warning
-
-__version__ = "0.2.0"
-
-__all__ = list(dict.fromkeys(["GradcheckError", "GradcheckReport", "gradcheck", "numerical_gradient"]
-           + core.__all__ + ["reference_only"] + variants.__all__ + nn.__all__ + models.__all__
-           + ["get_num_threads", "set_num_threads"]))
+__all__ = list(dict.fromkeys(["GradcheckError", "GradcheckReport", "gradcheck", "numerical_gradient",
+                              *core.__all__, "reference_only", *variants.__all__, *nn.__all__, *models.__all__]))

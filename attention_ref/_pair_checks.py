@@ -20,6 +20,7 @@ restores NumPy's error settings, leaving overflow warnings off for the rest of t
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import NamedTuple
 
 import numpy as np
 
@@ -44,75 +45,6 @@ __all__ = []  # private module
 #: The keys a multi-head ``params`` dict may hold; the biases are optional (absent or None).
 PARAM_NAMES = ("W_q", "b_q", "W_k", "b_k", "W_v", "b_v", "W_o", "b_o")
 _WEIGHTS = ("W_q", "W_k", "W_v", "W_o")
-
-
-# ------------------------------------------------------------------------------ tokens
-def as_token_ids(ids, name: str = "ids", vocab_size: int | None = None, *, allow=None) -> np.ndarray:
-    """Integer token ids as an int64 array, each in ``[0, vocab_size)`` (or equal to ``allow``);
-    a bad id is named with its position."""
-    try:
-        arr = np.asarray(ids)
-    except Exception as exc:  # ragged lists and the like
-        raise TypeError(f"{name} must be an array of integer token ids: {exc}") from None
-    if arr.dtype.kind not in "iu":
-        raise TypeError(f"{name} must hold integer token ids, got dtype {arr.dtype} and shape {arr.shape}")
-    arr = arr.astype(np.int64, copy=False)
-    if vocab_size is not None and arr.size:
-        bad = (arr < 0) | (arr >= vocab_size)
-        if allow is not None:
-            bad &= arr != allow
-        if bad.any():
-            where = tuple(int(i) for i in np.argwhere(bad)[0])
-            extra = f" or {allow}" if allow is not None else ""
-            raise ValueError(f"{name}{list(where)} = {arr[where]} is not a token id in [0, {vocab_size}){extra}"
-                             f" ({int(bad.sum())} bad of {arr.size}; {name} has shape {arr.shape})")
-    return arr
-
-
-def check_embedding_inputs(ids, W, padding_idx):
-    """``embedding_forward``'s inputs: a table (V, D), ids in range, an optional padding row."""
-    W = as_real_array(W, "W")
-    if W.ndim != 2:
-        raise ValueError(f"W must be the embedding table (V, D), got shape {W.shape}")
-    ids = as_token_ids(ids, "ids", W.shape[0])
-    if padding_idx is not None:
-        if isinstance(padding_idx, bool) or not isinstance(padding_idx, (int, np.integer)) \
-                or not 0 <= padding_idx < W.shape[0]:
-            raise ValueError(f"padding_idx must be None or a row of W in [0, {W.shape[0]}), got {padding_idx!r}")
-        padding_idx = int(padding_idx)
-    return ids, W, padding_idx
-
-
-def check_cross_entropy_inputs(logits, targets, ignore_index):
-    """``cross_entropy_forward``'s inputs: logits (..., V), targets (...) in range or ignored."""
-    logits = as_real_array(logits, "logits")
-    require_ndim(logits, "logits", 1, "(..., V)")
-    if isinstance(ignore_index, bool) or not isinstance(ignore_index, (int, np.integer)):
-        raise TypeError(f"ignore_index must be an integer, got {ignore_index!r}")
-    targets = as_token_ids(targets, "targets", logits.shape[-1], allow=int(ignore_index))
-    if targets.shape != logits.shape[:-1]:
-        raise ValueError(f"targets must have shape {logits.shape[:-1]} (the logits' {logits.shape} without the"
-                         f" vocabulary axis), got {targets.shape}")
-    return logits, targets, targets != ignore_index
-
-
-def as_attention_mask(attention_mask, shape, name: str = "attention_mask"):
-    """transformers' ``attention_mask``: 1 (or True) for a real token, 0 for padding, of ``shape``."""
-    if attention_mask is None:
-        return np.ones(shape, bool)
-    mask = np.asarray(attention_mask)
-    if mask.dtype.kind not in "biu" or (mask.dtype.kind != "b" and not np.isin(mask, (0, 1)).all()):
-        raise ValueError(f"{name} must hold 0/1 or booleans (1: a real token, 0: padding), got dtype {mask.dtype}")
-    if mask.shape != tuple(shape):
-        raise ValueError(f"{name} must have the shape {tuple(shape)} of the ids, got {mask.shape}")
-    return mask.astype(bool)
-
-
-def check_next_token_inputs(ids, attention_mask):
-    """``next_token_targets``'s inputs: ids (..., N), a 0/1 mask of the same shape."""
-    ids = as_token_ids(ids, "ids")
-    require_ndim(ids, "ids", 1, "(..., N)")
-    return ids, as_attention_mask(attention_mask, ids.shape)
 
 
 # ------------------------------------------------------------------------------ linear
@@ -310,12 +242,27 @@ def _check_params(params, num_heads, num_kv_heads, dims):
     return p
 
 
+class MultiHeadInputs(NamedTuple):
+    """The arguments of multi-head attention, checked: arrays in their common dtype, ``params``
+    holding only the parameters present (biases may be absent). What the formulas take."""
+
+    query: np.ndarray  # (..., Nq, D)
+    key: np.ndarray  # (..., Nk, Dk_in)
+    value: np.ndarray  # (..., Nk, Dv_in)
+    params: dict  # W_q, W_k, W_v, W_o and the biases present
+    mask: np.ndarray | None  # broadcastable to (..., Nq, Nk), boolean or in the dtype
+    head_mask: np.ndarray | None  # (H,)
+    num_heads: int  # H
+    num_kv_heads: int  # Hkv, dividing H
+
+
 def check_multi_head_inputs(query, key, value, params, num_heads, mask=None,
                             num_kv_heads=None, head_mask=None, *, warn_mask=True):
     """Validate every argument of the multi-head forward before any arithmetic.
 
-    Returns ``(query, key, value, p, mask, head_mask, num_heads, num_kv_heads)`` with
-    arrays cast to their common dtype; ``p`` holds only the parameters that are present.
+    Returns a :class:`MultiHeadInputs` ``(query, key, value, params, mask, head_mask, num_heads,
+    num_kv_heads)`` with arrays cast to their common dtype; ``params`` holds only the parameters
+    that are present.
     ``warn_mask=False`` skips the 0/1 float mask warning (for a caller that gave it).
     """
     num_heads = check_positive_int(num_heads, "num_heads")
@@ -343,5 +290,5 @@ def check_multi_head_inputs(query, key, value, params, num_heads, mask=None,
             raise ValueError(f"head_mask must have shape (num_heads,) = ({num_heads},), got {head_mask.shape}")
     dtype = common_dtype(query, key, value, *p.values())  # head_mask follows, never leads
     p = {n: cast(a, dtype) for n, a in p.items()}
-    return (cast(query, dtype), cast(key, dtype), cast(value, dtype), p, cast_mask(mask, dtype),
-            cast(head_mask, dtype), num_heads, num_kv_heads)
+    return MultiHeadInputs(cast(query, dtype), cast(key, dtype), cast(value, dtype), p, cast_mask(mask, dtype),
+                           cast(head_mask, dtype), num_heads, num_kv_heads)

@@ -10,7 +10,7 @@ Run from the repository root::
     python benchmarks/bench_mha.py --render   # regenerate the docs from the committed JSON
 
 Two paths of the library are timed side by side: the **fast path**
-(``attention_ref.fast.multi_head_attention_forward`` / ``_backward``, what the public
+(``attention_ref.fast.multi_head_attention_forward_fast`` / ``_backward_fast``, what the public
 functions run at these sizes) and the **reference** (``attention_ref.core``'s pair: the
 formulas, without the speed tricks). The fast path is the main column: GFLOP/s, the fraction
 of the matmul peak and the ratios to PyTorch are its own.
@@ -145,8 +145,9 @@ def _pair(path):
     sys.path.insert(0, str(ROOT))
     import attention_ref
 
-    module = {"fast": attention_ref.fast, "reference": attention_ref.core}[path]
-    return module.multi_head_attention_forward, module.multi_head_attention_backward
+    if path == "fast":
+        return attention_ref.fast.multi_head_attention_forward_fast, attention_ref.fast.multi_head_attention_backward_fast
+    return attention_ref.core.multi_head_attention_forward, attention_ref.core.multi_head_attention_backward
 
 
 def numpy_worker(configs, dtypes, repeats, D, h, peak_n, path="fast", time_only=False):
@@ -416,7 +417,7 @@ def make_table(numpy_result, torch_result) -> str:
             _mib(torch_memory.get("rss"))]) + " |")
     peaks = ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in numpy_result["peak"].items())
     lines.append("")
-    lines.append(f"fast: `attention_ref.fast.multi_head_attention_forward` / `_backward`; reference:"
+    lines.append(f"fast: `attention_ref.fast.multi_head_attention_forward_fast` / `_backward_fast`; reference:"
                  f" `attention_ref.core`'s pair (the formulas, no speed tricks); each in its own fresh"
                  f" process per case. Matmul peak measured in the fast path's process just before each"
                  f" case (last: {peaks}); D = {r['D']}, h = {r['h']},"
@@ -513,7 +514,7 @@ def readme_block(run) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     peaks = ", ".join(f"{k} {v:.0f}" for k, v in numpy_result["peak"].items())
     lines += ["", f"Forward + backward, D = {r['D']}, h = {r['h']}, biases on; fast path:"
-              f" `attention_ref.fast.multi_head_attention_*` (what the public functions run at these sizes),"
+              f" `attention_ref.fast.multi_head_attention_*_fast` (what the public functions run at these sizes),"
               f" reference: `attention_ref.core.multi_head_attention_*`; {_timing_words(r)};"
               f" matmul peak (a 2048 x 2048 product, measured before each case;"
               f" last: {peaks} GFLOP/s). {machine_line(run)}"]

@@ -2,8 +2,8 @@
 backward, timed on its own, next to what it would take at this machine's limits.
 
 For one configuration (batch B, length N, width D = 512, h = 8 heads, query = key = value,
-biases on) it runs the steps of the fast path's ``multi_head_attention_forward`` /
-``_backward`` (``attention_ref.fast``, what the public functions run at these sizes) one by
+biases on) it runs the steps of the fast path's ``multi_head_attention_forward_fast`` /
+``_backward_fast`` (``attention_ref.fast``, what the public functions run at these sizes) one by
 one (the same operations, in the same order, on the same arrays; the backward's blocks of
 query rows are timed as whole steps) and prints for each: its time, its matrix-product FLOPs
 or the bytes it moves, and the time those would take at the measured matmul peak (a large
@@ -115,13 +115,15 @@ def steps(B, N, dtype, repeats):
          lambda: [(x.reshape(-1, D).T @ dQ.reshape(-1, D), _matmul_rows(dQ, p["W_q"].T)) for _ in range(3)],
          6 * mm_proj)
 
-    def library(path):
+    def library(forward, backward):
         def run():
-            out, cache = path.multi_head_attention_forward(x, x, x, p, H)
-            return path.multi_head_attention_backward(dout, cache)
+            out, cache = forward(x, x, x, p, H)
+            return backward(dout, cache)
         return run
 
-    return rows, _time(library(fast), repeats), _time(library(core), repeats)
+    fast_pair = (fast.multi_head_attention_forward_fast, fast.multi_head_attention_backward_fast)
+    reference_pair = (core.multi_head_attention_forward, core.multi_head_attention_backward)
+    return rows, _time(library(*fast_pair), repeats), _time(library(*reference_pair), repeats)
 
 
 def table(B, N, dtype, repeats):

@@ -1,5 +1,6 @@
 """The package's folders are its layers: imports flow down only, no cycles, no module named
-by its size, the old flat paths still import (with a warning), and the README's file map and
+by its size, the public API of 0.3 in place (and CHANGELOG.md saying where 0.1's flat paths
+went), each public name defined once, and the README's file map and
 docs/reading_guide.md describe the tree as it is.
 
 ``python tests/test_layout.py --write`` regenerates the module map of docs/reading_guide.md.
@@ -25,7 +26,7 @@ README = ROOT / "README.md"
 LAYERS = ["top", "core", "fast", "variants", "nn", "models", "interop", "exercises", "documents", "plot"]
 RANK = {layer: i for i, layer in enumerate(LAYERS)}
 # the top level holds the shared machinery every layer may use; __init__ and __main__ sit above all
-ABOVE_ALL = {"attention_ref", "attention_ref.__main__", "attention_ref._moved"}
+ABOVE_ALL = {"attention_ref", "attention_ref.__main__"}
 BEGIN, END = "<!-- BEGIN module map -->", "<!-- END module map -->"
 MAP_WIDTH = 110  # characters of a module's line in the map
 
@@ -144,64 +145,43 @@ def test_core_imports_numpy_and_the_package_only():
                 assert node.module in STDLIB_OR_NUMPY, (module, node.module)
 
 
-# --------------------------------------------------------------------- the 0.1 paths
-@pytest.mark.parametrize("old", sorted(importlib.import_module("attention_ref._moved").MOVED))
-def test_old_flat_paths_import_with_a_deprecation_warning(old):
-    from attention_ref._moved import MOVED
-
-    for name in [k for k in sys.modules if k == f"attention_ref.{old}"]:
-        del sys.modules[name]
-    with pytest.warns(DeprecationWarning, match=rf"attention_ref\.{old} moved to attention_ref\.{re.escape(MOVED[old])}"):
-        moved = importlib.import_module(f"attention_ref.{old}")
-    new = importlib.import_module(f"attention_ref.{MOVED[old]}")
-    assert moved is new and new.__spec__.name == new.__name__ == f"attention_ref.{MOVED[old]}"
-    sys.modules.pop(f"attention_ref.{old}", None)
-
-
-def test_old_paths_point_the_warning_at_the_importing_line():
-    sys.modules.pop("attention_ref.masks", None)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        import attention_ref.masks  # noqa: F401
-    assert caught and caught[0].filename == __file__
-    sys.modules.pop("attention_ref.masks", None)
-
-
+# ------------------------------------------------------------- the public API
 API_0_1 = json.loads((ROOT / "tests" / "public_api_0.1.json").read_text(encoding="utf-8"))
+API_0_3 = json.loads((ROOT / "tests" / "public_api_0.3.json").read_text(encoding="utf-8"))
+CHANGELOG = ROOT / "CHANGELOG.md"
+REMOVED_IN_0_3 = {"get_num_threads", "set_num_threads"}  # no-ops since 0.2 (CHANGELOG.md)
 
 
-@pytest.mark.parametrize("old", [name for name in API_0_1 if not name.startswith("_")])
-def test_no_public_name_of_0_1_is_lost(old):
-    """Every module path of 0.1 still imports and holds every name of its 0.1 ``__all__``
-    (moved ones with a DeprecationWarning); the top-level ``__all__`` keeps all of 0.1's."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        module = importlib.import_module(old)
-    missing = [name for name in API_0_1[old] if not hasattr(module, name)]
-    assert not missing, f"{old} lost {missing}"
-    if old == "attention_ref":
-        assert set(API_0_1[old]) <= set(module.__all__)
-
-
-def test_old_module_paths_work_as_attributes_too():
+def test_no_top_level_name_of_0_1_is_lost():
+    """``attention_ref.X`` still holds every name of 0.1's ``__all__`` but the two no-op thread
+    functions that 0.3.0 removed."""
     import attention_ref
 
-    sys.modules.pop("attention_ref.masks", None)
-    attention_ref.__dict__.pop("masks", None)
-    with pytest.warns(DeprecationWarning, match="attention_ref.masks moved to attention_ref.core.masks"):
-        masks = attention_ref.masks
-    assert masks.causal_mask is attention_ref.causal_mask
-    with pytest.raises(AttributeError, match="no attribute 'nonsense'"):
-        attention_ref.nonsense  # noqa: B018
+    kept = set(API_0_1["attention_ref"]) - REMOVED_IN_0_3
+    assert kept <= set(attention_ref.__all__), sorted(kept - set(attention_ref.__all__))
+    assert all(hasattr(attention_ref, name) for name in kept)
+    assert not any(hasattr(attention_ref, name) for name in REMOVED_IN_0_3)
 
 
-def test_a_submodule_through_an_old_package_path_is_the_same_module():
-    """attention_ref.claims.claim must not load claim.py a second time (two Claim classes)."""
-    from attention_ref.documents.claims import claim
+@pytest.mark.parametrize("module_name", sorted(n for n in API_0_3 if not n.startswith("_")))
+def test_every_public_name_of_0_3_is_where_it_was(module_name):
+    """Every module path of 0.3 imports and holds every name of its ``__all__`` (tests/public_api_0.3.json)."""
+    module = importlib.import_module(module_name)
+    missing = [name for name in API_0_3[module_name] if not hasattr(module, name)]
+    assert not missing, f"{module_name} lost {missing}"
 
-    with pytest.warns(DeprecationWarning):
-        old = importlib.import_module("attention_ref.claims.claim")
-    assert old is claim
+
+@pytest.mark.parametrize("old", [name for name in API_0_1 if not name.startswith("_") and name not in API_0_3])
+def test_the_changelog_says_where_each_0_1_path_went(old):
+    """The flat paths of 0.1 (``attention_ref.masks`` ...) were removed in 0.3.0; CHANGELOG.md
+    names each one and where its module is now, and the old path no longer imports."""
+    text = CHANGELOG.read_text(encoding="utf-8")
+    line = re.search(rf"^\s*\| `{re.escape(old)}` \| `(attention_ref[\w.]*)` \|", text, flags=re.M)
+    assert line, f"CHANGELOG.md does not say where {old} went"
+    new = importlib.import_module(line.group(1))
+    assert all(hasattr(new, name) for name in API_0_1[old] if name not in REMOVED_IN_0_3)
+    with pytest.raises(ImportError):
+        importlib.import_module(old)
 
 
 def test_test_files_have_unique_names():

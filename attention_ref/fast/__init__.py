@@ -1,7 +1,8 @@
 """The fast path: the reference's pairs (``core/``) with the speed tricks, checked against them.
 
-Optional reading, like CS231n's ``fast_layers.py`` beside its ``layers.py``: every function
-here has the signature and the cache of its reference, and ``tests/fast/`` checks each one
+Optional reading, like CS231n's ``fast_layers.py`` beside its ``layers.py``: every public
+function here is its reference's name with ``_fast`` appended (``linear_forward_fast``, as
+CS231n's ``conv_forward_fast``), with the signature and the cache of its reference, and ``tests/fast/`` checks each one
 against it (bit for bit where the arithmetic is the same, else within a stated bound).
 What each trick buys is measured in ``docs/performance.md``:
 
@@ -17,14 +18,14 @@ What each trick buys is measured in ``docs/performance.md``:
 
 ``fast/`` imports ``core/``; ``core/`` never imports ``fast/`` (``tests/test_layout.py``).
 """
-from .linear import linear_backward, linear_forward
-from .attention import scaled_dot_product_attention_backward, scaled_dot_product_attention_forward
-from .multi_head import multi_head_attention_backward, multi_head_attention_forward
+from .linear import linear_backward_fast, linear_forward_fast
+from .attention import scaled_dot_product_attention_backward_fast, scaled_dot_product_attention_forward_fast
+from .multi_head import multi_head_attention_backward_fast, multi_head_attention_forward_fast
 from .dispatch import FAST_MIN_ELEMENTS, reference_only, uses_fast_path
 
 __all__ = [
-    "linear_backward", "linear_forward",
-    "scaled_dot_product_attention_backward", "scaled_dot_product_attention_forward",
-    "multi_head_attention_backward", "multi_head_attention_forward",
+    "linear_backward_fast", "linear_forward_fast",
+    "scaled_dot_product_attention_backward_fast", "scaled_dot_product_attention_forward_fast",
+    "multi_head_attention_backward_fast", "multi_head_attention_forward_fast",
     "FAST_MIN_ELEMENTS", "reference_only", "uses_fast_path",
 ]

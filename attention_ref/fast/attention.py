@@ -25,7 +25,7 @@ from ..core.attention import AttentionCache
 from .row_blocks import for_each_row_block, rows_per_block
 from .softmax import ScoresOverflow, softmax_backward_in_place, softmax_in_place
 
-__all__ = ["QUERY_BLOCK_ELEMENTS", "scaled_dot_product_attention_forward", "scaled_dot_product_attention_backward"]
+__all__ = ["QUERY_BLOCK_ELEMENTS", "scaled_dot_product_attention_forward_fast", "scaled_dot_product_attention_backward_fast"]
 
 #: Numbers in a block of query rows of the backward's dP and dS, ``(..., rows, Nk)``: 2**21
 #: (8 MiB in float32); 2**21 and 2**22 measured best end to end among 2**18..2**23
@@ -104,7 +104,7 @@ def _attention_backward(dout, cache: AttentionCache):
     return unbroadcast(dq, q.shape), unbroadcast(dk, k.shape), unbroadcast(dv, v.shape)
 
 
-def scaled_dot_product_attention_forward(q, k, v, mask=None, *, scale=None):
+def scaled_dot_product_attention_forward_fast(q, k, v, mask=None, *, scale=None):
     """:func:`attention_ref.core.scaled_dot_product_attention_forward`, fast: same arguments,
     result within rounding, same cache."""
     scale, (q, k, v, mask, _) = check_scale(scale), check_attention_inputs(q, k, v, mask)
@@ -112,6 +112,6 @@ def scaled_dot_product_attention_forward(q, k, v, mask=None, *, scale=None):
     return out.copy(), cache
 
 
-def scaled_dot_product_attention_backward(dout, cache: AttentionCache):
+def scaled_dot_product_attention_backward_fast(dout, cache: AttentionCache):
     """:func:`attention_ref.core.scaled_dot_product_attention_backward`, fast (query-row blocks)."""
     return _attention_backward(as_upstream(dout, cache.out.shape, cache.out.dtype), cache)

@@ -4,11 +4,11 @@
 ``attention_ref.scaled_dot_product_attention_forward``, ``linear_forward`` and their
 backwards are these functions; ``multi_head_attention_forward`` (in
 :mod:`attention_ref.variants.grouped_heads`, which adds grouped heads and a head mask) runs the
-plain layer through ``_plain_multi_head_forward`` here. The rule: a call runs on the
+plain layer through ``plain_multi_head_formula`` here. The rule: a call runs on the
 fast path when the largest array it makes has at least ``FAST_MIN_ELEMENTS`` numbers (the
 attention probabilities ``(..., H, Nq, Nk)``; a linear map's output ``(..., Dout)``), and
 on the reference below that, where the two cost about the same (``docs/performance.md``).
-``attention_ref.core.<function>`` is always the reference, ``attention_ref.fast.<function>``
+``attention_ref.core.<function>`` is always the reference, ``attention_ref.fast.<function>_fast``
 always the fast path; both take the same arguments and make the same caches, so either
 backward takes either forward's cache.
 
@@ -82,61 +82,140 @@ def _probabilities(q_shape, k_shape, mask) -> int:
 
 
 # ------------------------------------------------------------------------------ linear
-def _linear_finite(x, W, b, names=("x", "W", "b")):
+def linear_formula(x, W, b, names=("x", "W", "b")):
     """``y = x W + b`` on checked inputs, on the path the size rule picks."""
     path = fast_linear if uses_fast_path(math.prod(x.shape[:-1]) * W.shape[1]) else core_linear
     return path._linear_finite(x, W, b, names)
 
 
-def _linear_backward(dy, cache: LinearCache):
+def linear_backward_formula(dy, cache: LinearCache):
     """The linear backward on a checked upstream gradient, on the path the size rule picks."""
     path = fast_linear if uses_fast_path(dy.size) else core_linear
     return path._linear_backward(dy, cache)
 
 
 def linear_forward(x, W, b=None):
-    """Affine map ``y = x W + b``: :func:`attention_ref.core.linear_forward`, with the fast
-    path's one tall product for large inputs (:mod:`attention_ref.fast.dispatch`)."""
+    """Affine map ``y = x W + b``.
+
+    Runs the fast path (attention_ref.fast) from FAST_MIN_ELEMENTS numbers in its largest array,
+    the reference (attention_ref.core) below, or always with reference_only().
+
+    Parameters
+    ----------
+    x : array (..., d_in)
+    W : array (d_in, d_out)
+    b : array (d_out,) or None
+
+    Returns
+    -------
+    y : array (..., d_out)
+    cache : LinearCache for :func:`linear_backward`
+
+    Raises
+    ------
+    FloatingPointError : when ``x W + b`` overflows the dtype (names x, W, b and their sizes)
+    """
     x, W, b = check_linear_inputs(x, W, b)
-    return _linear_finite(x, W, b), LinearCache(x, W, b is not None)
+    return linear_formula(x, W, b), LinearCache(x, W, b is not None)
 
 
 def linear_backward(dy, cache: LinearCache):
-    """Gradients of ``y = x W + b``: :func:`attention_ref.core.linear_backward` (fast for large inputs)."""
+    """Gradients of ``y = x W + b``.
+
+    Runs the fast path (attention_ref.fast) from FAST_MIN_ELEMENTS numbers in its largest array,
+    the reference (attention_ref.core) below, or always with reference_only().
+
+    ``dx = dy W^T``, ``dW = sum over rows of x^T dy``, ``db = sum over rows of dy``.
+
+    Parameters
+    ----------
+    dy : array (..., d_out), upstream gradient
+    cache : LinearCache from :func:`linear_forward`
+
+    Returns
+    -------
+    dx : array (..., d_in)
+    dW : array (d_in, d_out)
+    db : array (d_out,), or None when the forward had no bias
+    """
     x, W, _ = cache
-    return _linear_backward(as_upstream(dy, x.shape[:-1] + (W.shape[1],), x.dtype, "dy"), cache)
+    return linear_backward_formula(as_upstream(dy, x.shape[:-1] + (W.shape[1],), x.dtype, "dy"), cache)
 
 
 # --------------------------------------------------------------------------- attention
-def _attention_forward(q, k, v, mask, names=("q", "k"), scale=None):
+def attention_formula(q, k, v, mask, names=("q", "k"), scale=None):
     """Attention's forward on checked inputs, on the path the size rule picks."""
     path = fast_attention if uses_fast_path(_probabilities(q.shape, k.shape, mask)) else core_attention
     return path._attention_forward(q, k, v, mask, names, scale)
 
 
-def _attention_backward(dout, cache: AttentionCache):
+def attention_backward_formula(dout, cache: AttentionCache):
     """Attention's backward on a checked upstream gradient, on the path the size rule picks."""
     path = fast_attention if uses_fast_path(cache.weights.size) else core_attention
     return path._attention_backward(dout, cache)
 
 
 def scaled_dot_product_attention_forward(q, k, v, mask=None, *, scale=None):
-    """Scaled dot-product attention ``softmax(q k^T / sqrt(d_k) + mask) v``: the reference
-    :func:`attention_ref.core.scaled_dot_product_attention_forward` (parameters, returns and
-    errors there), on the fast path for large inputs (:mod:`attention_ref.fast.dispatch`)."""
+    """Scaled dot-product attention ``softmax(q k^T / sqrt(d_k) + mask) v``.
+
+    Runs the fast path (attention_ref.fast) from FAST_MIN_ELEMENTS numbers in its largest array,
+    the reference (attention_ref.core) below, or always with reference_only().
+
+    Parameters
+    ----------
+    q : array (..., n_q, d_k), queries
+    k : array (..., n_k, d_k), keys
+    v : array (..., n_k, d_v), values
+    mask : None, bool array (True = may attend) or float array (added to the scaled
+        scores), broadcastable to (..., n_q, n_k); see :mod:`attention_ref.core.masks`
+    scale : the factor on ``q k^T``; None (default) is ``1 / sqrt(d_k)`` (GPT-2's
+        ``scale_attn_weights=False`` is ``scale=1.0``)
+
+    Returns
+    -------
+    out : array (..., n_q, d_v); zero for a query with no allowed key
+    cache : AttentionCache; ``cache.weights`` (..., n_q, n_k) are the probabilities, with
+        the batch axes of q, k and the mask (not those that only v carries: the
+        probabilities do not depend on v, so they are not repeated for them)
+
+    Raises
+    ------
+    FloatingPointError : when the scores (plus a float mask) overflow the dtype
+    """
     scale, (q, k, v, mask, _) = check_scale(scale), check_attention_inputs(q, k, v, mask)
-    out, cache = _attention_forward(q, k, v, mask, scale=scale)
+    out, cache = attention_formula(q, k, v, mask, scale=scale)
     return out.copy(), cache  # the caller's own copy: editing it cannot change the backward
 
 
 def scaled_dot_product_attention_backward(dout, cache: AttentionCache):
-    """Gradients ``(dq, dk, dv)`` of scaled dot-product attention: the reference
-    :func:`attention_ref.core.scaled_dot_product_attention_backward`, fast for large inputs."""
-    return _attention_backward(as_upstream(dout, cache.out.shape, cache.out.dtype), cache)
+    """Gradients of scaled dot-product attention with respect to q, k and v.
+
+    Runs the fast path (attention_ref.fast) from FAST_MIN_ELEMENTS numbers in its largest array,
+    the reference (attention_ref.core) below, or always with reference_only().
+
+    Walking the forward in reverse, with ``P = weights`` and ``S = scores``:
+
+    4. ``out = P v``          gives ``dv = P^T dout`` and ``dP = dout v^T``
+    3. ``P = softmax(S)``     gives ``dS = P * (dP - D)`` with ``D_i = sum_j P_ij dP_ij``
+    2. masking                ``S + M`` passes ``dS`` through (identity Jacobian in ``S``)
+    1. ``S = q k^T / sqrt(d_k)`` gives ``dq = dS k / sqrt(d_k)``, ``dk = dS^T q / sqrt(d_k)``
+
+    Parameters
+    ----------
+    dout : array (..., n_q, d_v), upstream gradient
+    cache : AttentionCache from the forward
+
+    Returns
+    -------
+    dq : array, shape of q
+    dk : array, shape of k
+    dv : array, shape of v
+    """
+    return attention_backward_formula(as_upstream(dout, cache.out.shape, cache.out.dtype), cache)
 
 
 # -------------------------------------------------------------------------- multi-head
-def _plain_multi_head_forward(query, key, value, p, mask, h, param_keys, *, scale=None):
+def plain_multi_head_formula(query, key, value, p, mask, h, param_keys, *, scale=None):
     """The plain multi-head layer's forward on checked inputs, on the path the size rule picks
     (the public function, with grouped heads and a head mask, is
     :func:`attention_ref.variants.grouped_heads.multi_head_attention_forward`)."""
@@ -145,23 +224,7 @@ def _plain_multi_head_forward(query, key, value, p, mask, h, param_keys, *, scal
     return path._multi_head_attention_forward(query, key, value, p, mask, h, param_keys, scale=scale)
 
 
-def _plain_multi_head_backward(dout, cache: MultiHeadCache):
+def plain_multi_head_backward_formula(dout, cache: MultiHeadCache):
     """The plain multi-head layer's backward on a checked upstream gradient, on the path the size rule picks."""
     path = fast_multi_head if uses_fast_path(cache.attention.weights.size) else core_multi_head
     return path._multi_head_attention_backward(dout, cache)
-
-
-def _documented_as_the_reference():
-    """Each public function here shows the reference's docstring (parameters, returns,
-    errors) under its own first line, so ``help()`` is as complete as on the core."""
-    for public, reference in [(linear_forward, core_linear.linear_forward),
-                              (linear_backward, core_linear.linear_backward),
-                              (scaled_dot_product_attention_forward, core_attention.scaled_dot_product_attention_forward),
-                              (scaled_dot_product_attention_backward, core_attention.scaled_dot_product_attention_backward)]:
-        first, _, rest = reference.__doc__.partition("\n")
-        public.__doc__ = (f"{first}\n\n    Runs the fast path (attention_ref.fast) from FAST_MIN_ELEMENTS numbers in its"
-                          f" largest array, the reference (attention_ref.core) below, or always with"
-                          f" reference_only().\n{rest}")
-
-
-_documented_as_the_reference()

@@ -15,7 +15,7 @@ from .._checks import as_upstream
 from .._pair_checks import check_linear_inputs, check_result_finite
 from ..core.linear import LinearCache
 
-__all__ = ["linear_forward", "linear_backward"]
+__all__ = ["linear_forward_fast", "linear_backward_fast"]
 
 
 def _matmul_rows(x, W):
@@ -48,13 +48,13 @@ def _linear_backward(dy, cache: LinearCache):
     return dx, dW, db
 
 
-def linear_forward(x, W, b=None):
+def linear_forward_fast(x, W, b=None):
     """:func:`attention_ref.core.linear_forward` with one tall product; the same cache."""
     x, W, b = check_linear_inputs(x, W, b)
     return _linear_finite(x, W, b), LinearCache(x, W, b is not None)
 
 
-def linear_backward(dy, cache: LinearCache):
+def linear_backward_fast(dy, cache: LinearCache):
     """:func:`attention_ref.core.linear_backward` with one tall product."""
     x, W, _ = cache
     return _linear_backward(as_upstream(dy, x.shape[:-1] + (W.shape[1],), x.dtype, "dy"), cache)

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from .._checks import as_upstream
 from .._pair_checks import check_multi_head_inputs, check_scale
-from ..core.heads import _merge, _split
 from ..core.linear import LinearCache
-from ..core.multi_head import _SCORE_NAMES, MultiHeadCache, _head_axis
+from ..core.multi_head import MultiHeadCache
+from .core_formulas import SCORE_NAMES, head_axis, merge_heads_formula, split_heads_formula
 from .attention import _attention_backward, _attention_forward
 from .linear import _linear_backward, _linear_finite
 
-__all__ = ["multi_head_attention_forward", "multi_head_attention_backward"]
+__all__ = ["multi_head_attention_forward_fast", "multi_head_attention_backward_fast"]
 
 
 def _project(x, p, w_name, b_name, x_name):
@@ -26,9 +26,9 @@ def _multi_head_attention_forward(query, key, value, p, mask, h, param_keys, *, 
     Q, q_cache = _project(query, p, "W_q", "b_q", "query")  # 1. (..., Nq, H*Dk)
     K, k_cache = _project(key, p, "W_k", "b_k", "key")  # 1. (..., Nk, H*Dk)
     V, v_cache = _project(value, p, "W_v", "b_v", "value")  # 1. (..., Nk, H*Dv)
-    q, k, v = _split(Q, h), _split(K, h), _split(V, h)  # 2. (..., H, N, D)
-    heads, attn_cache = _attention_forward(q, k, v, _head_axis(mask), _SCORE_NAMES, scale)  # 3. (..., H, Nq, Dv)
-    out, o_cache = _project(_merge(heads), p, "W_o", "b_o", "concat")  # 4., 5. (..., Nq, Dout)
+    q, k, v = split_heads_formula(Q, h), split_heads_formula(K, h), split_heads_formula(V, h)  # 2. (..., H, N, D)
+    heads, attn_cache = _attention_forward(q, k, v, head_axis(mask), SCORE_NAMES, scale)  # 3. (..., H, Nq, Dv)
+    out, o_cache = _project(merge_heads_formula(heads), p, "W_o", "b_o", "concat")  # 4., 5. (..., Nq, Dout)
     return out, MultiHeadCache(q_cache, k_cache, v_cache, attn_cache, o_cache, h, param_keys)
 
 
@@ -36,21 +36,22 @@ def _multi_head_attention_backward(dout, c: MultiHeadCache):
     """The reference's backward on a checked upstream gradient, with the fast pairs."""
     grads = {}
     dconcat, grads["W_o"], grads["b_o"] = _linear_backward(dout, c.o_proj)  # 5. (..., Nq, H*Dv)
-    dq, dk, dv = _attention_backward(_split(dconcat, c.num_heads), c.attention)  # 4., 3.
-    dquery, grads["W_q"], grads["b_q"] = _linear_backward(_merge(dq), c.q_proj)  # 2., 1.
-    dkey, grads["W_k"], grads["b_k"] = _linear_backward(_merge(dk), c.k_proj)
-    dvalue, grads["W_v"], grads["b_v"] = _linear_backward(_merge(dv), c.v_proj)
+    dq, dk, dv = _attention_backward(split_heads_formula(dconcat, c.num_heads), c.attention)  # 4., 3.
+    dquery, grads["W_q"], grads["b_q"] = _linear_backward(merge_heads_formula(dq), c.q_proj)  # 2., 1.
+    dkey, grads["W_k"], grads["b_k"] = _linear_backward(merge_heads_formula(dk), c.k_proj)
+    dvalue, grads["W_v"], grads["b_v"] = _linear_backward(merge_heads_formula(dv), c.v_proj)
     return dquery, dkey, dvalue, {n: grads[n] for n in c.param_keys}
 
 
-def multi_head_attention_forward(query, key, value, params, num_heads, mask=None, *, scale=None):
+def multi_head_attention_forward_fast(query, key, value, params, num_heads, mask=None, *, scale=None):
     """:func:`attention_ref.core.multi_head_attention_forward`, fast: same arguments and cache."""
     scale = check_scale(scale)
-    query, key, value, p, mask, _, h, _ = check_multi_head_inputs(query, key, value, params, num_heads, mask)
-    return _multi_head_attention_forward(query, key, value, p, mask, h, tuple(params), scale=scale)
+    checked = check_multi_head_inputs(query, key, value, params, num_heads, mask)
+    return _multi_head_attention_forward(checked.query, checked.key, checked.value, checked.params, checked.mask,
+                                         checked.num_heads, tuple(params), scale=scale)
 
 
-def multi_head_attention_backward(dout, cache: MultiHeadCache):
+def multi_head_attention_backward_fast(dout, cache: MultiHeadCache):
     """:func:`attention_ref.core.multi_head_attention_backward`, fast."""
     out_shape = cache.heads.shape[:-3] + (cache.heads.shape[-2], cache.o_proj.W.shape[1])  # (..., Nq, Dout)
     return _multi_head_attention_backward(as_upstream(dout, out_shape, cache.o_proj.x.dtype), cache)

@@ -21,10 +21,13 @@ from typing import NamedTuple
 import numpy as np
 
 from .._checks import as_upstream
-from ..fast.dispatch import linear_backward, linear_forward
-from ..nn.embedding import embedding_backward, embedding_forward
-from ..nn.gpt2_block import gpt2_block_backward, gpt2_block_forward
-from ..nn.layer_norm import layer_norm_backward, layer_norm_forward
+from ..core.linear import LinearCache
+from ..fast.dispatch import linear_backward, linear_formula
+from ..nn.embedding import embedding_backward, embedding_formula
+from ..nn.encoder_block import ENCODER_GROUPS
+from ..nn.gpt2_block import gpt2_block_backward, gpt2_block_formula
+from ..nn.layer_norm import layer_norm_backward, layer_norm_formula
+from ..nn.residual import split_params
 from .config import LMConfig
 from .params import add_head_gradient, block_params, check_lm_inputs, head_weight, param_names
 
@@ -37,7 +40,7 @@ class GPT2LMCache(NamedTuple):
     config: LMConfig
     tok: object  # step 1, EmbeddingCache
     pos: object  # step 1
-    blocks: list  # step 2, one EncoderBlockCache per layer
+    blocks: list  # step 2, one GPT2BlockCache per layer
     ln_f: object  # step 3, LayerNormCache
     head: object  # step 4, LinearCache
     param_keys: tuple
@@ -61,24 +64,27 @@ def gpt2_lm_forward(ids, params, config: LMConfig, attention_mask=None):
     logits : array (..., T, V) in the params' dtype
     cache : GPT2LMCache for :func:`gpt2_lm_backward`
     """
-    ids, mask = check_lm_inputs(ids, params, config, attention_mask)  # mask: (..., 1, T) or None
+    ids, params, mask = check_lm_inputs(ids, params, config, attention_mask)  # mask: (..., 1, T) or None
     T = ids.shape[-1]
     if T > config.max_positions:
         raise ValueError(f"ids has {T} positions, more than GPT-2's max_positions = {config.max_positions}")
+    # everything is checked: the steps below are the formulas
     # 1. token and position embeddings
-    tok, tok_cache = embedding_forward(ids, params["wte"])  # (..., T, D)
-    pos, pos_cache = embedding_forward(np.arange(T), params["wpe"])  # (T, D)
+    tok, tok_cache = embedding_formula(ids, params["wte"])  # (..., T, D)
+    pos, pos_cache = embedding_formula(np.arange(T), params["wpe"])  # (T, D)
     x = tok + pos  # (..., T, D)
     # 2. the blocks, causal, each with its own cache
     blocks = []
     for layer, scale in enumerate(config.head_scale):
-        x, block = gpt2_block_forward(x, block_params(params, config, layer), config.num_heads, eps=config.eps,
-                                      mask=mask, scale=scale)  # (..., T, D)
-        blocks.append(block)
+        block = block_params(params, config, layer)
+        x, cache = gpt2_block_formula(x, split_params(block, ENCODER_GROUPS), config.num_heads, eps=config.eps,
+                                      mask=mask, scale=scale, param_keys=tuple(block))  # (..., T, D)
+        blocks.append(cache)
     # 3. the final layer norm
-    h, ln_f = layer_norm_forward(x, params["ln_f.gamma"], params["ln_f.beta"], config.eps)  # (..., T, D)
+    h, ln_f = layer_norm_formula(x, params["ln_f.gamma"], params["ln_f.beta"], config.eps)  # (..., T, D)
     # 4. the LM head: tied to the token table unless the config says otherwise
-    logits, head = linear_forward(h, head_weight(params, config))  # (..., T, V), the weight (D, V)
+    W_head = head_weight(params, config)  # (D, V)
+    logits, head = linear_formula(h, W_head, None), LinearCache(h, W_head, False)  # (..., T, V)
     keys = tuple(k for k in param_names(config) if params.get(k) is not None)
     return logits, GPT2LMCache(config, tok_cache, pos_cache, blocks, ln_f, head, keys,
                                logits.shape, logits.dtype)

@@ -20,10 +20,11 @@ from typing import NamedTuple
 import numpy as np
 
 from .._checks import as_upstream
-from ..fast.dispatch import linear_backward, linear_forward
-from ..nn.embedding import embedding_backward, embedding_forward
-from ..nn.llama_block import llama_block_backward, llama_block_forward
-from ..nn.rms_norm import rms_norm_backward, rms_norm_forward
+from ..core.linear import LinearCache
+from ..fast.dispatch import linear_backward, linear_formula
+from ..nn.embedding import embedding_backward, embedding_formula
+from ..nn.llama_block import llama_block_backward, llama_block_formula
+from ..nn.rms_norm import rms_norm_backward, rms_norm_formula
 from .config import LMConfig
 from .params import add_head_gradient, block_params, check_lm_inputs, head_weight, param_names
 
@@ -58,20 +59,22 @@ def llama_lm_forward(ids, params, config: LMConfig, attention_mask=None):
     logits : array (..., T, V) in the params' dtype
     cache : LlamaLMCache for :func:`llama_lm_backward`
     """
-    ids, mask = check_lm_inputs(ids, params, config, attention_mask)  # mask: (..., 1, T) or None
+    ids, params, mask = check_lm_inputs(ids, params, config, attention_mask)  # mask: (..., 1, T) or None
+    # everything is checked: the steps below are the formulas
     # 1. token embeddings (the pad row is read like any other; it gets no gradient)
-    x, tok_cache = embedding_forward(ids, params["embed_tokens"], padding_idx=config.pad_token_id)  # (..., T, D)
+    x, tok_cache = embedding_formula(ids, params["embed_tokens"], config.pad_token_id)  # (..., T, D)
     # 2. the blocks, causal with RoPE, each with its own cache
     blocks = []
     for layer in range(config.num_layers):
-        x, block = llama_block_forward(x, block_params(params, config, layer), config.num_heads,
-                                       num_kv_heads=config.num_kv_heads, rope_base=config.rope_theta,
-                                       eps=config.eps, mask=mask)  # (..., T, D)
+        x, block = llama_block_formula(x, block_params(params, config, layer), config.num_heads, config.num_kv_heads,
+                                       rope_base=config.rope_theta, eps=config.eps, mask=mask,
+                                       scale=None)  # (..., T, D)
         blocks.append(block)
     # 3. the final RMSNorm
-    h, norm = rms_norm_forward(x, params["norm.weight"], config.eps)  # (..., T, D)
+    h, norm = rms_norm_formula(x, params["norm.weight"], config.eps)  # (..., T, D)
     # 4. the LM head
-    logits, head = linear_forward(h, head_weight(params, config))  # (..., T, V), the weight (D, V)
+    W_head = head_weight(params, config)  # (D, V)
+    logits, head = linear_formula(h, W_head, None), LinearCache(h, W_head, False)  # (..., T, V)
     return logits, LlamaLMCache(config, tok_cache, blocks, norm, head, param_names(config), logits.shape,
                                 logits.dtype)
 

@@ -27,7 +27,7 @@ from numbers import Integral, Real
 import numpy as np
 
 from .._checks import as_real_array, check_positive_int, require_ndim
-from .._pair_checks import as_attention_mask, as_token_ids
+from .._token_checks import as_attention_mask, as_token_ids
 
 __all__ = [
     "apply_repetition_penalty",

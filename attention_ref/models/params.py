@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._pair_checks import as_attention_mask, as_token_ids
+from .._checks import as_real_array, cast, common_dtype
+from .._token_checks import as_attention_mask, as_token_ids
 from ..nn.encoder_block import ENCODER_GROUPS
 from ..nn.gpt2_block import init_gpt2_block_params
 from ..nn.llama_block import LLAMA_PARAM_NAMES, init_llama_block_params
 from .config import LMConfig
 
-__all__ = ["param_names", "block_params", "init_lm_params", "check_lm_params", "check_lm_inputs", "head_weight",
+__all__ = ["param_names", "tensor_shapes", "block_params", "init_lm_params", "check_lm_params", "check_lm_inputs", "head_weight",
            "add_head_gradient", "TOKEN_TABLE", "LAYER_PREFIX"]
 
 #: The token table's name and a layer's prefix in each family.
@@ -46,9 +47,32 @@ def block_params(params: dict, config: LMConfig, layer: int) -> dict:
     return {k[len(prefix):]: v for k, v in params.items() if k.startswith(prefix)}
 
 
-def check_lm_params(params, config: LMConfig) -> None:
-    """``params`` has the model's keys (the biases of GPT-2's blocks may be absent) and tables of
-    the config's shapes; anything else is named."""
+def tensor_shapes(config: LMConfig) -> dict:
+    """The shape of every tensor of the config's model, keyed like :func:`param_names`."""
+    V, D, F, H, Hkv = config.vocab_size, config.d_model, config.d_ff, config.num_heads, config.num_kv_heads
+    Dkv = Hkv * (D // H)  # Llama's key/value width: num_kv_heads heads of d_model / num_heads
+    if config.family == "gpt2":
+        block = {"ln1.gamma": (D,), "ln1.beta": (D,), "ln2.gamma": (D,), "ln2.beta": (D,),
+                 "ffn.W_1": (D, F), "ffn.b_1": (F,), "ffn.W_2": (F, D), "ffn.b_2": (D,)}
+        block.update({f"self_attn.{w}": (D, D) for w in ("W_q", "W_k", "W_v", "W_o")})
+        block.update({f"self_attn.{b}": (D,) for b in ("b_q", "b_k", "b_v", "b_o")})
+        outer = {"wte": (V, D), "wpe": (config.max_positions, D), "ln_f.gamma": (D,), "ln_f.beta": (D,)}
+    else:
+        block = {"input_norm.weight": (D,), "self_attn.W_q": (D, D), "self_attn.W_k": (D, Dkv),
+                 "self_attn.W_v": (D, Dkv), "self_attn.W_o": (D, D), "post_attention_norm.weight": (D,),
+                 "mlp.W_gate": (D, F), "mlp.W_up": (D, F), "mlp.W_down": (F, D)}
+        outer = {"embed_tokens": (V, D), "norm.weight": (D,)}
+    prefix = LAYER_PREFIX[config.family]
+    shapes = {**outer, "lm_head.W": (D, V)}
+    shapes.update({f"{prefix}.{i}.{n}": shape for i in range(config.num_layers) for n, shape in block.items()})
+    return {n: shapes[n] for n in param_names(config)}
+
+
+def check_lm_params(params, config: LMConfig) -> dict:
+    """``params`` has the model's keys (the biases of GPT-2's blocks may be absent), every tensor
+    real and finite of the config's shape; anything else is named. Returns the params checked,
+    in their common dtype (no copy of a tensor already in it): the forward and every decoding
+    step then compute on them without checking again."""
     if not isinstance(config, LMConfig):
         raise TypeError(f"config must be an LMConfig (attention_ref.LMConfig.from_dict(config.json)),"
                         f" got {type(config).__name__}")
@@ -56,32 +80,35 @@ def check_lm_params(params, config: LMConfig) -> None:
         raise TypeError(f"params must be a dict of arrays, got {type(params).__name__}")
     names = param_names(config)
     optional = {n for n in names if n.rsplit(".", 1)[-1].startswith("b_")}
-    missing = [n for n in names if n not in params and n not in optional]
+    missing = [n for n in names if params.get(n) is None and n not in optional]
     unknown = sorted(set(params) - set(names))
     if missing or unknown:
         raise ValueError(f"params do not match the {config.family} config ({config.num_layers} layers,"
                          f" tie_word_embeddings={config.tie_word_embeddings}): missing {missing[:6]}"
                          f"{'...' if len(missing) > 6 else ''}, unknown {unknown[:6]}{'...' if len(unknown) > 6 else ''}")
-    V, D = config.vocab_size, config.d_model
-    shapes = {TOKEN_TABLE[config.family]: (V, D), "lm_head.W": (D, V)}
-    if config.family == "gpt2":
-        shapes["wpe"] = (config.max_positions, D)
-    for name, shape in shapes.items():
-        if name in params and np.shape(params[name]) != shape:
-            raise ValueError(f"params['{name}'] must have shape {shape} (vocab_size = {V}, d_model = {D},"
-                             f" max_positions = {config.max_positions}), got {np.shape(params[name])}")
+    sizes = (f"vocab_size = {config.vocab_size}, d_model = {config.d_model}, d_ff = {config.d_ff}, num_heads ="
+             f" {config.num_heads}, num_kv_heads = {config.num_kv_heads}, max_positions = {config.max_positions}")
+    checked = {}
+    for name, shape in tensor_shapes(config).items():
+        if params.get(name) is None:
+            continue
+        if np.shape(params[name]) != shape:
+            raise ValueError(f"params['{name}'] must have shape {shape} ({sizes}), got {np.shape(params[name])}")
+        checked[name] = as_real_array(params[name], f"params['{name}']")
+    dtype = common_dtype(*checked.values())
+    return {name: cast(a, dtype) for name, a in checked.items()}
 
 
 def check_lm_inputs(ids, params, config: LMConfig, attention_mask=None):
     """A whole model's inputs: the params against the config, the ids in the vocabulary, and
     transformers' ``attention_mask`` as a key mask (..., 1, T) for the blocks (None when there
-    is no padding). Returns ``(ids, mask)``."""
-    check_lm_params(params, config)
+    is no padding). Returns ``(ids, params, mask)``, the params checked (:func:`check_lm_params`)."""
+    params = check_lm_params(params, config)
     ids = as_token_ids(ids, "ids", config.vocab_size)
     if ids.ndim < 1:
         raise ValueError(f"ids must have shape (..., T), got a scalar {ids!r}")
     keep = as_attention_mask(attention_mask, ids.shape)  # (..., T)
-    return ids, (None if keep.all() else keep[..., None, :])  # (..., 1, T): a query sees real keys only
+    return ids, params, (None if keep.all() else keep[..., None, :])  # (..., 1, T): a query sees real keys only
 
 
 def head_weight(params: dict, config: LMConfig):

@@ -38,7 +38,13 @@ from .decoder_block import (
     decoder_block_forward,
     init_decoder_block_params,
 )
-from .gpt2_block import gpt2_block_backward, gpt2_block_decode_step, gpt2_block_forward, init_gpt2_block_params
+from .gpt2_block import (
+    GPT2BlockCache,
+    gpt2_block_backward,
+    gpt2_block_decode_step,
+    gpt2_block_forward,
+    init_gpt2_block_params,
+)
 from .llama_block import (
     LLAMA_PARAM_NAMES,
     LlamaBlockCache,
@@ -63,7 +69,7 @@ __all__ = [
     "init_encoder_block_params",
     "DecoderBlockCache", "TransformerDecoderBlock", "decoder_block_backward", "decoder_block_forward",
     "init_decoder_block_params",
-    "gpt2_block_backward", "gpt2_block_decode_step", "gpt2_block_forward", "init_gpt2_block_params",
+    "GPT2BlockCache", "gpt2_block_backward", "gpt2_block_decode_step", "gpt2_block_forward", "init_gpt2_block_params",
     "LLAMA_PARAM_NAMES", "LlamaBlockCache", "init_llama_block_params", "llama_block_backward",
     "llama_block_decode_step", "llama_block_forward",
     "SGD", "Adam",

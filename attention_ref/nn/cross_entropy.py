@@ -23,7 +23,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .._checks import as_upstream, signals_land_here
-from .._pair_checks import check_cross_entropy_inputs, check_next_token_inputs
+from .._token_checks import check_cross_entropy_inputs, check_next_token_inputs
 
 __all__ = ["CrossEntropyCache", "cross_entropy_forward", "cross_entropy_backward", "next_token_targets"]
 

@@ -36,7 +36,7 @@ from .._checks import (
 )
 from ..core.masks import causal_mask
 from .._pair_checks import PARAM_NAMES, check_multi_head_inputs
-from ..variants.grouped_heads import _multi_head_attention_backward, _multi_head_attention_forward
+from ..variants.grouped_heads import multi_head_attention_backward_formula, multi_head_attention_formula
 from .encoder_block import _check_block_options, _ffn_params, _ln_params, _self_attention_backward
 from .feed_forward import FFN_PARAM_NAMES, _feed_forward_backward, feed_forward_forward
 from .residual import (
@@ -87,7 +87,7 @@ class DecoderBlockCache(NamedTuple):
 
 def _cross_attention_backward(ds, attn_cache):
     """Sub-layer backward of cross-attention: the query path goes on; memory fed key and value."""
-    dquery, dkey, dvalue, grads = _multi_head_attention_backward(ds, attn_cache)  # ds is internal: unchecked
+    dquery, dkey, dvalue, grads = multi_head_attention_backward_formula(ds, attn_cache)  # ds is internal: unchecked
     return dquery, (dkey + dvalue, grads)
 
 
@@ -151,7 +151,7 @@ def decoder_block_forward(x, memory, params, num_heads, mask=None, memory_mask=N
         """Multi-head attention of one group; the masks were validated, and warned about, above."""
         checked = check_multi_head_inputs(query, key_value, key_value, p[group], num_heads, group_mask,
                                           warn_mask=False)
-        return _multi_head_attention_forward(*checked, tuple(p[group]))
+        return multi_head_attention_formula(checked, tuple(p[group]))
 
     def self_attention(z):
         return attention("self_attn", z, z, self_mask)

@@ -15,7 +15,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .._checks import as_upstream
-from .._pair_checks import check_embedding_inputs
+from .._token_checks import check_embedding_inputs
 
 __all__ = ["EmbeddingCache", "embedding_forward", "embedding_backward"]
 
@@ -43,7 +43,12 @@ def embedding_forward(ids, W, padding_idx=None):
     out : array (..., N, D), ``W[ids]`` (a new array)
     cache : EmbeddingCache for :func:`embedding_backward`
     """
-    ids, W, padding_idx = check_embedding_inputs(ids, W, padding_idx)
+    return embedding_formula(*check_embedding_inputs(ids, W, padding_idx))
+
+
+def embedding_formula(ids, W, padding_idx=None):
+    """:func:`embedding_forward` on checked inputs (whole models call it on ids and a table
+    they checked once)."""
     out = W[ids]  # (..., N, D): row ids[..., n] of W
     return out, EmbeddingCache(ids, W.shape, W.dtype, padding_idx)
 

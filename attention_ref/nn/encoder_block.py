@@ -26,7 +26,7 @@ import numpy as np
 from .._checks import as_real_array, as_upstream, check_float_dtype, check_positive_int, require_ndim
 from .._pair_checks import check_scale
 from .._pair_checks import PARAM_NAMES
-from ..variants.grouped_heads import _multi_head_attention_backward, multi_head_attention_forward
+from ..variants.grouped_heads import multi_head_attention_backward_formula, multi_head_attention_forward
 from .feed_forward import ACTIVATIONS, FFN_PARAM_NAMES, _feed_forward_backward, feed_forward_forward
 from .residual import (
     ResidualCache,
@@ -69,7 +69,7 @@ class EncoderBlockCache(NamedTuple):
 
 def _self_attention_backward(ds, attn_cache):
     """Sub-layer backward of self-attention: ``x`` fed query, key and value, so dx sums all three."""
-    dquery, dkey, dvalue, grads = _multi_head_attention_backward(ds, attn_cache)  # ds is internal: unchecked
+    dquery, dkey, dvalue, grads = multi_head_attention_backward_formula(ds, attn_cache)  # ds is internal: unchecked
     return dquery + dkey + dvalue, grads
 
 

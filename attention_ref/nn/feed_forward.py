@@ -33,7 +33,7 @@ import numpy as np
 from .._checks import as_real_array, as_upstream, common_dtype
 from .._pair_checks import check_linear_inputs
 from ..core.linear import LinearCache
-from ..fast.dispatch import _linear_backward, _linear_finite
+from ..fast.dispatch import linear_backward_formula, linear_formula
 from .erf import erf
 
 __all__ = [
@@ -151,7 +151,7 @@ class FeedForwardCache(NamedTuple):
     param_keys: tuple
 
 
-def _check_ffn(x, params, activation):
+def check_ffn_inputs(x, params, activation):
     """Validate ``params`` keys and shapes, and the activation name."""
     if activation not in _ACT:
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
@@ -195,16 +195,21 @@ def feed_forward_forward(x, params, activation="relu"):
     y : array (..., d_out)
     cache : FeedForwardCache for :func:`feed_forward_backward`
     """
-    x, W_1, b_1, W_2, b_2 = _check_ffn(x, params, activation)
+    x, W_1, b_1, W_2, b_2 = check_ffn_inputs(x, params, activation)
+    return feed_forward_formula(x, W_1, b_1, W_2, b_2, activation, tuple(params))
+
+
+def feed_forward_formula(x, W_1, b_1, W_2, b_2, activation, param_keys=FFN_PARAM_NAMES):
+    """:func:`feed_forward_forward` on checked inputs (the blocks and the decoding steps call it)."""
     act_forward, _ = _ACT[activation]
     # 1. first linear map
-    h = _linear_finite(x, W_1, b_1, ("x", "W_1", "b_1"))  # (..., F)
+    h = linear_formula(x, W_1, b_1, ("x", "W_1", "b_1"))  # (..., F)
     # 2. activation
     a, _ = act_forward(h)  # (..., F)
     # 3. second linear map
-    y = _linear_finite(a, W_2, b_2, ("act(x W_1 + b_1)", "W_2", "b_2"))  # (..., Dout)
+    y = linear_formula(a, W_2, b_2, ("act(x W_1 + b_1)", "W_2", "b_2"))  # (..., Dout)
     cache = FeedForwardCache(LinearCache(x, W_1, b_1 is not None), h,
-                             LinearCache(a, W_2, b_2 is not None), activation, tuple(params))
+                             LinearCache(a, W_2, b_2 is not None), activation, tuple(param_keys))
     return y, cache
 
 
@@ -234,9 +239,9 @@ def _feed_forward_backward(dy, cache: FeedForwardCache):
     _, act_backward = _ACT[cache.activation]
     grads = {}
     # 3. y = a W_2 + b_2
-    da, grads["W_2"], grads["b_2"] = _linear_backward(dy, fc2)  # (..., F)
+    da, grads["W_2"], grads["b_2"] = linear_backward_formula(dy, fc2)  # (..., F)
     # 2. a = act(h)
     dh = act_backward(da, cache.h)  # (..., F)
     # 1. h = x W_1 + b_1
-    dx, grads["W_1"], grads["b_1"] = _linear_backward(dh, cache.fc1)  # (..., D)
+    dx, grads["W_1"], grads["b_1"] = linear_backward_formula(dh, cache.fc1)  # (..., D)
     return dx, {n: grads[n] for n in cache.param_keys}

@@ -21,7 +21,7 @@ import numpy as np
 from .._checks import as_upstream
 from .._pair_checks import check_linear_inputs
 from ..core.linear import LinearCache
-from ..fast.dispatch import _linear_backward, _linear_finite
+from ..fast.dispatch import linear_backward_formula, linear_formula
 from .feed_forward import _gelu_backward, _gelu_tanh
 
 __all__ = ["GeGLUCache", "geglu_forward", "geglu_backward"]
@@ -57,15 +57,15 @@ def geglu_forward(x, W_gate, W_up, W_down):
     if W_gate.shape != W_up.shape:
         raise ValueError(f"W_gate and W_up must have the same shape (d, f), got {W_gate.shape} and {W_up.shape}")
     # 1. the two projections
-    a = _linear_finite(x, W_gate, None, ("x", "W_gate", "b"))  # (..., F)
-    u = _linear_finite(x, W_up, None, ("x", "W_up", "b"))  # (..., F)
+    a = linear_formula(x, W_gate, None, ("x", "W_gate", "b"))  # (..., F)
+    u = linear_formula(x, W_up, None, ("x", "W_up", "b"))  # (..., F)
     # 2. gate
     t, _ = _gelu_tanh(a)  # (..., F)
     gelu_a = 0.5 * a * (1.0 + t)  # (..., F)
     m = gelu_a * u  # (..., F)
     m, W_down, _ = check_linear_inputs(m, W_down, None, ("gelu(x W_gate) * (x W_up)", "W_down", "b"))
     # 3. down projection
-    y = _linear_finite(m, W_down, None, ("gelu(x W_gate) * (x W_up)", "W_down", "b"))  # (..., Dout)
+    y = linear_formula(m, W_down, None, ("gelu(x W_gate) * (x W_up)", "W_down", "b"))  # (..., Dout)
     return y, GeGLUCache(LinearCache(x, W_gate, False), LinearCache(x, W_up, False), LinearCache(m, W_down, False),
                          a, gelu_a, u)
 
@@ -94,11 +94,11 @@ def _geglu_backward(dy, cache: GeGLUCache):
     """Unchecked backward, for the blocks."""
     gate, up, down, a, gelu_a, u = cache
     # 3. y = m W_down
-    dm, dW_down, _ = _linear_backward(dy, down)  # (..., F)
+    dm, dW_down, _ = linear_backward_formula(dy, down)  # (..., F)
     # 2. m = gelu(a) * u
     du = dm * gelu_a  # (..., F)
     da = _gelu_backward(dm * u, a)  # (..., F): dm * u * gelu'(a)
     # 1. a = x W_gate, u = x W_up
-    dx_gate, dW_gate, _ = _linear_backward(da, gate)  # (..., D)
-    dx_up, dW_up, _ = _linear_backward(du, up)  # (..., D)
+    dx_gate, dW_gate, _ = linear_backward_formula(da, gate)  # (..., D)
+    dx_up, dW_up, _ = linear_backward_formula(du, up)  # (..., D)
     return dx_gate + dx_up, dW_gate, dW_up, dW_down

@@ -1,33 +1,60 @@
 """GPT-2's decoder-only block: pre-norm, causal self-attention, a GELU (tanh) MLP, two residuals.
 
-``h = x + Attn(LN_1(x))``, ``y = h + MLP(LN_2(h))``, with causal self-attention (biases on
-the four projections) and ``MLP(z) = gelu_tanh(z W_1 + b_1) W_2 + b_2``. It is the pre-norm
-encoder block of :mod:`.encoder_block` with a causal mask and GELU, so it is computed by it:
-same parameter names (``ln1``, ``self_attn``, ``ln2``, ``ffn``), same cache.
-:func:`attention_ref.interop.from_gpt2_block` maps transformers' ``GPT2Block`` weights onto
-these names.
+Symbols: ``...`` batch axes, N positions, D model width, H heads, F the MLP's hidden width.
+
+Forward, numbered so the backward can walk it in reverse (nanoGPT's two lines
+``x = x + attn(ln_1(x)); x = x + mlp(ln_2(x))``, one pair per step):
+
+1. ``z = LN_1(x)``                                         (..., N, D)
+2. ``a = Attn(z)``: causal multi-head self-attention, biases on the four projections
+3. ``h = x + a``
+4. ``u = LN_2(h)``
+5. ``m = MLP(u) = gelu_tanh(u W_1 + b_1) W_2 + b_2``       (..., N, D)
+6. ``y = h + m``
+
+Parameter names (flat, ``group.name``) as the encoder block's: ``ln1.gamma``, ``ln1.beta``,
+``self_attn.W_q`` ... ``.b_o``, ``ln2.gamma``, ``ln2.beta``, ``ffn.W_1``, ``.b_1``, ``.W_2``,
+``.b_2``; :func:`attention_ref.interop.from_gpt2_block` maps transformers' ``GPT2Block``
+weights onto them. The decode step (:func:`gpt2_block_decode_step`) runs the same steps on new
+tokens against a :class:`KVCache`.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
-from .._checks import as_real_array, check_positive_int, require_ndim
-from .._pair_checks import check_scale
-from ..core.masks import combine_with_causal
+from .._checks import (as_real_array, as_upstream, cast, check_positive_int, check_positive_real, common_dtype,
+                       require_ndim)
+from .._pair_checks import MultiHeadInputs, check_multi_head_inputs, check_scale
+from ..core.masks import causal_mask
+from ..variants.grouped_heads import multi_head_attention_backward_formula, multi_head_attention_formula
 from ..variants.kv_cache import KVCache
-from .encoder_block import (
-    ENCODER_GROUPS,
-    EncoderBlockCache,
-    encoder_block_backward,
-    encoder_block_forward,
-    init_encoder_block_params,
-)
-from .feed_forward import feed_forward_forward
-from .layer_norm import layer_norm_forward
-from .multi_head_attention import check_decode_mask, check_new_tokens, decode_attention
-from .residual import split_params
+from .encoder_block import ENCODER_GROUPS, init_encoder_block_params
+from .feed_forward import FeedForwardCache, _feed_forward_backward, check_ffn_inputs, feed_forward_formula
+from .layer_norm import LayerNormCache, _layer_norm_backward, layer_norm_formula
+from .multi_head_attention import (check_block_mask, check_decode_mask, check_new_tokens, combine_masks,
+                                   decode_attention)
+from .residual import check_block_params, split_params
 
-__all__ = ["gpt2_block_forward", "gpt2_block_backward", "gpt2_block_decode_step", "init_gpt2_block_params"]
+__all__ = ["GPT2BlockCache", "gpt2_block_forward", "gpt2_block_backward", "gpt2_block_decode_step", "init_gpt2_block_params"]
+
+
+class GPT2BlockCache(NamedTuple):
+    """Nested caches of the six steps."""
+
+    ln1: LayerNormCache  # step 1
+    attn: object  # step 2, MultiHeadCache (GroupedMultiHeadCache never: GPT-2 has H key/value heads)
+    ln2: LayerNormCache  # step 4
+    mlp: FeedForwardCache  # step 5
+    param_keys: tuple
+    y_shape: tuple
+    y_dtype: np.dtype
+
+    @property
+    def weights(self) -> np.ndarray:
+        """Self-attention probabilities of every head, (..., H, N, N)."""
+        return self.attn.weights
 
 
 def gpt2_block_forward(x, params, num_heads, *, eps=1e-5, mask=None, scale=None):
@@ -37,7 +64,8 @@ def gpt2_block_forward(x, params, num_heads, *, eps=1e-5, mask=None, scale=None)
     ----------
     x : array (..., n, d_model)
     params : flat dict ``ln1.gamma, ln1.beta, self_attn.W_q, .b_q, ..., .W_o, .b_o, ln2.gamma,
-        ln2.beta, ffn.W_1, .b_1, .W_2, .b_2`` (see :func:`init_gpt2_block_params`)
+        ln2.beta, ffn.W_1, .b_1, .W_2, .b_2`` (see :func:`init_gpt2_block_params`; the biases
+        may be absent)
     num_heads : int
     eps : the layer norms' epsilon (GPT-2's ``layer_norm_epsilon``, 1e-5)
     mask : optional extra mask (bool, True = may attend, e.g. padding; or float, added),
@@ -49,17 +77,68 @@ def gpt2_block_forward(x, params, num_heads, *, eps=1e-5, mask=None, scale=None)
     Returns
     -------
     y : array (..., n, d_model)
-    cache : EncoderBlockCache (``cache.weights``: the attention probabilities)
+    cache : GPT2BlockCache (``cache.weights``: the attention probabilities)
     """
     x = as_real_array(x, "x")
     require_ndim(x, "x", 2, "(..., n, d_model)")
-    return encoder_block_forward(x, params, num_heads, combine_with_causal(mask, x.shape[-2]), norm_first=True,
-                                 activation="gelu", eps=eps, scale=scale)
+    num_heads = check_positive_int(num_heads, "num_heads")
+    scale = check_scale(scale)
+    x, p = check_gpt2_block_params(x, params, num_heads)
+    eps = check_positive_real(eps, "eps")
+    mask = check_block_mask(mask, x)
+    return gpt2_block_formula(x, p, num_heads, eps=eps, mask=mask, scale=scale, param_keys=tuple(params))
 
 
-def gpt2_block_backward(dout, cache: EncoderBlockCache):
-    """Gradients of :func:`gpt2_block_forward`: ``(dx, grads)``, ``grads`` keyed like params."""
-    return encoder_block_backward(dout, cache)
+def gpt2_block_formula(x, p, num_heads, *, eps, mask, scale, param_keys):
+    """:func:`gpt2_block_forward` on checked inputs (``p`` grouped as
+    :func:`check_gpt2_block_params` returns it, ``mask`` None or checked; whole models call it
+    on weights they checked once). ``param_keys`` names the gradients of the backward."""
+    ln1, attn, ln2, ffn = p["ln1"], p["self_attn"], p["ln2"], p["ffn"]
+    n = x.shape[-2]
+    # 1. z = LN_1(x)
+    z, ln1_cache = layer_norm_formula(x, ln1["gamma"], ln1["beta"], eps)  # (..., N, D)
+    # 2. a = Attn(z), causal (and the extra mask)
+    causal = causal_mask(n) if mask is None else combine_masks(mask, causal_mask(n))  # (..., N, N)
+    a, attn_cache = multi_head_attention_formula(MultiHeadInputs(z, z, z, attn, causal, None, num_heads, num_heads),
+                                                 tuple(attn), scale=scale)  # (..., N, D)
+    # 3. h = x + a
+    hidden = x + a  # (..., N, D)
+    # 4. u = LN_2(h)
+    u, ln2_cache = layer_norm_formula(hidden, ln2["gamma"], ln2["beta"], eps)  # (..., N, D)
+    # 5. m = MLP(u)
+    m, mlp_cache = feed_forward_formula(u, ffn["W_1"], ffn.get("b_1"), ffn["W_2"], ffn.get("b_2"), "gelu",
+                                        tuple(ffn))  # (..., N, D)
+    # 6. y = h + m
+    y = hidden + m  # (..., N, D)
+    return y, GPT2BlockCache(ln1_cache, attn_cache, ln2_cache, mlp_cache, tuple(param_keys), y.shape, y.dtype)
+
+
+def gpt2_block_backward(dout, cache: GPT2BlockCache):
+    """Gradients of :func:`gpt2_block_forward`, its six steps in reverse.
+
+    Returns
+    -------
+    dx : array (..., n, d_model)
+    grads : dict keyed like params (None for a bias given as None)
+    """
+    dy = as_upstream(dout, cache.y_shape, cache.y_dtype, "dout")
+    g = {}
+    # 6. y = h + m: the residual passes dy to both
+    # 5. m = MLP(u)
+    du, ffn_grads = _feed_forward_backward(dy, cache.mlp)  # (..., N, D)
+    g.update({f"ffn.{name}": grad for name, grad in ffn_grads.items()})
+    # 4. u = LN_2(h)
+    dh_norm, g["ln2.gamma"], g["ln2.beta"] = _layer_norm_backward(du, cache.ln2)
+    dh = dy + dh_norm  # (..., N, D)
+    # 3. h = x + a: the residual passes dh to both
+    # 2. a = Attn(z): z fed the query, the key and the value, so dz sums the three
+    dquery, dkey, dvalue, attn_grads = multi_head_attention_backward_formula(dh, cache.attn)
+    dz = dquery + dkey + dvalue  # (..., N, D)
+    g.update({f"self_attn.{name}": grad for name, grad in attn_grads.items()})
+    # 1. z = LN_1(x)
+    dx_norm, g["ln1.gamma"], g["ln1.beta"] = _layer_norm_backward(dz, cache.ln1)
+    dx = dh + dx_norm  # (..., N, D)
+    return dx, {name: g.get(name) for name in cache.param_keys}
 
 
 def gpt2_block_decode_step(x_t, params, num_heads, cache: KVCache, *, eps=1e-5, scale=None, mask=None):
@@ -86,16 +165,40 @@ def gpt2_block_decode_step(x_t, params, num_heads, cache: KVCache, *, eps=1e-5, 
     y_t : array (..., t, d_model)
     """
     x_t = check_new_tokens(x_t, cache)
-    h = check_positive_int(num_heads, "num_heads")
+    num_heads = check_positive_int(num_heads, "num_heads")
     scale = check_scale(scale)
-    p = split_params(params, ENCODER_GROUPS)
+    x_t, p = check_gpt2_block_params(x_t, params, num_heads)
+    eps = check_positive_real(eps, "eps")
     mask = check_decode_mask(mask, x_t, cache, x_t.dtype)
-    # x + Attn(LN_1(x)): the new tokens attend to the cached ones and causally among themselves
-    z, _ = layer_norm_forward(x_t, p["ln1"]["gamma"], p["ln1"]["beta"], eps)  # (..., t, D)
-    hidden = x_t + decode_attention(z, p["self_attn"], h, h, cache, scale=scale, name="z", mask=mask)  # (..., t, D)
-    # h + MLP(LN_2(h))
-    u, _ = layer_norm_forward(hidden, p["ln2"]["gamma"], p["ln2"]["beta"], eps)
-    m, _ = feed_forward_forward(u, p["ffn"], "gelu")
+    return gpt2_decode_formula(x_t, p, num_heads, cache, eps=eps, scale=scale, mask=mask)
+
+
+def check_gpt2_block_params(x, params, num_heads):
+    """The block's flat ``params`` against ``x`` (..., n, d_model): every array real and finite,
+    of matching shapes, cast with ``x`` to their common dtype. Returns ``(x, p)``, ``p`` grouped
+    as ``p["ln1"]["gamma"]``, ``p["self_attn"]["W_q"]``, ``p["ffn"]["W_1"]`` ..."""
+    p = check_block_params(split_params(params, ENCODER_GROUPS), x.shape[-1], ("ln1", "ln2"),
+                           {"self_attn": ("W_o", "b_o"), "ffn": ("W_2", "b_2")})
+    p["self_attn"] = check_multi_head_inputs(x, x, x, p["self_attn"], num_heads).params
+    _, *ffn = check_ffn_inputs(x, p["ffn"], "gelu")
+    p["ffn"] = {name: a for name, a in zip(("W_1", "b_1", "W_2", "b_2"), ffn) if a is not None}
+    dtype = common_dtype(x, *(a for group in p.values() for a in group.values()))
+    return cast(x, dtype), {g: {n: cast(a, dtype) for n, a in group.items()} for g, group in p.items()}
+
+
+def gpt2_decode_formula(x_t, p, num_heads, cache: KVCache, *, eps, scale, mask):
+    """:func:`gpt2_block_decode_step` on checked inputs (``p`` grouped as
+    :func:`check_gpt2_block_params` returns it, ``mask`` as :func:`check_decode_mask`)."""
+    ln1, attn, ln2, ffn = p["ln1"], p["self_attn"], p["ln2"], p["ffn"]
+    # 1. z = LN_1(x): 2. the new tokens attend to the cached ones and causally among themselves
+    z, _ = layer_norm_formula(x_t, ln1["gamma"], ln1["beta"], eps)  # (..., t, D)
+    a = decode_attention(z, attn, num_heads, num_heads, cache, scale=scale, name="z", mask=mask)  # (..., t, D)
+    # 3. h = x + a
+    hidden = x_t + a  # (..., t, D)
+    # 4. u = LN_2(h); 5. m = MLP(u)
+    u, _ = layer_norm_formula(hidden, ln2["gamma"], ln2["beta"], eps)  # (..., t, D)
+    m, _ = feed_forward_formula(u, ffn["W_1"], ffn.get("b_1"), ffn["W_2"], ffn.get("b_2"), "gelu")  # (..., t, D)
+    # 6. y = h + m
     return hidden + m  # (..., t, D)
 
 

@@ -75,6 +75,11 @@ def layer_norm_forward(x, gamma, beta, eps=1e-5):
     cache : LayerNormCache for :func:`layer_norm_backward`
     """
     x, gamma, beta, eps = check_norm_inputs(x, eps, gamma=gamma, beta=beta)
+    return layer_norm_formula(x, gamma, beta, eps)
+
+
+def layer_norm_formula(x, gamma, beta, eps):
+    """:func:`layer_norm_forward` on checked inputs (the blocks and the decoding steps call it)."""
     # 1. row statistics
     with np.errstate(over="ignore", invalid="ignore"):  # rows too large are redone below
         mu = x.mean(axis=-1, keepdims=True)  # (..., 1)

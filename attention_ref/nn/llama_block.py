@@ -26,17 +26,19 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._checks import as_real_array, as_upstream, broadcasts_into, check_positive_int, require_ndim
+from .._checks import (as_real_array, as_upstream, broadcasts_into, cast, check_positive_int,
+                       check_positive_real, common_dtype, require_ndim)
 from .._pair_checks import check_scale
-from ..core.masks import combine_with_causal
-from .._pair_checks import check_multi_head_inputs
+from ..core.masks import causal_mask
+from .._pair_checks import MultiHeadInputs, check_multi_head_inputs
 from ..variants.grouped_heads import GroupedMultiHeadCache
-from ..variants.grouped_heads import _multi_head_attention_backward, _multi_head_attention_forward
+from ..variants.grouped_heads import multi_head_attention_backward_formula, multi_head_attention_formula
 from ..variants.kv_cache import KVCache
 from ..variants.rope import rope_backward, rope_forward
-from .multi_head_attention import check_decode_mask, check_new_tokens, decode_attention
-from .rms_norm import RMSNormCache, _rms_norm_backward, rms_norm_forward
-from .swiglu import SwiGLUCache, _swiglu_backward, swiglu_forward
+from .multi_head_attention import (check_block_mask, check_decode_mask, check_new_tokens, combine_masks,
+                                   decode_attention)
+from .rms_norm import RMSNormCache, _rms_norm_backward, rms_norm_formula, rms_norm_forward
+from .swiglu import SwiGLUCache, _swiglu_backward, check_swiglu_inputs, swiglu_formula, swiglu_forward
 
 __all__ = ["LLAMA_PARAM_NAMES", "LlamaBlockCache", "RotaryHalf", "llama_block_forward", "llama_block_backward",
            "llama_block_decode_step", "init_llama_block_params"]
@@ -130,24 +132,31 @@ def llama_block_forward(x, params, num_heads, *, num_kv_heads=None, rope_base=10
     require_ndim(x, "x", 2, "(..., n, d_model)")
     num_heads = check_positive_int(num_heads, "num_heads")
     scale = check_scale(scale)
-    _check_llama_params(params, x.shape[-1])
-    num_kv_heads = _kv_heads(params, num_heads, num_kv_heads)
+    x, p, num_heads, num_kv_heads = check_llama_block_params(x, params, num_heads, num_kv_heads)
+    eps, rope_base = check_positive_real(eps, "eps"), check_positive_real(rope_base, "rope_base")
+    mask = check_block_mask(mask, x)
+    return llama_block_formula(x, p, num_heads, num_kv_heads, rope_base=rope_base, eps=eps, mask=mask, scale=scale)
+
+
+def llama_block_formula(x, p, num_heads, num_kv_heads, *, rope_base, eps, mask, scale):
+    """:func:`llama_block_forward` on checked inputs (``p`` as :func:`check_llama_block_params`
+    returns it, ``mask`` None or checked; whole models call it on weights they checked once)."""
     n = x.shape[-2]
-    attn_params = {name: params[f"self_attn.{name}"] for name in ("W_q", "W_k", "W_v", "W_o")}
+    attn_params = {name: p[f"self_attn.{name}"] for name in ("W_q", "W_k", "W_v", "W_o")}
     # 1. z = RMSNorm_1(x)
-    z, norm1 = rms_norm_forward(x, params["input_norm.weight"], eps)  # (..., N, D)
+    z, norm1 = rms_norm_formula(x, p["input_norm.weight"], eps)  # (..., N, D)
     # 2. a = Attn(z): causal, RoPE on q and k, grouped heads
-    query, key, value, p, m, _, h, hkv = check_multi_head_inputs(
-        z, z, z, attn_params, num_heads, combine_with_causal(mask, n), num_kv_heads)
     positions = np.arange(n)
-    a, attn = _multi_head_attention_forward(query, key, value, p, m, None, h, hkv, tuple(attn_params),
-                                            scale=scale, rotary=RotaryHalf(positions, positions, float(rope_base)))
+    causal = causal_mask(n) if mask is None else combine_masks(mask, causal_mask(n))  # (..., N, N)
+    inputs = MultiHeadInputs(z, z, z, attn_params, causal, None, num_heads, num_kv_heads)
+    a, attn = multi_head_attention_formula(inputs, tuple(attn_params), scale=scale,
+                                           rotary=RotaryHalf(positions, positions, float(rope_base)))  # (..., N, D)
     # 3. h = x + a
     hidden = x + a  # (..., N, D)
     # 4. u = RMSNorm_2(h)
-    u, norm2 = rms_norm_forward(hidden, params["post_attention_norm.weight"], eps)  # (..., N, D)
+    u, norm2 = rms_norm_formula(hidden, p["post_attention_norm.weight"], eps)  # (..., N, D)
     # 5. m = SwiGLU(u)
-    mlp_out, mlp = swiglu_forward(u, params["mlp.W_gate"], params["mlp.W_up"], params["mlp.W_down"])  # (..., N, D)
+    mlp_out, mlp = swiglu_formula(u, p["mlp.W_gate"], p["mlp.W_up"], p["mlp.W_down"])  # (..., N, D)
     # 6. y = h + m
     y = hidden + mlp_out  # (..., N, D)
     return y, LlamaBlockCache(norm1, attn, norm2, mlp, y.shape, y.dtype)
@@ -171,7 +180,7 @@ def llama_block_backward(dout, cache: LlamaBlockCache):
     dh = dy + dh_norm  # (..., N, D)
     # 3. h = x + a: the residual passes dh to both
     # 2. a = Attn(z): z fed the query, the key and the value, so dz sums the three
-    dquery, dkey, dvalue, attn_grads = _multi_head_attention_backward(dh, cache.attn)
+    dquery, dkey, dvalue, attn_grads = multi_head_attention_backward_formula(dh, cache.attn)
     dz = dquery + dkey + dvalue  # (..., N, D)
     g.update({f"self_attn.{name}": attn_grads[name] for name in ("W_q", "W_k", "W_v", "W_o")})
     # 1. z = RMSNorm_1(x)
@@ -210,23 +219,52 @@ def llama_block_decode_step(x_t, params, num_heads, cache: KVCache, *, num_kv_he
     x_t = check_new_tokens(x_t, cache)
     num_heads = check_positive_int(num_heads, "num_heads")
     scale = check_scale(scale)
-    _check_llama_params(params, x_t.shape[-1])
-    num_kv_heads = _kv_heads(params, num_heads, num_kv_heads)
+    x_t, p, num_heads, num_kv_heads = check_llama_block_params(x_t, params, num_heads, num_kv_heads)
+    eps, rope_base = check_positive_real(eps, "eps"), check_positive_real(rope_base, "rope_base")
     mask = check_decode_mask(mask, x_t, cache, x_t.dtype)
-    attn_params = {name: params[f"self_attn.{name}"] for name in ("W_q", "W_k", "W_v", "W_o")}
     if positions is None:
         positions = np.arange(cache.length, cache.length + x_t.shape[-2])  # (t,): the new tokens' positions
-    positions = check_decode_positions(positions, x_t)[..., None, :]  # (..., 1, t): the same for every head
+    positions = check_decode_positions(positions, x_t)
+    return llama_decode_formula(x_t, p, num_heads, num_kv_heads, cache, eps=eps, scale=scale, mask=mask,
+                                rotary=RotaryHalf(positions[..., None, :], positions[..., None, :], rope_base))
+
+
+def check_llama_block_params(x, params, num_heads, num_kv_heads=None):
+    """The block's flat ``params`` against ``x`` (..., n, d_model): the keys of
+    :data:`LLAMA_PARAM_NAMES`, every array real and finite, of matching shapes, cast with ``x``
+    to their common dtype. Returns ``(x, p, num_heads, num_kv_heads)``, ``p`` keyed like params."""
+    _check_llama_params(params, x.shape[-1])
+    attn = {name: params[f"self_attn.{name}"] for name in ("W_q", "W_k", "W_v", "W_o")}
+    checked = check_multi_head_inputs(x, x, x, attn, num_heads, num_kv_heads=_kv_heads(params, num_heads, num_kv_heads))
+    attn, h, hkv = checked.params, checked.num_heads, checked.num_kv_heads
+    _, W_gate, W_up, W_down = check_swiglu_inputs(x, params["mlp.W_gate"], params["mlp.W_up"], params["mlp.W_down"])
+    if W_down.shape[1] != x.shape[-1]:
+        raise ValueError(f"params['mlp.W_down'] must have {x.shape[-1]} columns, shape (f, {x.shape[-1]}): the MLP"
+                         f" output is added to its input of width d_model = {x.shape[-1]}, got shape {W_down.shape}")
+    p = {**{f"self_attn.{n}": a for n, a in attn.items()}, "mlp.W_gate": W_gate, "mlp.W_up": W_up,
+         "mlp.W_down": W_down, **{n: as_real_array(params[n], f"params['{n}']")
+                                  for n in ("input_norm.weight", "post_attention_norm.weight")}}
+    dtype = common_dtype(x, *p.values())
+    return cast(x, dtype), {n: cast(p[n], dtype) for n in LLAMA_PARAM_NAMES}, h, hkv
+
+
+def llama_decode_formula(x_t, p, num_heads, num_kv_heads, cache: KVCache, *, eps, scale, mask, rotary):
+    """:func:`llama_block_decode_step` on checked inputs (``p`` as :func:`check_llama_block_params`
+    returns it, ``mask`` as :func:`check_decode_mask`, ``rotary`` a :class:`RotaryHalf` at the
+    new tokens' positions)."""
+    attn = {name: p[f"self_attn.{name}"] for name in ("W_q", "W_k", "W_v", "W_o")}
     # 1. z = RMSNorm_1(x_t)
-    z, _ = rms_norm_forward(x_t, params["input_norm.weight"], eps)  # (..., t, D)
-    z, _, _, p, _, _, h, hkv = check_multi_head_inputs(z, z, z, attn_params, num_heads, num_kv_heads=num_kv_heads)
+    z, _ = rms_norm_formula(x_t, p["input_norm.weight"], eps)  # (..., t, D)
     # 2. attention: queries and keys rotated at the new positions; the rotated keys are cached
-    a = decode_attention(z, p, h, hkv, cache, scale=scale, name="z", mask=mask,
-                         rotary=RotaryHalf(positions, positions, float(rope_base)))  # (..., t, D)
-    # 3.-6. residual, RMSNorm_2, SwiGLU, residual
+    a = decode_attention(z, attn, num_heads, num_kv_heads, cache, scale=scale, name="z", mask=mask,
+                         rotary=rotary)  # (..., t, D)
+    # 3. h = x + a
     hidden = x_t + a  # (..., t, D)
-    u, _ = rms_norm_forward(hidden, params["post_attention_norm.weight"], eps)
-    m, _ = swiglu_forward(u, params["mlp.W_gate"], params["mlp.W_up"], params["mlp.W_down"])
+    # 4. u = RMSNorm_2(h)
+    u, _ = rms_norm_formula(hidden, p["post_attention_norm.weight"], eps)  # (..., t, D)
+    # 5. m = SwiGLU(u)
+    m, _ = swiglu_formula(u, p["mlp.W_gate"], p["mlp.W_up"], p["mlp.W_down"])  # (..., t, D)
+    # 6. y = h + m
     return hidden + m  # (..., t, D)
 
 

@@ -8,16 +8,16 @@ import numpy as np
 
 from .._checks import as_mask, as_real_array, cast_mask, check_float_dtype, check_mask_shape, check_positive_int
 from .._pair_checks import check_multi_head_inputs
-from ..core.heads import _merge, _split
 from ..core.linear import glorot_uniform
 from ..core.masks import causal_mask
-from ..fast.dispatch import _attention_forward, _linear_finite
+from ..fast.core_formulas import merge_heads_formula, split_heads_formula
+from ..fast.dispatch import attention_formula, linear_formula
 from ..variants.grouped_heads import (
-    _group_heads,
-    _group_mask,
-    _ungroup_heads,
+    group_heads,
+    group_mask,
     multi_head_attention_backward,
     multi_head_attention_forward,
+    ungroup_heads,
 )
 from ..core.separate_heads import (
     multi_head_attention_separate_heads_backward,
@@ -25,7 +25,7 @@ from ..core.separate_heads import (
 )
 from ..variants.kv_cache import KVCache
 
-__all__ = ["MultiHeadAttention", "check_new_tokens", "decode_attention", "check_decode_mask"]
+__all__ = ["MultiHeadAttention", "check_new_tokens", "decode_attention", "check_decode_mask", "check_block_mask"]
 
 
 def check_new_tokens(x_t, cache) -> np.ndarray:
@@ -53,9 +53,9 @@ def decode_attention(z, p, num_heads, num_kv_heads, cache: KVCache, *, scale=Non
     """
     h, hkv = num_heads, num_kv_heads
     cache.claim(p["W_k"])  # one cache per layer: another layer's cache is refused before it changes
-    q = _split(_linear_finite(z, p["W_q"], p.get("b_q"), (name, "W_q", "b_q")), h)  # (..., H, t, Dk)
-    k = _split(_linear_finite(z, p["W_k"], p.get("b_k"), (name, "W_k", "b_k")), hkv)  # (..., Hkv, t, Dk)
-    v = _split(_linear_finite(z, p["W_v"], p.get("b_v"), (name, "W_v", "b_v")), hkv)  # (..., Hkv, t, Dv)
+    q = split_heads_formula(linear_formula(z, p["W_q"], p.get("b_q"), (name, "W_q", "b_q")), h)  # (..., H, t, Dk)
+    k = split_heads_formula(linear_formula(z, p["W_k"], p.get("b_k"), (name, "W_k", "b_k")), hkv)  # (..., Hkv, t, Dk)
+    v = split_heads_formula(linear_formula(z, p["W_v"], p.get("b_v"), (name, "W_v", "b_v")), hkv)  # (..., Hkv, t, Dv)
     if rotary is not None:
         q, k, _ = rotary.forward(q, k)  # each new token at its own position
     cache.append(k, v)
@@ -65,9 +65,9 @@ def decode_attention(z, p, num_heads, num_kv_heads, cache: KVCache, *, scale=Non
     causal = None if t == 1 else causal_mask(t, cache.length)  # (t, T)
     if mask is not None:
         causal = mask if causal is None else combine_masks(mask, causal)  # (..., t, T)
-    o, _ = _attention_forward(_group_heads(q, hkv), keys, values, _group_mask(causal), scale=scale)  # (..., Hkv, G, t, Dv)
-    heads = _ungroup_heads(o)  # (..., H, t, Dv)
-    return _linear_finite(_merge(heads), p["W_o"], p.get("b_o"), ("heads", "W_o", "b_o"))  # (..., t, D_out)
+    o, _ = attention_formula(group_heads(q, hkv), keys, values, group_mask(causal), scale=scale)  # (..., Hkv, G, t, Dv)
+    heads = ungroup_heads(o)  # (..., H, t, Dv)
+    return linear_formula(merge_heads_formula(heads), p["W_o"], p.get("b_o"), ("heads", "W_o", "b_o"))  # (..., t, D_out)
 
 
 def combine_masks(mask, causal):
@@ -86,6 +86,16 @@ def check_decode_mask(mask, x_t, cache: KVCache, dtype):
     t, total = x_t.shape[-2], cache.length + x_t.shape[-2]
     check_mask_shape(mask, x_t.shape[:-2] + (t, total), "mask")
     return cast_mask(mask, dtype)
+
+
+def check_block_mask(mask, x):
+    """A block's extra self-attention mask: broadcastable to (..., n, n) for ``x`` (..., n, d),
+    boolean (True = may attend) or float (added), cast to ``x``'s dtype; None stays None."""
+    mask = as_mask(mask)
+    if mask is None:
+        return None
+    check_mask_shape(mask, x.shape[:-2] + (x.shape[-2], x.shape[-2]), "mask")
+    return cast_mask(mask, x.dtype)
 
 
 _STRATEGIES = {
@@ -222,6 +232,6 @@ class MultiHeadAttention:
         Returns the output (..., t, d_model). Inference only: no backward.
         """
         x_t = check_new_tokens(x_t, cache)
-        x_t, _, _, p, _, _, h, hkv = check_multi_head_inputs(
-            x_t, x_t, x_t, self.params, self.num_heads, num_kv_heads=self.num_kv_heads)
-        return decode_attention(x_t, p, h, hkv, cache)  # (..., t, d_model)
+        checked = check_multi_head_inputs(x_t, x_t, x_t, self.params, self.num_heads, num_kv_heads=self.num_kv_heads)
+        return decode_attention(checked.query, checked.params, checked.num_heads, checked.num_kv_heads,
+                                cache)  # (..., t, d_model)

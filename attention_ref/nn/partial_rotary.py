@@ -20,7 +20,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .._checks import as_real_array, as_upstream, check_positive_int, require_ndim
-from ..variants.rope import ROPE_LAYOUTS, RopeCache, _rotate
+from ..variants.rope import ROPE_LAYOUTS, RopeCache, rotate
 from .rope_scaling import _check_positions, _rotate_by, rope_frequencies
 
 __all__ = ["PartialRotaryCache", "partial_rotary_forward", "partial_rotary_backward"]
@@ -86,5 +86,5 @@ def partial_rotary_backward(dy, cache: PartialRotaryCache):
     rope, shape = cache
     dy = as_upstream(dy, shape, rope.cos.dtype, "dy")
     r = 2 * rope.cos.shape[-1]
-    dx_rot = _rotate(dy[..., :r], rope.cos, -rope.sin, rope.layout)  # (..., N, r): R^T dy_rot
+    dx_rot = rotate(dy[..., :r], rope.cos, -rope.sin, rope.layout)  # (..., N, r): R^T dy_rot
     return np.concatenate([dx_rot, dy[..., r:]], axis=-1)  # (..., N, D)

@@ -48,6 +48,11 @@ def rms_norm_forward(x, weight, eps=1e-6):
     cache : RMSNormCache for :func:`rms_norm_backward`
     """
     x, weight, eps = check_norm_inputs(x, eps, weight=weight)
+    return rms_norm_formula(x, weight, eps)
+
+
+def rms_norm_formula(x, weight, eps):
+    """:func:`rms_norm_forward` on checked inputs (the blocks and the decoding steps call it)."""
     # 1. mean square; a row whose squares overflow is computed from x / max|x| instead
     with np.errstate(over="ignore"):
         ms = (x * x).mean(axis=-1, keepdims=True)  # (..., 1)

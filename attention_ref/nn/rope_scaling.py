@@ -32,7 +32,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from .._checks import as_real_array, broadcasts_into, check_positive_int, check_positive_real, require_ndim
-from ..variants.rope import ROPE_LAYOUTS, RopeCache, _rotate, rope_backward
+from ..variants.rope import ROPE_LAYOUTS, RopeCache, rotate, rope_backward
 
 __all__ = ["ROPE_TYPES", "rope_frequencies", "scaled_rope_forward", "scaled_rope_backward"]
 
@@ -162,7 +162,7 @@ def _rotate_by(x, positions, theta, layout):
     """Unchecked: angles in float64, cos and sin in x's dtype, then RoPE's rotation."""
     angles = np.asarray(positions, dtype=np.float64)[..., None] * theta  # (..., N, D/2)
     cos, sin = np.cos(angles).astype(x.dtype), np.sin(angles).astype(x.dtype)
-    return _rotate(x, cos, sin, layout), RopeCache(cos, sin, x.shape, layout)
+    return rotate(x, cos, sin, layout), RopeCache(cos, sin, x.shape, layout)
 
 
 def scaled_rope_backward(dy, cache: RopeCache):

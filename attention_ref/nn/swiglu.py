@@ -19,7 +19,7 @@ import numpy as np
 from .._checks import as_upstream
 from .._pair_checks import check_linear_inputs
 from ..core.linear import LinearCache
-from ..fast.dispatch import _linear_backward, _linear_finite
+from ..fast.dispatch import linear_backward_formula, linear_formula
 
 __all__ = ["SwiGLUCache", "swiglu_forward", "swiglu_backward", "silu"]
 
@@ -59,19 +59,31 @@ def swiglu_forward(x, W_gate, W_up, W_down):
     y : array (..., d_out)
     cache : SwiGLUCache for :func:`swiglu_backward`
     """
+    return swiglu_formula(*check_swiglu_inputs(x, W_gate, W_up, W_down))
+
+
+def check_swiglu_inputs(x, W_gate, W_up, W_down):
+    """``x`` (..., d), ``W_gate`` and ``W_up`` (d, f), ``W_down`` (f, d_out): real, finite, of
+    matching shapes; returns them checked."""
     x, W_gate, _ = check_linear_inputs(x, W_gate, None, ("x", "W_gate", "b"))
     x, W_up, _ = check_linear_inputs(x, W_up, None, ("x", "W_up", "b"))
     if W_gate.shape != W_up.shape:
         raise ValueError(f"W_gate and W_up must have the same shape (d, f), got {W_gate.shape} and {W_up.shape}")
+    m_shape = np.broadcast_to(np.zeros((), x.dtype), x.shape[:-1] + W_gate.shape[1:])  # (..., F), no memory
+    W_down = check_linear_inputs(m_shape, W_down, None, ("silu(x W_gate) * (x W_up)", "W_down", "b"))[1]
+    return x, W_gate, W_up, W_down
+
+
+def swiglu_formula(x, W_gate, W_up, W_down):
+    """:func:`swiglu_forward` on checked inputs (the blocks and the decoding steps call it)."""
     # 1. the two projections
-    a = _linear_finite(x, W_gate, None, ("x", "W_gate", "b"))  # (..., F)
-    u = _linear_finite(x, W_up, None, ("x", "W_up", "b"))  # (..., F)
+    a = linear_formula(x, W_gate, None, ("x", "W_gate", "b"))  # (..., F)
+    u = linear_formula(x, W_up, None, ("x", "W_up", "b"))  # (..., F)
     # 2. gate
     sig = _sigmoid(a)  # (..., F)
     m = a * sig * u  # (..., F)
-    m, W_down, _ = check_linear_inputs(m, W_down, None, ("silu(x W_gate) * (x W_up)", "W_down", "b"))
     # 3. down projection
-    y = _linear_finite(m, W_down, None, ("silu(x W_gate) * (x W_up)", "W_down", "b"))  # (..., Dout)
+    y = linear_formula(m, W_down, None, ("silu(x W_gate) * (x W_up)", "W_down", "b"))  # (..., Dout)
     return y, SwiGLUCache(LinearCache(x, W_gate, False), LinearCache(x, W_up, False), LinearCache(m, W_down, False),
                           a, sig, u)
 
@@ -100,11 +112,11 @@ def _swiglu_backward(dy, cache: SwiGLUCache):
     """Unchecked backward, for the blocks."""
     gate, up, down, a, sig, u = cache
     # 3. y = m W_down
-    dm, dW_down, _ = _linear_backward(dy, down)  # (..., F)
+    dm, dW_down, _ = linear_backward_formula(dy, down)  # (..., F)
     # 2. m = silu(a) * u
     du = dm * (a * sig)  # (..., F)
     da = dm * u * (sig * (1.0 + a * (1.0 - sig)))  # (..., F)
     # 1. a = x W_gate, u = x W_up
-    dx_gate, dW_gate, _ = _linear_backward(da, gate)  # (..., D)
-    dx_up, dW_up, _ = _linear_backward(du, up)  # (..., D)
+    dx_gate, dW_gate, _ = linear_backward_formula(da, gate)  # (..., D)
+    dx_up, dW_up, _ = linear_backward_formula(du, up)  # (..., D)
     return dx_gate + dx_up, dW_gate, dW_up, dW_down

@@ -39,19 +39,18 @@ from typing import NamedTuple
 import numpy as np
 
 from .._checks import as_upstream
-from .._pair_checks import check_multi_head_inputs, check_scale
-from ..core import multi_head as core_multi_head
+from .._pair_checks import MultiHeadInputs, check_multi_head_inputs, check_scale
 from ..core.attention import AttentionCache
-from ..core.heads import _merge, _split
 from ..core.linear import LinearCache
-from ..core.multi_head import _SCORE_NAMES, MultiHeadCache
+from ..core.multi_head import MultiHeadCache
+from ..fast.core_formulas import SCORE_NAMES, merge_heads_formula, split_heads_formula
 from ..fast.dispatch import (
-    _attention_backward,
-    _attention_forward,
-    _linear_backward,
-    _linear_finite,
-    _plain_multi_head_backward,
-    _plain_multi_head_forward,
+    attention_backward_formula,
+    attention_formula,
+    linear_backward_formula,
+    linear_formula,
+    plain_multi_head_backward_formula,
+    plain_multi_head_formula,
 )
 
 __all__ = ["GroupedMultiHeadCache", "multi_head_attention_forward", "multi_head_attention_backward"]
@@ -75,20 +74,20 @@ class GroupedMultiHeadCache(NamedTuple):
     @property
     def weights(self) -> np.ndarray:
         """Attention probabilities of every head, (..., H, Nq, Nk)."""
-        return _ungroup_heads(self.attention.weights)  # (..., Hkv, G, Nq, Nk) -> (..., H, Nq, Nk)
+        return ungroup_heads(self.attention.weights)  # (..., Hkv, G, Nq, Nk) -> (..., H, Nq, Nk)
 
 
-def _group_heads(x, num_kv_heads):
+def group_heads(x, num_kv_heads):
     """Group query heads by the key/value head they share: (..., H, N, D) -> (..., Hkv, G, N, D)."""
     return x.reshape(x.shape[:-3] + (num_kv_heads, x.shape[-3] // num_kv_heads) + x.shape[-2:])
 
 
-def _ungroup_heads(x):
-    """The inverse of :func:`_group_heads`: (..., Hkv, G, N, D) -> (..., H, N, D)."""
+def ungroup_heads(x):
+    """The inverse of :func:`group_heads`: (..., Hkv, G, N, D) -> (..., H, N, D)."""
     return x.reshape(x.shape[:-4] + (x.shape[-4] * x.shape[-3],) + x.shape[-2:])
 
 
-def _group_mask(mask):
+def group_mask(mask):
     """Give a (..., Nq, Nk) mask two axes of size 1 for (Hkv, G), so one mask serves all heads."""
     if mask is None or mask.ndim < 3:  # (Nq, Nk) or smaller: broadcasts over the head axes as it is
         return mask
@@ -98,7 +97,7 @@ def _group_mask(mask):
 def _project(x, p, w_name, b_name, x_name):
     """Step 1 or 6: ``x W + b`` with its cache (the public linear pair's size rule)."""
     W, b = p[w_name], p.get(b_name)
-    return _linear_finite(x, W, b, (x_name, w_name, b_name)), LinearCache(x, W, b is not None)
+    return linear_formula(x, W, b, (x_name, w_name, b_name)), LinearCache(x, W, b is not None)
 
 
 def _grouped_forward(query, key, value, p, mask, head_mask, h, hkv, param_keys, *, scale=None, rotary=None):
@@ -108,20 +107,20 @@ def _grouped_forward(query, key, value, p, mask, head_mask, h, hkv, param_keys, 
     K, k_cache = _project(key, p, "W_k", "b_k", "key")  # (..., Nk, Hkv*Dk)
     V, v_cache = _project(value, p, "W_v", "b_v", "value")  # (..., Nk, Hkv*Dv)
     # 2. split heads
-    q, k, rotated = _split(Q, h), _split(K, hkv), None  # (..., H, Nq, Dk), (..., Hkv, Nk, Dk)
+    q, k, rotated = split_heads_formula(Q, h), split_heads_formula(K, hkv), None  # (..., H, Nq, Dk), (..., Hkv, Nk, Dk)
     if rotary is not None:  # 2b. positions rotate the queries and keys of every head
         q, k, rotary_cache = rotary.forward(q, k)
         rotated = (rotary, rotary_cache)
     # 3. attention: query heads grouped by the key/value head they share, which broadcasts over them
-    q = _group_heads(q, hkv)  # (..., Hkv, G, Nq, Dk)
+    q = group_heads(q, hkv)  # (..., Hkv, G, Nq, Dk)
     k = k[..., None, :, :]  # (..., Hkv, 1, Nk, Dk)
-    v = _split(V, hkv)[..., None, :, :]  # (..., Hkv, 1, Nk, Dv)
-    o, attn_cache = _attention_forward(q, k, v, _group_mask(mask), _SCORE_NAMES, scale)  # (..., Hkv, G, Nq, Dv)
-    heads = _ungroup_heads(o)  # (..., H, Nq, Dv)
+    v = split_heads_formula(V, hkv)[..., None, :, :]  # (..., Hkv, 1, Nk, Dv)
+    o, attn_cache = attention_formula(q, k, v, group_mask(mask), SCORE_NAMES, scale)  # (..., Hkv, G, Nq, Dv)
+    heads = ungroup_heads(o)  # (..., H, Nq, Dv)
     # 4. head mask
     masked = heads if head_mask is None else heads * head_mask[:, None, None]
     # 5. merge, 6. output projection
-    out, o_cache = _project(_merge(masked), p, "W_o", "b_o", "concat")  # (..., Nq, Dout)
+    out, o_cache = _project(merge_heads_formula(masked), p, "W_o", "b_o", "concat")  # (..., Nq, Dout)
     return out, GroupedMultiHeadCache(q_cache, k_cache, v_cache, attn_cache, heads, head_mask, o_cache, h, hkv,
                                       param_keys, rotated)
 
@@ -131,61 +130,49 @@ def _grouped_backward(dout, c: GroupedMultiHeadCache):
     h, hkv = c.num_heads, c.num_kv_heads
     grads = {}
     # 6. out = concat W_o + b_o; 5. the backward of a merge is a split
-    dconcat, grads["W_o"], grads["b_o"] = _linear_backward(dout, c.o_proj)  # (..., Nq, H*Dv)
-    dheads = _split(dconcat, h)  # (..., H, Nq, Dv)
+    dconcat, grads["W_o"], grads["b_o"] = linear_backward_formula(dout, c.o_proj)  # (..., Nq, H*Dv)
+    dheads = split_heads_formula(dconcat, h)  # (..., H, Nq, Dv)
     # 4. masked = heads * head_mask: d head_mask_i sums dmasked_i * heads_i over batch, positions, features
     if c.head_mask is not None:
         grads["head_mask"] = (dheads * c.heads).sum(axis=(-2, -1)).reshape(-1, h).sum(axis=0)  # (H,)
         dheads = dheads * c.head_mask[:, None, None]
     # 3. attention: the sum over the broadcast axis adds the G query heads' gradients per key/value head
-    dq, dk, dv = _attention_backward(_group_heads(dheads, hkv), c.attention)
-    dq, dk, dv = _ungroup_heads(dq), dk[..., 0, :, :], dv[..., 0, :, :]  # (..., H, Nq, Dk), (..., Hkv, Nk, D)
+    dq, dk, dv = attention_backward_formula(group_heads(dheads, hkv), c.attention)
+    dq, dk, dv = ungroup_heads(dq), dk[..., 0, :, :], dv[..., 0, :, :]  # (..., H, Nq, Dk), (..., Hkv, Nk, D)
     if c.rotary is not None:  # 2b. rotate back
         rotary, rotary_cache = c.rotary
         dq, dk = rotary.backward(dq, dk, rotary_cache)
     # 2. the backward of a split is a merge; 1. projections
-    dquery, grads["W_q"], grads["b_q"] = _linear_backward(_merge(dq), c.q_proj)
-    dkey, grads["W_k"], grads["b_k"] = _linear_backward(_merge(dk), c.k_proj)
-    dvalue, grads["W_v"], grads["b_v"] = _linear_backward(_merge(dv), c.v_proj)
+    dquery, grads["W_q"], grads["b_q"] = linear_backward_formula(merge_heads_formula(dq), c.q_proj)
+    dkey, grads["W_k"], grads["b_k"] = linear_backward_formula(merge_heads_formula(dk), c.k_proj)
+    dvalue, grads["W_v"], grads["b_v"] = linear_backward_formula(merge_heads_formula(dv), c.v_proj)
     ordered = {n: grads[n] for n in c.param_keys}
     if "head_mask" in grads:
         ordered["head_mask"] = grads["head_mask"]
     return dquery, dkey, dvalue, ordered
 
 
-def _forward(query, key, value, p, mask, head_mask, h, hkv, param_keys, *, scale=None, rotary=None):
-    """On checked inputs: the plain layer when nothing is added, else the grouped steps."""
+def multi_head_attention_formula(inputs: MultiHeadInputs, param_keys, *, scale=None, rotary=None):
+    """:func:`multi_head_attention_forward` on checked inputs (a :class:`MultiHeadInputs`, as
+    ``check_multi_head_inputs`` returns it; the blocks of ``nn`` call it): the plain layer when
+    nothing is added, else the grouped steps."""
+    query, key, value, p, mask, head_mask, h, hkv = inputs
     if hkv == h and head_mask is None and rotary is None:
-        return _plain_multi_head_forward(query, key, value, p, mask, h, param_keys, scale=scale)
+        return plain_multi_head_formula(query, key, value, p, mask, h, param_keys, scale=scale)
     return _grouped_forward(query, key, value, p, mask, head_mask, h, hkv, param_keys, scale=scale, rotary=rotary)
 
 
-def _backward(dout, cache):
-    """On a checked upstream gradient, for either cache."""
+def multi_head_attention_backward_formula(dout, cache):
+    """:func:`multi_head_attention_backward` on a checked upstream gradient, for either cache."""
     if isinstance(cache, GroupedMultiHeadCache):
         return _grouped_backward(dout, cache)
-    return _plain_multi_head_backward(dout, cache)
+    return plain_multi_head_backward_formula(dout, cache)
 
-
-#: the checked-input entry points the blocks of ``nn`` call (they validate their own inputs)
-_multi_head_attention_forward, _multi_head_attention_backward = _forward, _backward
 
 
 def multi_head_attention_forward(query, key, value, params, num_heads, mask=None, *,
                                  num_kv_heads=None, head_mask=None, scale=None):
-    scale, checked = check_scale(scale), check_multi_head_inputs(query, key, value, params, num_heads, mask,
-                                                                 num_kv_heads, head_mask)
-    return _forward(*checked, tuple(params), scale=scale)
-
-
-def multi_head_attention_backward(dout, cache):
-    if not isinstance(cache, (GroupedMultiHeadCache, MultiHeadCache)):
-        raise TypeError(f"cache must be what multi_head_attention_forward returned, got {type(cache).__name__}")
-    out_shape = cache.heads.shape[:-3] + (cache.heads.shape[-2], cache.o_proj.W.shape[1])  # (..., Nq, Dout)
-    return _backward(as_upstream(dout, out_shape, cache.o_proj.x.dtype), cache)
-
-
-multi_head_attention_forward.__doc__ = """Multi-head attention ``Concat(head_1, ..., head_h) W^O``, with
+    """Multi-head attention ``Concat(head_1, ..., head_h) W^O``, with
     grouped-query heads and a head mask when asked: the plain layer
     (:func:`attention_ref.core.multi_head_attention_forward`, on the fast path for large inputs)
     when neither is given. Its projections and attention run the fast path (attention_ref.fast)
@@ -219,8 +206,13 @@ multi_head_attention_forward.__doc__ = """Multi-head attention ``Concat(head_1, 
     ------
     FloatingPointError : when a projection or the scores overflow the dtype
     """
+    scale, checked = check_scale(scale), check_multi_head_inputs(query, key, value, params, num_heads, mask,
+                                                                 num_kv_heads, head_mask)
+    return multi_head_attention_formula(checked, tuple(params), scale=scale)
 
-multi_head_attention_backward.__doc__ = """Gradients of :func:`multi_head_attention_forward`, walking its steps in reverse.
+
+def multi_head_attention_backward(dout, cache):
+    """Gradients of :func:`multi_head_attention_forward`, walking its steps in reverse.
 
     On the same path as the forward: fast from FAST_MIN_ELEMENTS numbers, or always the
     reference with reference_only().
@@ -237,3 +229,7 @@ multi_head_attention_backward.__doc__ = """Gradients of :func:`multi_head_attent
     grads : dict with the same keys as ``params`` (None for a bias given as None), plus
         ``"head_mask"`` when a head mask was given
     """
+    if not isinstance(cache, (GroupedMultiHeadCache, MultiHeadCache)):
+        raise TypeError(f"cache must be what multi_head_attention_forward returned, got {type(cache).__name__}")
+    out_shape = cache.heads.shape[:-3] + (cache.heads.shape[-2], cache.o_proj.W.shape[1])  # (..., Nq, Dout)
+    return multi_head_attention_backward_formula(as_upstream(dout, out_shape, cache.o_proj.x.dtype), cache)

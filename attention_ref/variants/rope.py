@@ -58,7 +58,7 @@ def rope_angles(positions, d: int, base: float = 10000.0) -> np.ndarray:
     return np.asarray(positions, dtype=np.float64)[..., None] * theta  # (..., N, D/2)
 
 
-def _rotate(x, cos, sin, layout="interleaved"):
+def rotate(x, cos, sin, layout="interleaved"):
     """Rotate each feature pair of ``x`` by the angle with ``cos`` and ``sin``: pairs
     ``(x_{2i}, x_{2i+1})`` (interleaved) or ``(x_i, x_{i+D/2})`` (half)."""
     half = x.shape[-1] // 2
@@ -107,7 +107,7 @@ def rope_forward(x, positions=None, base=10000.0, layout="interleaved"):
     angles = rope_angles(positions, x.shape[-1], base)  # (..., N, D/2)
     cos, sin = np.cos(angles).astype(x.dtype), np.sin(angles).astype(x.dtype)
     # 2. rotate
-    return _rotate(x, cos, sin, layout), RopeCache(cos, sin, x.shape, layout)
+    return rotate(x, cos, sin, layout), RopeCache(cos, sin, x.shape, layout)
 
 
 def rope_backward(dy, cache: RopeCache):
@@ -127,4 +127,4 @@ def rope_backward(dy, cache: RopeCache):
     dx : array (..., n, d)
     """
     cos, sin, x_shape, layout = cache
-    return _rotate(as_upstream(dy, x_shape, cos.dtype, "dy"), cos, -sin, layout)
+    return rotate(as_upstream(dy, x_shape, cos.dtype, "dy"), cos, -sin, layout)

@@ -82,10 +82,10 @@ def test_attention_fast_answers_to_core(case, dtype, blocks):
     q, k, v = (rng.standard_normal(s).astype(dtype) for s in (q_shape, k_shape, v_shape))
     mask = _mask(mask_shape, kind, rng)
     out_c, cache_c = core.scaled_dot_product_attention_forward(q, k, v, mask)
-    out_f, cache_f = fast.scaled_dot_product_attention_forward(q, k, v, mask)
+    out_f, cache_f = fast.scaled_dot_product_attention_forward_fast(q, k, v, mask)
     dout = rng.standard_normal(out_c.shape).astype(dtype)
     grads_c = core.scaled_dot_product_attention_backward(dout, cache_c)
-    grads_f = fast.scaled_dot_product_attention_backward(dout, cache_f)
+    grads_f = fast.scaled_dot_product_attention_backward_fast(dout, cache_f)
     wide = [a.astype(np.float64) for a in (q, k, v, dout)]
     truth_out, truth_cache = core.scaled_dot_product_attention_forward(*wide[:3], mask)
     truth_grads = core.scaled_dot_product_attention_backward(wide[3], truth_cache)
@@ -103,9 +103,10 @@ def test_attention_gradcheck_on_both_paths(case, path, blocks):
     rng = np.random.default_rng(sum(k_shape))
     q, k, v = (rng.standard_normal(s) for s in (q_shape, k_shape, v_shape))
     mask = _mask(mask_shape, kind, rng)
-    pair = {"core": core, "fast": fast}[path]
-    check_gradients(lambda q, k, v: pair.scaled_dot_product_attention_forward(q, k, v, mask),
-                    pair.scaled_dot_product_attention_backward, q, k, v, names=["q", "k", "v"])
+    forward, backward = {"core": (core.scaled_dot_product_attention_forward, core.scaled_dot_product_attention_backward),
+                         "fast": (fast.scaled_dot_product_attention_forward_fast,
+                                  fast.scaled_dot_product_attention_backward_fast)}[path]
+    check_gradients(lambda q, k, v: forward(q, k, v, mask), backward, q, k, v, names=["q", "k", "v"])
 
 
 # (batch, n_q, n_k, heads, kv heads, head mask, mask shape, kind): multi-head's shape matrix
@@ -123,8 +124,9 @@ def _multi_head_pair(path, plain, monkeypatch):
     the fast module's pairs. Grouped heads or a head mask: the public pair (the grouped steps of
     attention_ref.variants.grouped_heads) on the reference, or with every piece on the fast path."""
     if plain:
-        pair = {"core": core, "fast": fast}[path]
-        return pair.multi_head_attention_forward, pair.multi_head_attention_backward
+        if path == "fast":
+            return fast.multi_head_attention_forward_fast, fast.multi_head_attention_backward_fast
+        return core.multi_head_attention_forward, core.multi_head_attention_backward
     from attention_ref.fast import dispatch
 
     def forward(*args, **kwargs):
@@ -213,11 +215,11 @@ def test_linear_fast_answers_to_core(shape, dtype):
     x = rng.standard_normal(shape).astype(dtype)
     W, b = rng.standard_normal((4, 3)).astype(dtype), rng.standard_normal(3).astype(dtype)
     y_c, cache_c = core.linear_forward(x, W, b)
-    y_f, cache_f = fast.linear_forward(x, W, b)
+    y_f, cache_f = fast.linear_forward_fast(x, W, b)
     dy = rng.standard_normal(y_c.shape).astype(dtype)
     truth_y, truth_cache = core.linear_forward(x.astype(np.float64), W.astype(np.float64), b.astype(np.float64))
     truth = (truth_y, *core.linear_backward(dy.astype(np.float64), truth_cache))
-    for name, f, c, t in zip(("y", "dx", "dW", "db"), (y_f, *fast.linear_backward(dy, cache_f)),
+    for name, f, c, t in zip(("y", "dx", "dW", "db"), (y_f, *fast.linear_backward_fast(dy, cache_f)),
                              (y_c, *core.linear_backward(dy, cache_c)), truth):
         _within_twice_the_reference(f, c, t, dtype, name)
 
@@ -226,19 +228,19 @@ def test_a_cache_made_by_one_path_works_in_the_other_backward():
     rng = np.random.default_rng(12)
     q, k, v, dout = (rng.standard_normal((2, 5, 4)) for _ in range(4))
     _, cache_c = core.scaled_dot_product_attention_forward(q, k, v)
-    _, cache_f = fast.scaled_dot_product_attention_forward(q, k, v)
+    _, cache_f = fast.scaled_dot_product_attention_forward_fast(q, k, v)
     assert type(cache_c) is type(cache_f)
     for a, b in zip(core.scaled_dot_product_attention_backward(dout, cache_f),
-                    fast.scaled_dot_product_attention_backward(dout, cache_c)):
+                    fast.scaled_dot_product_attention_backward_fast(dout, cache_c)):
         assert_close(a, b, what="gradient from the other path's cache")
 
 
 def test_overflow_is_named_alike_on_both_paths():
     q, k = np.full((2, 4), 1e200), np.full((3, 4), 1e200)
     messages = []
-    for pair in (core, fast):
+    for forward in (core.scaled_dot_product_attention_forward, fast.scaled_dot_product_attention_forward_fast):
         with np.errstate(all="raise"), pytest.raises(FloatingPointError) as info:
-            pair.scaled_dot_product_attention_forward(q, k, np.ones((3, 2)))
+            forward(q, k, np.ones((3, 2)))
         messages.append(str(info.value))
     assert messages[0] == messages[1]
     assert messages[0].startswith("overflow in the attention scores q k^T / sqrt(d_k)")

@@ -63,8 +63,8 @@ def test_large_attention_matches_loop_reference(dtype):
     k = rng.standard_normal((2, 2, 500, 16)).astype(dtype)
     v = rng.standard_normal((2, 2, 500, 8)).astype(dtype)
     dout = rng.standard_normal((2, 2, 300, 8)).astype(dtype)
-    out, cache = fast.scaled_dot_product_attention_forward(q, k, v)
-    grads = fast.scaled_dot_product_attention_backward(dout, cache)
+    out, cache = fast.scaled_dot_product_attention_forward_fast(q, k, v)
+    grads = fast.scaled_dot_product_attention_backward_fast(dout, cache)
     assert cache.weights.size > _row_blocks.BLOCK_ELEMENTS  # the blocked path
     for a in (out, *grads):
         assert a.dtype == dtype, f"{a.dtype} is not {np.dtype(dtype)}"
@@ -94,10 +94,10 @@ def test_gradients_through_the_blocked_path(tiny_blocks):
 
     def forward(query, key, value, W_q, b_q, W_k, b_k, W_v, b_v, W_o, b_o):
         params = dict(W_q=W_q, b_q=b_q, W_k=W_k, b_k=b_k, W_v=W_v, b_v=b_v, W_o=W_o, b_o=b_o)
-        return fast.multi_head_attention_forward(query, key, value, params, 2, mask)
+        return fast.multi_head_attention_forward_fast(query, key, value, params, 2, mask)
 
     def backward(dout, cache):
-        dquery, dkey, dvalue, g = fast.multi_head_attention_backward(dout, cache)
+        dquery, dkey, dvalue, g = fast.multi_head_attention_backward_fast(dout, cache)
         return (dquery, dkey, dvalue, *g.values())
 
     check_gradients(forward, backward, query, key, value, *p.values())
@@ -107,8 +107,8 @@ def test_blocked_path_equals_plain_path_on_small_inputs(tiny_blocks):
     rng = np.random.default_rng(6)
     q, k, v = (rng.standard_normal((3, 9, 4)) for _ in range(3))
     dout = rng.standard_normal((3, 9, 4))
-    out, cache = fast.scaled_dot_product_attention_forward(q, k, v)
-    grads = fast.scaled_dot_product_attention_backward(dout, cache)
+    out, cache = fast.scaled_dot_product_attention_forward_fast(q, k, v)
+    grads = fast.scaled_dot_product_attention_backward_fast(dout, cache)
     reference = _loop_attention_fwd_bwd(q, k, v, dout)
     for name, ours, ref in zip(("out", "dq", "dk", "dv"), (out, *grads), reference):
         assert_close(ours, ref, what=name)
@@ -122,13 +122,6 @@ def test_errors_in_a_block_propagate(tiny_blocks):
         _row_blocks.for_each_row_block(fail, 10, 3)
 
 
-def test_the_removed_thread_settings_warn_and_change_nothing():
-    with pytest.warns(DeprecationWarning, match="runs no threads of its own"):
-        assert ar.get_num_threads() == 1
-    with pytest.warns(DeprecationWarning, match="set_num_threads\\(\\) has no effect"):
-        ar.set_num_threads(4)
-    for bad, error in ((0, ValueError), (-1, ValueError), (2.0, TypeError), (True, TypeError)):
-        with pytest.raises(error, match="n must be a positive integer"):
-            ar.set_num_threads(bad)
-    with pytest.warns(DeprecationWarning):
-        ar.set_num_threads(np.int64(2))  # NumPy integers are integers
+def test_the_removed_thread_settings_are_gone():
+    """get_num_threads and set_num_threads, no-ops since 0.2, were removed in 0.3.0 (CHANGELOG.md)."""
+    assert not hasattr(ar, "get_num_threads") and not hasattr(ar, "set_num_threads")

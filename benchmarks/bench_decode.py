@@ -1,0 +1,208 @@
+"""Decoding speed of the whole models: attention_ref's ``generate`` against transformers'.
+
+Run from the repository root::
+
+    python benchmarks/bench_decode.py              # both models, 5 rounds, prints a markdown table
+    python benchmarks/bench_decode.py --quick      # tiny models, 1 round: checks that it runs
+    python benchmarks/bench_decode.py --rounds 3 --out table.md   # also writes the table to a file
+
+What is timed: GPT-2 small (124M) and a SmolLM-135M-shaped Llama (30 layers, 9 query heads, 3
+key/value heads), both with random weights built from their configs
+(:func:`attention_ref.init_lm_params`, seed 0, float32), a 16-token prompt, 32 greedy tokens
+(``generate(ids, params, config, 32)`` against transformers' ``model.generate(ids,
+max_new_tokens=32, do_sample=False)`` on the same weights). Tokens per second are the 32 new
+tokens over the wall time of the whole call (prefill included); the best of ``--rounds``
+rounds is kept, each library in its own fresh process per round, one thread each
+(``OMP_NUM_THREADS=1`` and friends set before NumPy or torch is imported, and
+``torch.set_num_threads(1)``). Both workers print their tokens, and the script refuses to report
+a table whose tokens differ. transformers is timed only when it is installed; it is never a
+dependency. Nothing is written unless ``--out`` is given (through a temporary file in the
+same folder, renamed into place).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PROMPT, NEW_TOKENS = 16, 32
+ONE_THREAD = {k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                               "BLIS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")}
+
+#: transformers' config.json of each model (random weights: only the shapes matter).
+MODELS = {
+    "GPT-2 small": {"model_type": "gpt2", "vocab_size": 50257, "n_embd": 768, "n_layer": 12, "n_head": 12,
+                    "n_positions": 1024, "layer_norm_epsilon": 1e-5, "activation_function": "gelu_new"},
+    "SmolLM-135M-shaped Llama": {
+        "model_type": "llama", "vocab_size": 49152, "hidden_size": 576, "num_hidden_layers": 30,
+        "num_attention_heads": 9, "num_key_value_heads": 3, "intermediate_size": 1536,
+        "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+        "tie_word_embeddings": True, "hidden_act": "silu"},
+}
+QUICK = {
+    "tiny GPT-2": {"model_type": "gpt2", "vocab_size": 300, "n_embd": 32, "n_layer": 2, "n_head": 4,
+                   "n_positions": 64, "layer_norm_epsilon": 1e-5, "activation_function": "gelu_new"},
+    "tiny Llama": {"model_type": "llama", "vocab_size": 300, "hidden_size": 36, "num_hidden_layers": 2,
+                   "num_attention_heads": 6, "num_key_value_heads": 2, "intermediate_size": 64,
+                   "max_position_embeddings": 128, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+                   "tie_word_embeddings": True, "hidden_act": "silu"},
+}
+
+
+def _model(config_dict):
+    """Our config and random float32 params, and the 16-token prompt (1, 16)."""
+    import numpy as np
+
+    import attention_ref as ar
+
+    config = ar.LMConfig.from_dict(config_dict)
+    params = ar.init_lm_params(config, seed=0, dtype=np.float32)
+    ids = np.random.default_rng(1).integers(0, config.vocab_size, (1, PROMPT))
+    return config, params, ids
+
+
+def worker(library: str, config_dict: dict) -> dict:
+    """One timed ``generate`` call (after one warm-up call) in this process: seconds and tokens."""
+    config, params, ids = _model(config_dict)
+    if library == "attention_ref":
+        import attention_ref as ar
+
+        def run():
+            return ar.generate(ids, params, config, NEW_TOKENS)[0, PROMPT:]
+    else:
+        import torch
+        import transformers
+
+        from attention_ref.interop import to_transformers
+
+        torch.set_num_threads(1)
+        family = config_dict["model_type"]
+        hf_config = transformers.AutoConfig.for_model(**config_dict)
+        cls = transformers.GPT2LMHeadModel if family == "gpt2" else transformers.LlamaForCausalLM
+        model = cls(hf_config).eval().float()
+        state = {k: torch.from_numpy(v) for k, v in to_transformers(params, config).items()}
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        if unexpected or [k for k in missing if not k.endswith(("lm_head.weight", "attn.bias", "masked_bias"))]:
+            raise RuntimeError(f"weights do not map: missing {missing}, unexpected {unexpected}")
+        prompt = torch.from_numpy(ids)
+
+        def run():
+            with torch.inference_mode():
+                out = model.generate(prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
+                                     attention_mask=torch.ones_like(prompt), pad_token_id=0)
+            return out[0, PROMPT:].numpy()
+    run()  # warm-up: first-call costs (imports, allocations) are not decoding
+    start = time.perf_counter()
+    tokens = run()
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "tokens": [int(t) for t in tokens]}
+
+
+def _spawn(library: str, config_dict: dict) -> dict:
+    """:func:`worker` in a fresh Python process with one thread."""
+    env = {**os.environ, **ONE_THREAD, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, __file__, "--worker", library, json.dumps(config_dict)],
+                          capture_output=True, text=True, env=env, cwd=ROOT)
+    if proc.returncode:
+        raise RuntimeError(f"the {library} worker failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _has_transformers() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("torch") is not None and importlib.util.find_spec("transformers") is not None
+
+
+def measure(models: dict, rounds: int) -> list:
+    """For each model, the best tokens/s of each library over ``rounds`` rounds (libraries alternate)."""
+    libraries = ["attention_ref"] + (["transformers"] if _has_transformers() else [])
+    rows = []
+    for name, config_dict in models.items():
+        best, tokens = {}, {}
+        for _ in range(rounds):
+            for library in libraries:
+                result = _spawn(library, config_dict)
+                best[library] = min(best.get(library, float("inf")), result["seconds"])
+                tokens.setdefault(library, result["tokens"])
+                if result["tokens"] != tokens[library]:
+                    raise RuntimeError(f"{name}: {library} gave different tokens in two rounds")
+        if len({tuple(t) for t in tokens.values()}) != 1:
+            raise RuntimeError(f"{name}: the libraries' tokens differ: {tokens}")
+        rows.append({"model": name, "tokens_per_s": {lib: NEW_TOKENS / s for lib, s in best.items()},
+                     "tokens": tokens["attention_ref"]})
+    return rows
+
+
+def render(rows: list, rounds: int, command: str) -> str:
+    """The markdown table, with the date, the machine and the command."""
+    import numpy as np
+
+    versions = f"NumPy {np.__version__}"
+    if _has_transformers():
+        import torch
+        import transformers
+        versions += f", torch {torch.__version__}, transformers {transformers.__version__}"
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    lines = [f"Measured {datetime.date.today().isoformat()} on {cpu}, one thread, {versions}, float32, a"
+             f" {PROMPT}-token prompt and {NEW_TOKENS} greedy tokens (the same tokens out of both), best of"
+             f" {rounds} rounds of fresh processes: `{command}`", "",
+             "| model | attention_ref tokens/s | transformers tokens/s | ratio |", "| --- | ---: | ---: | ---: |"]
+    for row in rows:
+        ours, theirs = row["tokens_per_s"]["attention_ref"], row["tokens_per_s"].get("transformers")
+        lines.append(f"| {row['model']} | {ours:.1f} | {'-' if theirs is None else f'{theirs:.1f}'} |"
+                     f" {'-' if theirs is None else f'{ours / theirs:.2f}'} |")
+    return "\n".join(lines) + "\n"
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """``text`` into ``path`` through a temporary file in the same folder, renamed into place."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="tiny models, 1 round: checks that it runs")
+    parser.add_argument("--rounds", type=int, default=5, help="fresh-process rounds per library (best kept)")
+    parser.add_argument("--out", type=Path, help="also write the table to this file")
+    parser.add_argument("--worker", nargs=2, metavar=("LIBRARY", "CONFIG"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        print(json.dumps(worker(args.worker[0], json.loads(args.worker[1]))))
+        return 0
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    rounds = 1 if args.quick else args.rounds
+    rows = measure(QUICK if args.quick else MODELS, rounds)
+    table = render(rows, rounds, "python benchmarks/bench_decode.py" + (" --quick" if args.quick else "")
+                   + ("" if args.quick or rounds == 5 else f" --rounds {rounds}"))
+    print(table, end="")
+    if args.out:
+        _write_atomic(args.out, table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
