@@ -138,7 +138,7 @@ def _private_copy(x):
     return np.array(x, dtype=np.float64)
 
 
-def _first_write(after, before, path, depth=0):
+def first_write(after, before, path, depth=0):
     """The first place where ``after`` (a copy handed to a function, after the call) no longer
     holds ``before``'s numbers, as a path such as ``cache.y`` or ``cache.attention.q``; None
     when nothing was written into. Arrays, tuples (named or not), lists, dicts, dataclasses
@@ -155,7 +155,7 @@ def _first_write(after, before, path, depth=0):
             return path
         names = getattr(before, "_fields", None) or [f"[{i}]" for i in range(len(before))]
         for name, x, y in zip(names, after, before):
-            found = _first_write(x, y, path + name if name.startswith("[") else f"{path}.{name}", depth + 1)
+            found = first_write(x, y, path + name if name.startswith("[") else f"{path}.{name}", depth + 1)
             if found:
                 return found
         return None
@@ -163,13 +163,13 @@ def _first_write(after, before, path, depth=0):
         if not isinstance(after, Mapping) or list(after.keys()) != list(before.keys()):
             return path
         for key in before:
-            found = _first_write(after[key], before[key], f"{path}[{key!r}]", depth + 1)
+            found = first_write(after[key], before[key], f"{path}[{key!r}]", depth + 1)
             if found:
                 return found
         return None
     if dataclasses.is_dataclass(before) and not isinstance(before, type):
         for f in dataclasses.fields(before):
-            found = _first_write(getattr(after, f.name, None), getattr(before, f.name), f"{path}.{f.name}",
+            found = first_write(getattr(after, f.name, None), getattr(before, f.name), f"{path}.{f.name}",
                                  depth + 1)
             if found:
                 return found
@@ -177,14 +177,14 @@ def _first_write(after, before, path, depth=0):
     if type(before).__module__.split(".")[0] not in ("builtins", "numpy") and hasattr(before, "__dict__") \
             and not callable(before) and not inspect.ismodule(before):
         for name, value in vars(before).items():
-            found = _first_write(getattr(after, name, None), value, f"{path}.{name}", depth + 1)
+            found = first_write(getattr(after, name, None), value, f"{path}.{name}", depth + 1)
             if found:
                 return found
         return None
     return None  # numbers, strings, None, functions: nothing a backward could write into
 
 
-def _parameter_names(fn, count):
+def parameter_names(fn, count):
     """The first ``count`` positional parameter names of ``fn``; None when it has no such
     signature (a builtin, ``*args``)."""
     try:
@@ -296,18 +296,18 @@ def gradcheck(forward, backward, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, seed=0
 
     given = copy.deepcopy(base)
     out, cache = _out_and_cache(forward(*given))
-    arg_names = _parameter_names(forward, len(base)) or [
+    arg_names = parameter_names(forward, len(base)) or [
         names[i] if i < n_diff else f"input {i}" for i in range(len(base))]
     for i, (after, before) in enumerate(zip(given, base)):
-        place = _first_write(after, before, arg_names[i])
+        place = first_write(after, before, arg_names[i])
         if place:
             errors.append(_wrote("forward", place))
             break
     dout = np.random.default_rng(seed).standard_normal(np.shape(out))
     their_dout, their_cache = dout.copy(), copy.deepcopy(cache)  # dout and cache stay ours
     analytic = backward(their_dout, their_cache)
-    dout_name, cache_name = _parameter_names(backward, 2) or ("dout", "cache")
-    place = _first_write(their_dout, dout, dout_name) or _first_write(their_cache, cache, cache_name)
+    dout_name, cache_name = parameter_names(backward, 2) or ("dout", "cache")
+    place = first_write(their_dout, dout, dout_name) or first_write(their_cache, cache, cache_name)
     if place:
         errors.append(_wrote("backward", place))
     analytic = tuple(analytic) if isinstance(analytic, (tuple, list)) else (analytic,)  # one bare gradient

@@ -14,8 +14,15 @@ PACKAGE = Path(attention_ref.__file__).resolve().parent
 MAX_UNDERSCORE_IMPORTS_ACROSS_FOLDERS = 10
 
 
+#: spot-the-bug exercises: source text handed to a student to fix (attention_ref.exercises.bugs reads
+#: them as text, nothing imports them); each defines the function the student repairs under its own
+#: name, which is not a definition of the library's
+EXERCISE_TEXTS = PACKAGE / "exercises" / "bug_files"
+
+
 def _sources():
-    return {path: ast.parse(path.read_text(encoding="utf-8")) for path in sorted(PACKAGE.rglob("*.py"))}
+    return {path: ast.parse(path.read_text(encoding="utf-8")) for path in sorted(PACKAGE.rglob("*.py"))
+            if EXERCISE_TEXTS not in path.parents}
 
 
 def _top_level_definitions():

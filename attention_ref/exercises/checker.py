@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..gradcheck import _first_write, _parameter_names
+from ..gradcheck import first_write, parameter_names
 from .catalogue import EXERCISES
 from .diagnosis import (
     _FLOAT32_RTOL,
@@ -227,7 +227,7 @@ def _check(e, attempt, forward, seed, hints_read, time_limit) -> CheckResult:
 def _argument_names(e, attempt):
     """The attempt's own names for its upstream gradient and cache (for "wrote into dy")."""
     documented = e.signature.split("(", 1)[1].split(")", 1)[0].split(", ") + ["cache"]  # (dy, cache)
-    mine = _parameter_names(attempt, 2) or _parameter_names(attempt, 1) or []
+    mine = parameter_names(attempt, 2) or parameter_names(attempt, 1) or []
     return (mine[0] if mine else documented[0]), (mine[1] if len(mine) > 1 else documented[1])
 
 
@@ -262,7 +262,7 @@ def _run_cases(e, attempt, forward, seed, time_limit) -> _Outcome:
             o.stopped = _crashed(e, exc, i, case, o)
         if o.stopped:
             break
-        place = _first_write(their_dout, dout, dout_name) or _first_write(theirs, given, cache_name)
+        place = first_write(their_dout, dout, dout_name) or first_write(theirs, given, cache_name)
         note = f"your backward wrote into {place}; a backward must not change its arguments" if place else None
         if note and note not in o.notes:
             o.notes.append(note)

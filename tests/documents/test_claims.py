@@ -298,7 +298,7 @@ def test_cost_verdicts_follow_the_printed_bounds(monkeypatch):
 
 
 def test_output_verdict_follows_the_printed_value(monkeypatch):
-    from attention_ref.documents.claims.worked_examples import worked_example_claims
+    from attention_ref.documents.claims.example_claims import worked_example_claims
     r = two_head_example()
     monkeypatch.setitem(documents.TWO_HEAD, "printed_output", tuple(np.round(r.output_row_major[0], 1)))
     assert _row(worked_example_claims(), "004-4.2-output").verdict == "holds"

@@ -21,7 +21,7 @@ from .. import printed_values as docs
 from .claim import VERDICTS, Claim
 from .parameters_and_cost import cost_claims, listing_and_mask_claims, parameter_claims
 from .paths_and_variants import paths_and_variants_claims
-from .worked_examples import hull_claims, scaling_claims, worked_example_claims
+from .example_claims import hull_claims, scaling_claims, worked_example_claims
 
 __all__ = ["all_claims", "claim_groups", "render_markdown", "render_summary", "render_text"]
 
