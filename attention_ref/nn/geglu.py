@@ -19,10 +19,10 @@ from typing import NamedTuple
 import numpy as np
 
 from .._checks import as_upstream
-from .._pair_checks import check_linear_inputs
 from ..core.linear import LinearCache
 from ..fast.dispatch import linear_backward_formula, linear_formula
 from .feed_forward import _gelu_backward, _gelu_tanh
+from .swiglu import check_swiglu_inputs
 
 __all__ = ["GeGLUCache", "geglu_forward", "geglu_backward"]
 
@@ -52,10 +52,7 @@ def geglu_forward(x, W_gate, W_up, W_down):
     y : array (..., d_out)
     cache : GeGLUCache for :func:`geglu_backward`
     """
-    x, W_gate, _ = check_linear_inputs(x, W_gate, None, ("x", "W_gate", "b"))
-    x, W_up, _ = check_linear_inputs(x, W_up, None, ("x", "W_up", "b"))
-    if W_gate.shape != W_up.shape:
-        raise ValueError(f"W_gate and W_up must have the same shape (d, f), got {W_gate.shape} and {W_up.shape}")
+    x, W_gate, W_up, W_down = check_swiglu_inputs(x, W_gate, W_up, W_down, gate="gelu")
     # 1. the two projections
     a = linear_formula(x, W_gate, None, ("x", "W_gate", "b"))  # (..., F)
     u = linear_formula(x, W_up, None, ("x", "W_up", "b"))  # (..., F)
@@ -63,7 +60,6 @@ def geglu_forward(x, W_gate, W_up, W_down):
     t, _ = _gelu_tanh(a)  # (..., F)
     gelu_a = 0.5 * a * (1.0 + t)  # (..., F)
     m = gelu_a * u  # (..., F)
-    m, W_down, _ = check_linear_inputs(m, W_down, None, ("gelu(x W_gate) * (x W_up)", "W_down", "b"))
     # 3. down projection
     y = linear_formula(m, W_down, None, ("gelu(x W_gate) * (x W_up)", "W_down", "b"))  # (..., Dout)
     return y, GeGLUCache(LinearCache(x, W_gate, False), LinearCache(x, W_up, False), LinearCache(m, W_down, False),

@@ -62,15 +62,16 @@ def swiglu_forward(x, W_gate, W_up, W_down):
     return swiglu_formula(*check_swiglu_inputs(x, W_gate, W_up, W_down))
 
 
-def check_swiglu_inputs(x, W_gate, W_up, W_down):
+def check_swiglu_inputs(x, W_gate, W_up, W_down, gate="silu"):
     """``x`` (..., d), ``W_gate`` and ``W_up`` (d, f), ``W_down`` (f, d_out): real, finite, of
-    matching shapes; returns them checked."""
+    matching shapes; returns them checked. Any gated feed-forward's (``gate`` names its activation
+    in the messages: GeGLU's is ``gelu``)."""
     x, W_gate, _ = check_linear_inputs(x, W_gate, None, ("x", "W_gate", "b"))
     x, W_up, _ = check_linear_inputs(x, W_up, None, ("x", "W_up", "b"))
     if W_gate.shape != W_up.shape:
         raise ValueError(f"W_gate and W_up must have the same shape (d, f), got {W_gate.shape} and {W_up.shape}")
     m_shape = np.broadcast_to(np.zeros((), x.dtype), x.shape[:-1] + W_gate.shape[1:])  # (..., F), no memory
-    W_down = check_linear_inputs(m_shape, W_down, None, ("silu(x W_gate) * (x W_up)", "W_down", "b"))[1]
+    W_down = check_linear_inputs(m_shape, W_down, None, (f"{gate}(x W_gate) * (x W_up)", "W_down", "b"))[1]
     return x, W_gate, W_up, W_down
 
 
