@@ -23,6 +23,7 @@ Symbols: B rows (prompts), T tokens so far per row (prompt and generated), V voc
 from __future__ import annotations
 
 from numbers import Integral, Real
+from typing import NamedTuple
 
 import numpy as np
 
@@ -251,6 +252,36 @@ def _top_k_or_off(top_k):
     return check_positive_int(top_k, "top_k")
 
 
+class LogitsSettings(NamedTuple):
+    """The checked settings of :func:`process_logits` (what ``generate`` checks once and uses at every step).
+
+    Fields: ``do_sample`` bool; ``temperature`` float > 0; ``top_k`` int, 0 for off; ``top_p``
+    float in [0, 1]; ``penalty`` float > 0; ``min_new_tokens`` int >= 0; ``eos`` int64 array (k,)
+    or None."""
+    do_sample: bool
+    temperature: float
+    top_k: int
+    top_p: float
+    penalty: float
+    min_new_tokens: int
+    eos: np.ndarray | None
+
+
+def check_logits_settings(vocab_size, *, do_sample=False, temperature=1.0, top_k=DEFAULT_TOP_K, top_p=1.0,
+                          repetition_penalty=1.0, min_new_tokens=0, eos_token_id=None) -> LogitsSettings:
+    """The settings of :func:`process_logits` checked for a vocabulary of ``vocab_size``, as a
+    :class:`LogitsSettings` (a one-line error naming the first bad one)."""
+    if not isinstance(do_sample, (bool, np.bool_)):
+        raise TypeError(f"do_sample must be True or False, got {do_sample!r}")
+    penalty = _check_real(repetition_penalty, "repetition_penalty", low=0.0)
+    min_new_tokens = check_positive_int(min_new_tokens, "min_new_tokens", minimum=0)
+    eos = None if eos_token_id is None else _as_eos_ids(eos_token_id, vocab_size)
+    temperature = _check_real(temperature, "temperature", low=0.0)
+    top_k = _top_k_or_off(top_k)
+    top_p = _check_real(top_p, "top_p", low=0.0, high=1.0, low_open=False)
+    return LogitsSettings(bool(do_sample), temperature, top_k, top_p, penalty, min_new_tokens, eos)
+
+
 def process_logits(logits, ids, *, num_new_tokens=0, attention_mask=None, do_sample=False, temperature=1.0,
                    top_k=DEFAULT_TOP_K, top_p=1.0, repetition_penalty=1.0, min_new_tokens=0, eos_token_id=None):
     """The logits of one step of ``generate`` after transformers' processors, in transformers' order.
@@ -282,28 +313,34 @@ def process_logits(logits, ids, *, num_new_tokens=0, attention_mask=None, do_sam
     num_new_tokens = check_positive_int(num_new_tokens, "num_new_tokens", minimum=0)
     if num_new_tokens > ids.shape[1]:
         raise ValueError(f"num_new_tokens = {num_new_tokens} is more than the {ids.shape[1]} tokens of ids")
-    if not isinstance(do_sample, (bool, np.bool_)):
-        raise TypeError(f"do_sample must be True or False, got {do_sample!r}")
-    penalty = _check_real(repetition_penalty, "repetition_penalty", low=0.0)
-    min_new_tokens = check_positive_int(min_new_tokens, "min_new_tokens", minimum=0)
-    eos = None if eos_token_id is None else _as_eos_ids(eos_token_id, logits.shape[-1])
-    temperature = _check_real(temperature, "temperature", low=0.0)
-    top_k = _top_k_or_off(top_k)
-    top_p = _check_real(top_p, "top_p", low=0.0, high=1.0, low_open=False)
+    settings = check_logits_settings(logits.shape[-1], do_sample=do_sample, temperature=temperature, top_k=top_k,
+                                     top_p=top_p, repetition_penalty=repetition_penalty,
+                                     min_new_tokens=min_new_tokens, eos_token_id=eos_token_id)
+    return processed_logits(logits, ids, keep, num_new_tokens, settings)
+
+
+def processed_logits(logits, ids, keep, num_new_tokens, settings: LogitsSettings, shift=False):
+    """Unchecked :func:`process_logits`: ``keep`` the boolean mask (B, T), ``settings`` checked by
+    :func:`check_logits_settings` (``generate`` calls this at every step). With ``shift``, each
+    row's maximum is subtracted before the temperature: the same softmax, top-k and top-p, and
+    a temperature so small that ``logits / temperature`` would overflow is greedy instead."""
     # 1. repetition penalty, 2. min_new_tokens
     out = logits.copy()  # (B, V)
-    if penalty != 1.0:
-        out = _repetition_penalty(out, ids, penalty, keep)
-    if eos is not None and min_new_tokens > 0:
-        out = _min_new_tokens(out, eos, num_new_tokens, min_new_tokens)
+    if settings.penalty != 1.0:
+        out = _repetition_penalty(out, ids, settings.penalty, keep)
+    if settings.eos is not None and settings.min_new_tokens > 0:
+        out = _min_new_tokens(out, settings.eos, num_new_tokens, settings.min_new_tokens)
     # 3. the sampling warpers
-    if do_sample:
-        if temperature != 1.0:
-            out = _temperature(out, temperature)
-        if top_k:
-            out = _top_k(out, top_k)
-        if top_p < 1.0:
-            out = _top_p(out, top_p, 1)
+    if settings.do_sample:
+        if settings.temperature != 1.0 and shift:
+            with np.errstate(over="ignore", under="ignore"):  # a score sent to -inf has probability 0, as meant
+                out = (out - out.max(axis=-1, keepdims=True)) / settings.temperature  # (B, V), each row's max 0
+        elif settings.temperature != 1.0:
+            out = _temperature(out, settings.temperature)
+        if settings.top_k:
+            out = _top_k(out, settings.top_k)
+        if settings.top_p < 1.0:
+            out = _top_p(out, settings.top_p, 1)
     return out
 
 
