@@ -77,6 +77,8 @@ def _as_eos_ids(eos_token_id, vocab_size):
     """One id or several, each in [0, V), as an int64 array (k,)."""
     if isinstance(eos_token_id, (bool, np.bool_)):
         raise TypeError(f"eos_token_id must be a token id or a list of them, got {eos_token_id!r}")
+    if _is_empty(eos_token_id):  # [] is float64 to NumPy: say what is wrong
+        raise ValueError("eos_token_id must be a token id or a non-empty list of them, got an empty list")
     eos = as_token_ids(np.atleast_1d(eos_token_id) if isinstance(eos_token_id, Integral) else eos_token_id,
                        "eos_token_id", vocab_size)
     if eos.ndim != 1 or eos.size == 0:
