@@ -216,7 +216,7 @@ def test_generate_modifies_nothing_and_leaves_numpy_settings():
     ids0, mask0 = ids.copy(), mask.copy()
     before = np.seterr(all="raise")
     try:
-        ar.generate(ids, params, config, 5, attention_mask=mask, do_sample=True, temperature=1e-300, top_p=0.9,
+        ar.generate(ids, params, config, 5, attention_mask=mask, do_sample=True, temperature=1e-320, top_p=0.9,
                     repetition_penalty=3.0, eos_token_id=[1, 2], min_new_tokens=2, seed=0, num_return_sequences=2)
         assert np.geterr() == {"divide": "raise", "over": "raise", "under": "raise", "invalid": "raise"}
     finally:
