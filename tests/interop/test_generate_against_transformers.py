@@ -11,7 +11,7 @@
   logits in float32), each drawn token is one our processing allows, and our eos/pad/stop rule
   gives its sequences exactly.
 
-transformers before ``prompt_ignore_length`` (4.57) counts the left padding in the repetition
+transformers whose generate passes no ``prompt_ignore_length`` (4.57) counts the left padding in the repetition
 penalty; there the penalty runs on prompts of one length (the padded case is skipped, saying so).
 """
 import importlib
@@ -73,9 +73,12 @@ def _theirs(model, ids, mask, max_new_tokens, **settings):
 
 
 def _penalty_skips_padding():
-    from transformers.generation.logits_process import RepetitionPenaltyLogitsProcessor
+    """Whether the installed generate leaves the left padding out of the repetition penalty
+    (asked of its own source: 4.57's processor takes ``prompt_ignore_length`` but generate
+    does not pass it)."""
+    from transformers.generation.utils import GenerationMixin
 
-    return "prompt_ignore_length" in inspect.signature(RepetitionPenaltyLogitsProcessor).parameters
+    return "prompt_ignore_length" in inspect.getsource(GenerationMixin._get_logits_processor)
 
 
 @pytest.mark.parametrize("padded", [True, False])
@@ -84,7 +87,8 @@ def _penalty_skips_padding():
 def test_greedy_with_eos_token_for_token(saved, padded, settings):
     model, params, config = saved
     if padded and "repetition_penalty" in settings and not _penalty_skips_padding():
-        pytest.skip("this transformers counts the left padding in the repetition penalty (no prompt_ignore_length)")
+        pytest.skip("this transformers' generate counts the left padding in the repetition penalty (it passes no"
+                    " prompt_ignore_length); the unpadded case runs")
     ids, mask = _prompts(config.vocab_size, padded)
     plain = _theirs(model, ids, mask, 8, do_sample=False).numpy()[:, ids.shape[1]:]
     eos = sorted({int(plain[0, 1]), int(plain[2, 3])})  # rows that do finish, at different steps
