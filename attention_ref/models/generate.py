@@ -83,8 +83,8 @@ class LMDecoder:
 
     def _run(self, ids, positions, last_only=False):
         """The new tokens ``ids`` (B, t) at ``positions`` (B, t), both checked, through the model:
-        logits (B, t, V), or (B, 1, V) of the last position with ``last_only``. Every array here was checked by :meth:`__init__` or :meth:`prefill`, so
-        each step calls the formulas directly."""
+        logits (B, t, V), or (B, 1, V) of the last position with ``last_only``. Every array here
+        was checked by :meth:`__init__` or :meth:`prefill`, so each step calls the formulas directly."""
         config, params = self.config, self.params
         mask = self.keys_mask[:, None, :]  # (B, 1, T_seen): real keys only, causal added by the blocks
         if mask.all():

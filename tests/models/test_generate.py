@@ -27,7 +27,8 @@ def _model(family, seed=0):
 
 def _loop(ids, mask, params, config, max_new_tokens, *, do_sample=False, eos=None, pad=None, rng=None, **settings):
     """generate from its description: the whole forward of each row's real tokens at every step,
-    the last position's logits processed, argmax or an inverse-CDF draw, finished rows padded, stop when all are done."""
+    the last position's logits processed, argmax or an inverse-CDF draw, finished rows padded,
+    stop when all are done."""
     ids, mask = np.array(ids), np.array(mask)
     finished = np.zeros(len(ids), bool)
     for step in range(max_new_tokens):
