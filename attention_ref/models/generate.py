@@ -222,8 +222,6 @@ def generate(ids, params, config: LMConfig, max_new_tokens, attention_mask=None,
     ids, keep = check_prompts(np.atleast_2d(ids) if one else ids, attention_mask, config.vocab_size)  # (B, T)
     max_new_tokens = check_nonnegative_int(max_new_tokens, "max_new_tokens")
     do_sample, temperature = _check_sampling(do_sample, temperature)
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 0):
-        raise ValueError(f"top_k must be None or a non-negative integer (0: off), got {top_k!r}")
     seed = None if seed is None else check_nonnegative_int(seed, "seed")
     settings = check_logits_settings(config.vocab_size, do_sample=do_sample, temperature=temperature,
                                      top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty,

@@ -249,9 +249,14 @@ def _top_p(logits, top_p, min_tokens_to_keep):
 
 def _top_k_or_off(top_k):
     """None or 0 turn top-k off (transformers); else a positive int."""
-    if top_k is None or (isinstance(top_k, Integral) and not isinstance(top_k, (bool, np.bool_)) and top_k == 0):
+    if top_k is None:
         return 0
-    return check_positive_int(top_k, "top_k")
+    message = f"top_k must be None or a non-negative integer (0: off), got {top_k!r}"
+    if isinstance(top_k, (bool, np.bool_)) or not isinstance(top_k, Integral):
+        raise TypeError(message)
+    if top_k < 0:
+        raise ValueError(message)
+    return int(top_k)
 
 
 class LogitsSettings(NamedTuple):
