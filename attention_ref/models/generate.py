@@ -230,9 +230,9 @@ def generate(ids, params, config: LMConfig, max_new_tokens, attention_mask=None,
     if settings.min_new_tokens and settings.eos is not None and np.unique(settings.eos).size == config.vocab_size:
         raise ValueError(f"eos_token_id names all {config.vocab_size} tokens: with min_new_tokens ="
                          f" {settings.min_new_tokens} no token would be left to choose")
-    n = check_positive_int(num_return_sequences, "num_return_sequences")
-    if n > 1 and not do_sample:
-        raise ValueError(f"num_return_sequences = {n} needs sampling (do_sample=True): greedy decoding gives the"
+    copies = check_positive_int(num_return_sequences, "num_return_sequences")
+    if copies > 1 and not do_sample:
+        raise ValueError(f"num_return_sequences = {copies} needs sampling (do_sample=True): greedy decoding gives the"
                          " same sequence every time (transformers refuses it too)")
     if config.family == "gpt2":  # positions count real tokens only: padding takes none
         real = int(keep.sum(axis=-1).max())
@@ -240,8 +240,8 @@ def generate(ids, params, config: LMConfig, max_new_tokens, attention_mask=None,
             raise ValueError(f"{real} prompt tokens + max_new_tokens = {max_new_tokens} is more than GPT-2's"
                              f" max_positions = {config.max_positions} (its position table has no row past it)")
     decoder = LMDecoder(params, config)  # checks the params, once
-    if n > 1:  # each prompt n times in a row, as transformers' repeat_interleave
-        ids, keep = np.repeat(ids, n, axis=0), np.repeat(keep, n, axis=0)  # (B n, T)
+    if copies > 1:  # each prompt `copies` times in a row, as transformers' repeat_interleave
+        ids, keep = np.repeat(ids, copies, axis=0), np.repeat(keep, copies, axis=0)  # (B copies, T)
     new = []  # one (B,) column per new token: memory for the tokens made, not those asked for
     if max_new_tokens:
         rng = np.random.default_rng(seed)
@@ -261,5 +261,5 @@ def generate(ids, params, config: LMConfig, max_new_tokens, attention_mask=None,
                 seen = np.concatenate([seen, token[:, None]], axis=1)  # (B, T + i + 1)
                 seen_keep = np.concatenate([seen_keep, np.ones((len(ids), 1), bool)], axis=1)
             logits = decoder.step(token)  # (B, V)
-    out = np.concatenate([ids] + [column[:, None] for column in new], axis=1)  # (B, T + n)
-    return out[0] if one and n == 1 else out
+    out = np.concatenate([ids] + [column[:, None] for column in new], axis=1)  # (B, T + len(new))
+    return out[0] if one and copies == 1 else out
