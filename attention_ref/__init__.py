@@ -115,11 +115,21 @@ from .nn.embedding import EmbeddingCache, embedding_backward, embedding_forward
 from .nn.cross_entropy import CrossEntropyCache, cross_entropy_backward, cross_entropy_forward, next_token_targets
 
 # models: GPT-2 and Llama as whole language models (ids -> logits -> loss and back), generation
+# (the logits processed as transformers' generate does; left_pad for prompts of different lengths)
 from .models.config import FAMILIES, LMConfig
 from .models.params import block_params, init_lm_params, param_names
 from .models.gpt2 import GPT2LMCache, gpt2_lm_backward, gpt2_lm_forward
 from .models.llama import LlamaLMCache, llama_lm_backward, llama_lm_forward
 from .models.lm import lm_backward, lm_forward, lm_loss
+from .models.logits_processing import (
+    apply_min_new_tokens,
+    apply_repetition_penalty,
+    apply_temperature,
+    apply_top_k,
+    apply_top_p,
+    left_pad,
+    process_logits,
+)
 from .models.generate import LMDecoder, generate
 
 # the layers as modules: attention_ref.core.X is the reference, attention_ref.fast.X_fast the fast path

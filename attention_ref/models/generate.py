@@ -3,8 +3,10 @@
 Symbols: B prompts, T the prompt length (left-padded to one length), V vocabulary.
 
 :class:`LMDecoder` holds the caches and gives the logits of each step; :func:`generate`
-picks the tokens from them (greedy at temperature 0, else sampled from the softmax of
-``logits / temperature``, optionally over the ``top_k`` largest only).
+passes them through transformers' logits processors (:func:`.logits_processing.process_logits`:
+repetition penalty, min_new_tokens, then when sampling temperature, top-k, top-p) and picks
+the next tokens from them (greedy: the largest; sampled: from their softmax), stopping a row
+at an end-of-text token as transformers does.
 
 Prompts of different lengths go as one batch, left-padded (the padding first, as
 transformers expects for generation) with an ``attention_mask`` of 0 on the padding: no
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._checks import check_nonnegative_int, signals_land_here
+from .._checks import check_nonnegative_int, check_positive_int, signals_land_here
 from .._token_checks import as_attention_mask, as_token_ids
 from ..fast.dispatch import linear_formula
 from ..nn.encoder_block import ENCODER_GROUPS
@@ -26,6 +28,7 @@ from ..nn.residual import split_params
 from ..nn.rms_norm import rms_norm_formula
 from ..variants.kv_cache import KVCache
 from .config import LMConfig
+from .logits_processing import check_logits_settings, processed_logits
 from .params import TOKEN_TABLE, block_params, check_lm_params, head_weight
 
 __all__ = ["LMDecoder", "generate"]
@@ -52,14 +55,18 @@ class LMDecoder:
         self.keys_mask = None
         self.positions = None
 
-    def prefill(self, ids, attention_mask=None):
+    def prefill(self, ids, attention_mask=None, *, last_only=False):
         """Run the prompts ``ids`` (B, T), left-padded where ``attention_mask`` (B, T) is 0.
-        Returns the logits (B, T, V) (rows of padding give whatever, they are never read)."""
+        Returns the logits (B, T, V) (rows of padding give whatever, they are never read), or with
+        ``last_only`` those of the last position only (B, V): the final norm and the LM head then
+        see one position per row, so the logits take B x V numbers, not B x T x V."""
         if self.keys_mask is not None:
             raise RuntimeError("this decoder has been prefilled already: make a new LMDecoder for new prompts")
         ids, keep = check_prompts(ids, attention_mask, self.config.vocab_size)  # (B, T) each
         positions = np.where(keep, np.cumsum(keep, axis=-1) - 1, 1)  # (B, T): real tokens counted (pads at 1)
         self.keys_mask, self.positions = keep, positions[:, -1]
+        if last_only:
+            return self._run(ids, positions, last_only=True)[:, 0]  # (B, V)
         return self._run(ids, positions)
 
     def step(self, next_ids):
@@ -74,10 +81,10 @@ class LMDecoder:
         self.positions = self.positions + 1  # (B,)
         return self._run(next_ids[:, None], self.positions[:, None])[:, 0]  # (B, V)
 
-    def _run(self, ids, positions):
+    def _run(self, ids, positions, last_only=False):
         """The new tokens ``ids`` (B, t) at ``positions`` (B, t), both checked, through the model:
-        logits (B, t, V). Every array here was checked by :meth:`__init__` or :meth:`prefill`, so
-        each step calls the formulas directly."""
+        logits (B, t, V), or (B, 1, V) of the last position with ``last_only``. Every array here
+        was checked by :meth:`__init__` or :meth:`prefill`, so each step calls the formulas directly."""
         config, params = self.config, self.params
         mask = self.keys_mask[:, None, :]  # (B, 1, T_seen): real keys only, causal added by the blocks
         if mask.all():
@@ -91,6 +98,7 @@ class LMDecoder:
             for block, cache, scale in zip(self.blocks, self.caches, config.head_scale):
                 x = gpt2_decode_formula(x, block, config.num_heads, cache, eps=config.eps, scale=scale,
                                         mask=mask)  # (B, t, D)
+            x = x[:, -1:] if last_only else x  # (B, 1, D) with last_only: the head sees the last position only
             h, _ = layer_norm_formula(x, params["ln_f.gamma"], params["ln_f.beta"], config.eps)  # (B, t, D)
         else:
             at = positions[:, None, :]  # (B, 1, t): the same positions for every head
@@ -98,6 +106,7 @@ class LMDecoder:
             for block, cache in zip(self.blocks, self.caches):
                 x = llama_decode_formula(x, block, config.num_heads, config.num_kv_heads, cache, eps=config.eps,
                                          scale=None, mask=mask, rotary=rotary)  # (B, t, D)
+            x = x[:, -1:] if last_only else x  # (B, 1, D) with last_only
             h, _ = rms_norm_formula(x, params["norm.weight"], config.eps)  # (B, t, D)
         return linear_formula(h, head_weight(params, config), None)  # (B, t, V)
 
@@ -116,16 +125,12 @@ def check_prompts(ids, attention_mask, vocab_size):
     return ids, keep
 
 
-def _pick(logits, temperature, top_k, rng):
-    """The next token of each row from its logits (B, V)."""
-    if temperature == 0.0:
-        return logits.argmax(axis=-1)  # (B,): greedy, the first of equal maxima
-    shifted = logits.astype(np.float64) - logits.max(axis=-1, keepdims=True)  # (B, V), max 0
-    with np.errstate(over="ignore", under="ignore"):  # a tiny temperature sends the rest to -inf: greedy
-        z = shifted / temperature  # (B, V)
-    if top_k is not None and top_k < z.shape[-1]:
-        kth = np.sort(z, axis=-1)[:, -top_k][:, None]  # (B, 1): the k-th largest
-        z = np.where(z >= kth, z, -np.inf)
+def _next_tokens(processed, do_sample, rng):
+    """The next token of each row from its processed logits (B, V): the largest (the first of
+    equal maxima, as torch's argmax) or, when sampling, a draw from their softmax."""
+    if not do_sample:
+        return processed.argmax(axis=-1)  # (B,)
+    z = processed.astype(np.float64)  # (B, V), -inf where a processor removed a token
     with np.errstate(under="ignore"):  # exp of a very negative score is 0, as meant (the user's seterr aside)
         p = np.exp(z - z.max(axis=-1, keepdims=True))  # (B, V)
         p /= p.sum(axis=-1, keepdims=True)  # (B, V)
@@ -134,28 +139,79 @@ def _pick(logits, temperature, top_k, rng):
     return np.minimum((np.cumsum(p, axis=-1) < u).sum(axis=-1), p.shape[-1] - 1)  # (B,): inverse CDF
 
 
-def generate(ids, params, config: LMConfig, max_new_tokens, attention_mask=None, temperature=0.0, top_k=None,
-             seed=None):
-    """Continue the prompts ``ids`` (B, T) by ``max_new_tokens`` tokens each.
+def _check_sampling(do_sample, temperature):
+    """``(do_sample, temperature)`` resolved: ``do_sample=None`` samples when a temperature > 0
+    is given (this package's older calls); ``do_sample=True`` defaults the temperature to 1."""
+    if temperature is not None and (isinstance(temperature, (bool, np.bool_))
+                                    or not isinstance(temperature, (int, float, np.floating, np.integer))
+                                    or not temperature >= 0 or not np.isfinite(temperature)):
+        raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
+    if do_sample is not None and not isinstance(do_sample, (bool, np.bool_)):
+        raise TypeError(f"do_sample must be None, True or False, got {do_sample!r}")
+    if do_sample is None:
+        do_sample = temperature is not None and temperature > 0
+    if do_sample and temperature is not None and temperature == 0:
+        raise ValueError("temperature must be > 0 when do_sample=True (temperature 0 is greedy: do_sample=False)")
+    return bool(do_sample), 1.0 if temperature is None or not do_sample else float(temperature)
+
+
+def _check_pad(pad_token_id, eos, vocab_size):
+    """The id put after a finished row: ``pad_token_id`` in [0, V), else the first eos id (as
+    transformers), else None (no row ever finishes without an eos)."""
+    if pad_token_id is None:
+        return None if eos is None else int(eos[0])
+    pad = check_nonnegative_int(pad_token_id, "pad_token_id")
+    if pad >= vocab_size:
+        raise ValueError(f"pad_token_id = {pad} is not a token id in [0, {vocab_size})")
+    return pad
+
+
+def generate(ids, params, config: LMConfig, max_new_tokens, attention_mask=None, temperature=None, top_k=None,
+             seed=None, *, do_sample=None, top_p=1.0, repetition_penalty=1.0, min_new_tokens=0, eos_token_id=None,
+             pad_token_id=None, num_return_sequences=1):
+    """Continue the prompts ``ids`` (B, T) by up to ``max_new_tokens`` tokens each, as
+    transformers' ``model.generate`` does with the same arguments.
+
+    At every step the last position's logits go through transformers' logits processors in
+    transformers' order (:func:`attention_ref.models.logits_processing.process_logits`):
+    repetition penalty, min_new_tokens, then only when sampling temperature, top-k and top-p;
+    the next token is their argmax (greedy) or a draw from their softmax (sampled; each row's
+    maximum is subtracted before the temperature, which changes no probability and makes a
+    vanishing temperature greedy rather than an overflow). A row that
+    has produced one of the ``eos_token_id`` continues with ``pad_token_id``; generation stops
+    when every row has finished.
 
     Parameters
     ----------
     ids : integer array (B, T) (or (T,) for one prompt), left-padded when the prompts differ
-        in length
+        in length (:func:`attention_ref.left_pad`)
     params, config : the model (:func:`attention_ref.models.init_lm_params`, or
         :func:`attention_ref.interop.load_pretrained`)
-    max_new_tokens : tokens to add to every row (no early stop at an end-of-text token)
+    max_new_tokens : the most tokens to add to every row
     attention_mask : optional (B, T) of 0/1, 0 on the left padding
-    temperature : 0 (default) is greedy, the largest logit; above 0, sample from
-        ``softmax(logits / temperature)``
-    top_k : sample among the ``top_k`` largest logits only (None: all)
-    seed : seed of the ``numpy.random.Generator`` that samples (temperature > 0)
+    temperature : None or a number >= 0; with ``do_sample=None`` (the default), a temperature
+        above 0 samples from ``softmax(logits / temperature)`` and None or 0 is greedy
+    top_k : sample among the ``top_k`` largest logits only (None or 0: all; transformers'
+        ``generate`` defaults to 50, pass ``top_k=50`` to sample as it does)
+    seed : seed of the ``numpy.random.Generator`` that samples
+    do_sample : True samples (temperature 1 unless given), False is greedy whatever the
+        temperature, None decides from the temperature (above)
+    top_p : nucleus sampling, in [0, 1] (1: off)
+    repetition_penalty : > 0 (1: off); every token already in the row (its padding aside) has
+        its logit divided by it where positive, multiplied where negative
+    min_new_tokens : no eos token before this many new tokens (needs ``eos_token_id``)
+    eos_token_id : None, one token id or a list of them: the ends of text
+    pad_token_id : the token a finished row continues with (default: the first eos id)
+    num_return_sequences : continuations per prompt (> 1 only when sampling), the rows of
+        prompt b at ``b * num_return_sequences + j``, as transformers orders them
 
     Returns
     -------
-    ids : int64 array (B, T + max_new_tokens) ((T + max_new_tokens,) for one prompt): the
-        prompts followed by the new tokens
+    ids : int64 array (B * num_return_sequences, T + n) ((T + n,) for one prompt and one
+        sequence): the prompts followed by the new tokens, n <= max_new_tokens (fewer when
+        every row has finished early)
     """
+    # every argument checked here, before any work; the loop below trusts them
     if not isinstance(config, LMConfig):
         raise TypeError(f"config must be an LMConfig (attention_ref.LMConfig.from_dict(config.json)),"
                         f" got {type(config).__name__}")
@@ -165,25 +221,45 @@ def generate(ids, params, config: LMConfig, max_new_tokens, attention_mask=None,
         attention_mask = np.atleast_2d(attention_mask)
     ids, keep = check_prompts(np.atleast_2d(ids) if one else ids, attention_mask, config.vocab_size)  # (B, T)
     max_new_tokens = check_nonnegative_int(max_new_tokens, "max_new_tokens")
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float, np.floating, np.integer)) \
-            or not temperature >= 0 or not np.isfinite(temperature):
-        raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1):
-        raise ValueError(f"top_k must be None or a positive integer, got {top_k!r}")
+    do_sample, temperature = _check_sampling(do_sample, temperature)
     seed = None if seed is None else check_nonnegative_int(seed, "seed")
+    settings = check_logits_settings(config.vocab_size, do_sample=do_sample, temperature=temperature,
+                                     top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty,
+                                     min_new_tokens=min_new_tokens, eos_token_id=eos_token_id)
+    pad = _check_pad(pad_token_id, settings.eos, config.vocab_size)
+    if settings.min_new_tokens and settings.eos is not None and np.unique(settings.eos).size == config.vocab_size:
+        raise ValueError(f"eos_token_id names all {config.vocab_size} tokens: with min_new_tokens ="
+                         f" {settings.min_new_tokens} no token would be left to choose")
+    copies = check_positive_int(num_return_sequences, "num_return_sequences")
+    if copies > 1 and not do_sample:
+        raise ValueError(f"num_return_sequences = {copies} needs sampling (do_sample=True): greedy decoding gives the"
+                         " same sequence every time (transformers refuses it too)")
     if config.family == "gpt2":  # positions count real tokens only: padding takes none
         real = int(keep.sum(axis=-1).max())
         if real + max_new_tokens > config.max_positions:
             raise ValueError(f"{real} prompt tokens + max_new_tokens = {max_new_tokens} is more than GPT-2's"
                              f" max_positions = {config.max_positions} (its position table has no row past it)")
     decoder = LMDecoder(params, config)  # checks the params, once
+    if copies > 1:  # each prompt `copies` times in a row, as transformers' repeat_interleave
+        ids, keep = np.repeat(ids, copies, axis=0), np.repeat(keep, copies, axis=0)  # (B copies, T)
     new = []  # one (B,) column per new token: memory for the tokens made, not those asked for
     if max_new_tokens:
         rng = np.random.default_rng(seed)
-        logits = decoder.prefill(ids, keep)[:, -1]  # (B, V): the last prompt token's
+        logits = decoder.prefill(ids, keep, last_only=True)  # (B, V): the last prompt token's
+        seen, seen_keep = ids, keep  # (B, T + i): the prompt and the new tokens, for the penalty
+        unfinished = np.ones(len(ids), bool)  # (B,)
         for i in range(max_new_tokens):
-            new.append(_pick(logits, float(temperature), top_k, rng))  # (B,)
-            if i + 1 < max_new_tokens:
-                logits = decoder.step(new[-1])  # (B, V)
-    out = np.concatenate([ids] + [column[:, None] for column in new], axis=1)  # (B, T + max_new_tokens)
-    return out[0] if one else out
+            processed = processed_logits(logits, seen, seen_keep, i, settings, shift=True)  # (B, V)
+            token = _next_tokens(processed, do_sample, rng)  # (B,)
+            if settings.eos is not None:  # a finished row continues with the pad token
+                token = np.where(unfinished, token, pad)  # (B,)
+                unfinished &= ~np.isin(token, settings.eos)
+            new.append(token)
+            if i + 1 == max_new_tokens or not unfinished.any():
+                break
+            if settings.penalty != 1.0:  # only the penalty reads the tokens so far
+                seen = np.concatenate([seen, token[:, None]], axis=1)  # (B, T + i + 1)
+                seen_keep = np.concatenate([seen_keep, np.ones((len(ids), 1), bool)], axis=1)
+            logits = decoder.step(token)  # (B, V)
+    out = np.concatenate([ids] + [column[:, None] for column in new], axis=1)  # (B, T + len(new))
+    return out[0] if one and copies == 1 else out

@@ -23,6 +23,7 @@ Symbols: B rows (prompts), T tokens so far per row (prompt and generated), V voc
 from __future__ import annotations
 
 from numbers import Integral, Real
+from typing import NamedTuple
 
 import numpy as np
 
@@ -76,6 +77,8 @@ def _as_eos_ids(eos_token_id, vocab_size):
     """One id or several, each in [0, V), as an int64 array (k,)."""
     if isinstance(eos_token_id, (bool, np.bool_)):
         raise TypeError(f"eos_token_id must be a token id or a list of them, got {eos_token_id!r}")
+    if _is_empty(eos_token_id):  # [] is float64 to NumPy: say what is wrong
+        raise ValueError("eos_token_id must be a token id or a non-empty list of them, got an empty list")
     eos = as_token_ids(np.atleast_1d(eos_token_id) if isinstance(eos_token_id, Integral) else eos_token_id,
                        "eos_token_id", vocab_size)
     if eos.ndim != 1 or eos.size == 0:
@@ -246,9 +249,44 @@ def _top_p(logits, top_p, min_tokens_to_keep):
 
 def _top_k_or_off(top_k):
     """None or 0 turn top-k off (transformers); else a positive int."""
-    if top_k is None or (isinstance(top_k, Integral) and not isinstance(top_k, (bool, np.bool_)) and top_k == 0):
+    if top_k is None:
         return 0
-    return check_positive_int(top_k, "top_k")
+    message = f"top_k must be None or a non-negative integer (0: off), got {top_k!r}"
+    if isinstance(top_k, (bool, np.bool_)) or not isinstance(top_k, Integral):
+        raise TypeError(message)
+    if top_k < 0:
+        raise ValueError(message)
+    return int(top_k)
+
+
+class LogitsSettings(NamedTuple):
+    """The checked settings of :func:`process_logits` (what ``generate`` checks once and uses at every step).
+
+    Fields: ``do_sample`` bool; ``temperature`` float > 0; ``top_k`` int, 0 for off; ``top_p``
+    float in [0, 1]; ``penalty`` float > 0; ``min_new_tokens`` int >= 0; ``eos`` int64 array (k,)
+    or None."""
+    do_sample: bool
+    temperature: float
+    top_k: int
+    top_p: float
+    penalty: float
+    min_new_tokens: int
+    eos: np.ndarray | None
+
+
+def check_logits_settings(vocab_size, *, do_sample=False, temperature=1.0, top_k=DEFAULT_TOP_K, top_p=1.0,
+                          repetition_penalty=1.0, min_new_tokens=0, eos_token_id=None) -> LogitsSettings:
+    """The settings of :func:`process_logits` checked for a vocabulary of ``vocab_size``, as a
+    :class:`LogitsSettings` (a one-line error naming the first bad one)."""
+    if not isinstance(do_sample, (bool, np.bool_)):
+        raise TypeError(f"do_sample must be True or False, got {do_sample!r}")
+    penalty = _check_real(repetition_penalty, "repetition_penalty", low=0.0)
+    min_new_tokens = check_positive_int(min_new_tokens, "min_new_tokens", minimum=0)
+    eos = None if eos_token_id is None else _as_eos_ids(eos_token_id, vocab_size)
+    temperature = _check_real(temperature, "temperature", low=0.0)
+    top_k = _top_k_or_off(top_k)
+    top_p = _check_real(top_p, "top_p", low=0.0, high=1.0, low_open=False)
+    return LogitsSettings(bool(do_sample), temperature, top_k, top_p, penalty, min_new_tokens, eos)
 
 
 def process_logits(logits, ids, *, num_new_tokens=0, attention_mask=None, do_sample=False, temperature=1.0,
@@ -282,28 +320,34 @@ def process_logits(logits, ids, *, num_new_tokens=0, attention_mask=None, do_sam
     num_new_tokens = check_positive_int(num_new_tokens, "num_new_tokens", minimum=0)
     if num_new_tokens > ids.shape[1]:
         raise ValueError(f"num_new_tokens = {num_new_tokens} is more than the {ids.shape[1]} tokens of ids")
-    if not isinstance(do_sample, (bool, np.bool_)):
-        raise TypeError(f"do_sample must be True or False, got {do_sample!r}")
-    penalty = _check_real(repetition_penalty, "repetition_penalty", low=0.0)
-    min_new_tokens = check_positive_int(min_new_tokens, "min_new_tokens", minimum=0)
-    eos = None if eos_token_id is None else _as_eos_ids(eos_token_id, logits.shape[-1])
-    temperature = _check_real(temperature, "temperature", low=0.0)
-    top_k = _top_k_or_off(top_k)
-    top_p = _check_real(top_p, "top_p", low=0.0, high=1.0, low_open=False)
+    settings = check_logits_settings(logits.shape[-1], do_sample=do_sample, temperature=temperature, top_k=top_k,
+                                     top_p=top_p, repetition_penalty=repetition_penalty,
+                                     min_new_tokens=min_new_tokens, eos_token_id=eos_token_id)
+    return processed_logits(logits, ids, keep, num_new_tokens, settings)
+
+
+def processed_logits(logits, ids, keep, num_new_tokens, settings: LogitsSettings, shift=False):
+    """Unchecked :func:`process_logits`: ``keep`` the boolean mask (B, T), ``settings`` checked by
+    :func:`check_logits_settings` (``generate`` calls this at every step). With ``shift``, each
+    row's maximum is subtracted before the temperature: the same softmax, top-k and top-p, and
+    a temperature so small that ``logits / temperature`` would overflow is greedy instead."""
     # 1. repetition penalty, 2. min_new_tokens
     out = logits.copy()  # (B, V)
-    if penalty != 1.0:
-        out = _repetition_penalty(out, ids, penalty, keep)
-    if eos is not None and min_new_tokens > 0:
-        out = _min_new_tokens(out, eos, num_new_tokens, min_new_tokens)
+    if settings.penalty != 1.0:
+        out = _repetition_penalty(out, ids, settings.penalty, keep)
+    if settings.eos is not None and settings.min_new_tokens > 0:
+        out = _min_new_tokens(out, settings.eos, num_new_tokens, settings.min_new_tokens)
     # 3. the sampling warpers
-    if do_sample:
-        if temperature != 1.0:
-            out = _temperature(out, temperature)
-        if top_k:
-            out = _top_k(out, top_k)
-        if top_p < 1.0:
-            out = _top_p(out, top_p, 1)
+    if settings.do_sample:
+        if settings.temperature != 1.0 and shift:
+            with np.errstate(over="ignore", under="ignore"):  # a score sent to -inf has probability 0, as meant
+                out = (out - out.max(axis=-1, keepdims=True)) / settings.temperature  # (B, V), each row's max 0
+        elif settings.temperature != 1.0:
+            out = _temperature(out, settings.temperature)
+        if settings.top_k:
+            out = _top_k(out, settings.top_k)
+        if settings.top_p < 1.0:
+            out = _top_p(out, settings.top_p, 1)
     return out
 
 

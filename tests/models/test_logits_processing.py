@@ -2,6 +2,7 @@
 their formulas, against transformers' LogitsProcessor classes at 1e-12 in float64 (skipped without
 torch and transformers), and against the processed scores of transformers' own ``generate`` (the
 order of the steps, the left padding, min_new_tokens, eos); and ``left_pad``."""
+import inspect
 import math
 
 import numpy as np
@@ -179,7 +180,10 @@ def test_extreme_logits_raise_no_numpy_warning_and_keep_numpy_settings():
     (lambda: apply_min_new_tokens([[1.0]], True, 0, 1), TypeError, r"^eos_token_id must be a token id"),
     (lambda: apply_min_new_tokens([[1.0]], 0, -1, 1), ValueError, r"^num_new_tokens must be a non-negative integer"),
     (lambda: process_logits([[1.0]], [[0]], do_sample=1), TypeError, r"^do_sample must be True or False, got 1$"),
-    (lambda: process_logits([[1.0]], [[0]], top_k=-2), ValueError, r"^top_k must be a positive integer, got -2$"),
+    (lambda: process_logits([[1.0]], [[0]], top_k=-2), ValueError,
+     r"^top_k must be None or a non-negative integer \(0: off\), got -2$"),
+    (lambda: process_logits([[1.0]], [[0]], top_k=2.0), TypeError,
+     r"^top_k must be None or a non-negative integer \(0: off\), got 2.0$"),
     (lambda: process_logits([[1.0]], [[0]], num_new_tokens=2), ValueError,
      r"^num_new_tokens = 2 is more than the 1 tokens of ids$"),
     (lambda: process_logits([[1.0]], [[0]], repetition_penalty=0), ValueError, r"^repetition_penalty must lie in"),
@@ -259,7 +263,10 @@ def test_repetition_penalty_skips_padding_as_transformers(lp, seed, B, V, T):
     rng, logits, ids = _random_case(seed, B, V, T)
     pads = rng.integers(0, T, B)
     mask = (np.arange(T)[None] >= pads[:, None]).astype(int)
-    processor = lp.RepetitionPenaltyLogitsProcessor(1.7, prompt_ignore_length=torch.tensor(pads))
+    try:
+        processor = lp.RepetitionPenaltyLogitsProcessor(1.7, prompt_ignore_length=torch.tensor(pads))
+    except ValueError as exc:  # 4.57: one int for the whole batch, and generate passes none
+        pytest.skip(f"this transformers takes no per-row prompt_ignore_length ({exc})")
     assert_close(apply_repetition_penalty(logits, ids, 1.7, mask), _theirs(processor, ids, logits))
 
 
@@ -284,11 +291,16 @@ def test_process_logits_equals_transformers_generate(do_sample):
                              return_dict_in_generate=True, **settings)
     sequences = out.sequences.numpy()
     T = ids.shape[1]
+    from transformers.generation.utils import GenerationMixin
+
+    # 4.57's generate passes no prompt_ignore_length: its penalty counts the padding, as ours without a mask
+    skips_padding = "prompt_ignore_length" in inspect.getsource(GenerationMixin._get_logits_processor)
     assert len(out.logits) == len(out.scores) >= 3
     for step, (raw, scores) in enumerate(zip(out.logits, out.scores)):
         seen = sequences[:, :T + step]
         seen_mask = np.concatenate([mask, np.ones((len(ids), step), int)], axis=1)
-        ours = process_logits(raw.numpy(), seen, num_new_tokens=step, attention_mask=seen_mask,
+        ours = process_logits(raw.numpy(), seen, num_new_tokens=step,
+                              attention_mask=seen_mask if skips_padding else None,
                               do_sample=do_sample, **{k: v for k, v in settings.items() if k != "pad_token_id"},
                               **({} if do_sample else {"top_k": None}))
         theirs = scores.numpy()

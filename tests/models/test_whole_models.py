@@ -123,15 +123,18 @@ def test_sampling_is_seeded_and_top_k_1_is_greedy():
 
 def test_sampling_follows_the_softmax():
     """Frequencies of the first sampled token against softmax(logits / T) (and top_k)."""
-    from attention_ref.models.generate import _pick
+    from attention_ref.models.generate import _next_tokens
 
     logits = np.array([[2.0, 1.0, 0.0, -1.0]] * 20000)
+    ids = np.zeros((20000, 1), int)
     rng = np.random.default_rng(0)
     p = np.exp(logits[0] / 0.8)
     p /= p.sum()
-    freq = np.bincount(_pick(logits, 0.8, None, rng), minlength=4) / 20000
+    processed = ar.process_logits(logits, ids, do_sample=True, temperature=0.8, top_k=None)
+    freq = np.bincount(_next_tokens(processed, True, rng), minlength=4) / 20000
     np.testing.assert_allclose(freq, p, atol=0.015)
-    top2 = np.bincount(_pick(logits, 1.0, 2, rng), minlength=4) / 20000
+    processed = ar.process_logits(logits, ids, do_sample=True, top_k=2)
+    top2 = np.bincount(_next_tokens(processed, True, rng), minlength=4) / 20000
     np.testing.assert_allclose(top2, [np.e / (np.e + 1), 1 / (np.e + 1), 0, 0], atol=0.015)
 
 
