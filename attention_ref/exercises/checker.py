@@ -418,7 +418,7 @@ def _next(e, diagnosis, hints_read) -> list:
     if diagnosis.startswith("the gradients are right; your backward wrote into"):
         return ["next: compute into new arrays (no +=, *= or out= on the cache or dout), then check again"]
     if "dtype" in diagnosis and "precision" in diagnosis or "float32's precision" in diagnosis:
-        return ["next: keep every step in the inputs' dtype (no float32, no .astype); check again"]
+        return ["next: compute each gradient in its input's dtype (no .astype); check again"]
     read = set(hints_read if hints_read is not None else _HINTS_READ.get(e.name, ()))
     unread = [i for i in range(1, len(e.hints) + 1) if i not in read]
     if not unread:
