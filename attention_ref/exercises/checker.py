@@ -446,10 +446,11 @@ def _name_the_mistake(e, runs, failed) -> str:
                 return mistake.sentence + (_also_misshapen(e, runs, failed, skipped) if skipped else "")
     # outputs of the wrong shape on some cases and wrong values on others: two mistakes, the
     # values' first (their cases say where), the shapes' after
-    misshapen_cases = [runs[i - 1][0] for i in misshapen]
-    shaped = [f for f in failed if not any(f[0] is c for c in misshapen_cases)]
+    # (only a gradient left at a broadcast shape: a shape mistake that a square case hides is one)
+    unsummed = [i for i, r in enumerate(runs, 1) if _unsummed(r[3], r[4])]
+    shaped = [f for f in failed if not any(f[0] is runs[i - 1][0] for i in unsummed)]
     besides = ""
-    if misshapen and shaped:
+    if unsummed and shaped and set(unsummed) == set(misshapen):
         besides, failed = _also_misshapen(e, runs, failed, misshapen), shaped
     case, name, got, truth = failed[0]
     factor = _factor_across_cases([r for i, r in enumerate(runs, 1) if i not in misshapen or not besides], name)
@@ -508,6 +509,20 @@ def _misshapen(got, truth) -> bool:
     """Whether an output of a run has another shape than the true gradient's."""
     return any(t is not None and as_gradient_array(g) is not None and as_gradient_array(g).shape != np.shape(t)
                for (_, g), (_, t) in zip(got, truth))
+
+
+def _unsummed(got, truth) -> bool:
+    """Whether every output of a run with another shape than the truth's has the shape the
+    truth broadcasts to (a gradient not summed back over its input's broadcast axes)."""
+    def broadcasts_to(g, t):
+        try:
+            return np.broadcast_shapes(g.shape, np.shape(t)) == g.shape
+        except ValueError:
+            return False
+
+    pairs = [(as_gradient_array(g), t) for (_, g), (_, t) in zip(got, truth) if t is not None
+             and as_gradient_array(g) is not None and as_gradient_array(g).shape != np.shape(t)]
+    return bool(pairs) and all(broadcasts_to(g, t) for g, t in pairs)
 
 
 def _also_misshapen(e, runs, failed, misshapen) -> str:
