@@ -97,6 +97,7 @@ STEPS = {
         ("the attention's dq = dS k * scale (or the query heads' merge)", "dquery W_q b_q"),
         ("the attention's dk = dS^T q * scale (or the key heads' merge)", "dkey W_k b_k"),
         ("dconcat = dout W_o^T or its split into heads", _QKV),
+        ("the merge of each head's dq, dk, dv back into dQ, dK, dV (the backward of the split)", _QKV),
         ("dquery = dQ W_q^T", "dquery"), ("dW_q = query^T dQ", "W_q"), ("db_q", "b_q"),
         ("dkey = dK W_k^T", "dkey"), ("dW_k = key^T dK", "W_k"), ("db_k", "b_k"),
         ("dvalue = dV W_v^T", "dvalue"), ("dW_v = value^T dV", "W_v"), ("db_v", "b_v")),

@@ -418,7 +418,7 @@ def _next(e, diagnosis, hints_read) -> list:
     if diagnosis.startswith("the gradients are right; your backward wrote into"):
         return ["next: compute into new arrays (no +=, *= or out= on the cache or dout), then check again"]
     if "dtype" in diagnosis and "precision" in diagnosis or "float32's precision" in diagnosis:
-        return ["next: keep every step in the inputs' dtype (no float32, no .astype); check again"]
+        return ["next: compute each gradient in its input's dtype (no .astype); check again"]
     read = set(hints_read if hints_read is not None else _HINTS_READ.get(e.name, ()))
     unread = [i for i in range(1, len(e.hints) + 1) if i not in read]
     if not unread:
@@ -444,10 +444,18 @@ def _name_the_mistake(e, runs, failed) -> str:
         for mistake in e.mistakes:
             if _reproduces(e, mistake, [r for i, r in enumerate(runs, 1) if i not in skipped]):
                 return mistake.sentence + (_also_misshapen(e, runs, failed, skipped) if skipped else "")
+    # outputs of the wrong shape on some cases and wrong values on others: two mistakes, the
+    # values' first (their cases say where), the shapes' after
+    # (only a gradient left at a broadcast shape: a shape mistake that a square case hides is one)
+    unsummed = [i for i, r in enumerate(runs, 1) if _unsummed(r[3], r[4])]
+    shaped = [f for f in failed if not any(f[0] is runs[i - 1][0] for i in unsummed)]
+    besides = ""
+    if unsummed and shaped and set(unsummed) == set(misshapen):
+        besides, failed = _also_misshapen(e, runs, failed, misshapen), shaped
     case, name, got, truth = failed[0]
-    factor = _factor_across_cases(runs, name)
+    factor = _factor_across_cases([r for i, r in enumerate(runs, 1) if i not in misshapen or not besides], name)
     if factor:
-        return factor
+        return factor + besides
     said = [_observe(e, c, n, g, t) for c, n, g, t in failed if c is case]  # every wrong output of that case
     specific = [x for x in said if "none of the classic mistakes explains" not in x]
     skipped = [x for x in specific if "was never computed" in x]  # a block of zeros says the most
@@ -459,7 +467,11 @@ def _name_the_mistake(e, runs, failed) -> str:
     # which cases are wrong and which right, for the first wrong output: a right case whose true
     # gradient of it is zero (one key: the softmax is constant) says nothing and is left out
     wrong = sorted({i for i, (c, *_) in enumerate(runs, 1) if any(c is f[0] and f[1] == name for f in failed)})
-    right = [i for i in range(1, len(runs) + 1) if i not in wrong and _informative(runs[i - 1][4], {name})]
+    # a gradient given where None belongs, or None where one belongs: every case with the output
+    # right says something, however small its true value (b_k's is zero up to rounding)
+    presence = any(f[1] == name and (as_gradient_array(f[2]) is None) != (f[3] is None) for f in failed)
+    right = [i for i in range(1, len(runs) + 1) if i not in wrong and not (besides and i in misshapen)
+             and (presence or _informative(runs[i - 1][4], {name}))]
     if right:  # some cases are right: say which are not, the inputs tell why
         if len(wrong) <= len(right):
             which = "only " + "; ".join(f"case {i} ({runs[i - 1][0].describe()})" for i in wrong) + \
@@ -473,7 +485,7 @@ def _name_the_mistake(e, runs, failed) -> str:
         if differs and "none of the classic mistakes explains" in seen:
             seen = ""  # what separates the cases says more than a largest error does
         seen = f"{which}: " + (differs + "; " + seen if seen and differs else differs or seen)
-    return _locate(e, runs, failed) + seen + overflow
+    return _locate(e, runs, failed) + seen + overflow + besides
 
 
 def _reproduces(e, mistake, runs) -> bool:
@@ -499,6 +511,20 @@ def _misshapen(got, truth) -> bool:
                for (_, g), (_, t) in zip(got, truth))
 
 
+def _unsummed(got, truth) -> bool:
+    """Whether every output of a run with another shape than the truth's has the shape the
+    truth broadcasts to (a gradient not summed back over its input's broadcast axes)."""
+    def broadcasts_to(g, t):
+        try:
+            return np.broadcast_shapes(g.shape, np.shape(t)) == g.shape
+        except ValueError:
+            return False
+
+    pairs = [(as_gradient_array(g), t) for (_, g), (_, t) in zip(got, truth) if t is not None
+             and as_gradient_array(g) is not None and as_gradient_array(g).shape != np.shape(t)]
+    return bool(pairs) and all(broadcasts_to(g, t) for g, t in pairs)
+
+
 def _also_misshapen(e, runs, failed, misshapen) -> str:
     """"; and on case 6 (batch = k, v broadcast), dk has shape ...": the second mistake."""
     if not misshapen or len(misshapen) == len(runs):
@@ -514,12 +540,14 @@ def _also_misshapen(e, runs, failed, misshapen) -> str:
 
 def _informative(truth, names) -> bool:
     """Whether a case's true gradients of ``names`` are more than rounding (largest entry above
-    1e-8 of the case's largest gradient): a zero gradient is right whatever the mistake."""
+    1e-8 of the case's largest gradient, 1e-4 in float32): a zero gradient is right whatever
+    the mistake."""
     def biggest(t):
         return float(np.abs(np.asarray(t, dtype=np.float64)).max()) if t is not None and np.size(t) else 0.0
 
     scale = max((biggest(t) for _, t in truth), default=0.0)
-    return any(biggest(t) > 1e-8 * scale for n, t in truth if n in names)
+    return any(biggest(t) > (1e-4 if np.asarray(t).dtype == np.float32 else 1e-8) * scale
+               for n, t in truth if n in names and t is not None)
 
 
 def _overflow_note(runs, failed) -> str:
@@ -578,6 +606,11 @@ _WHY = {"h": "are the head count and width read from the arguments, the cache or
         "attention": "self-attention: the query, key and value paths all reach the one input."}
 
 
+#: what the right cases share, said without a cause, when the feature's question does not apply
+#: (an axis of size 1 in the right cases: a squeeze() would break those, not the others)
+_WHY_RIGHT = {"size_1": "the right cases share an axis of size 1."}
+
+
 def _what_differs(cases, wrong) -> str:
     """The features whose values in the wrong cases and in the right ones do not overlap."""
     features = [_features(c) for c in cases]  # once per case
@@ -592,13 +625,15 @@ def _what_differs(cases, wrong) -> str:
                         " in the right ones")
             active = key in ("h", "d_head", "the first input's ndim", "axis", "norm_first") or \
                 not bad & {"None", "False"}  # a rule's question only where the wrong cases use it
-            why.append(_WHY.get(key, "") if active else "")
+            active = active and not (key == "size_1" and "'none'" in bad)  # size 1 only in right cases
+            why.append(_WHY.get(key, "") if active else _WHY_RIGHT.get(key, ""))
     if not said:
         return ""
     right_h = {f.get("h") for f in good_features}
     one_head = right_h == {1} and any(s.startswith("h = ") for s in said)
     extra = " With one head, a mistake in the order of the heads cannot show." if one_head else ""
-    return f"{'; '.join(said)} ({' '.join(w for w in dict.fromkeys(why) if w)}{extra})"
+    said_why = f"{' '.join(w for w in dict.fromkeys(why) if w)}{extra}"
+    return f"{'; '.join(said)}" + (f" ({said_why})" if said_why else "")
 
 
 def _observe(e, case, name, got, truth) -> str:
@@ -656,13 +691,15 @@ def _factor_across_cases(runs, name):
     if len({round(c, 9) for _, c in ratios}) < 2:
         return None  # one ratio for every case: observe names it, with the case's factors
     common = set.intersection(*(set(case.factors) for case, _ in ratios))
-    for label in sorted(common):
-        if all(abs(c - case.factors[label]) <= 1e-6 * max(1.0, abs(c)) for case, c in ratios):
-            shown = ", ".join(f"{c:.4g}" for _, c in ratios)
-            why = " (a mean over the rows where a sum belongs)" if label.startswith("1/rows") else ""
-            return (f"{_short(name)} is {label} times the true gradient in every case (ratios {shown}, as {label}"
-                    f" changes from case to case): a factor {label} is missing or extra{why}")
-    return None
+    matching = [label for label in sorted(common)
+                if all(abs(c - case.factors[label]) <= 1e-6 * max(1.0, abs(c)) for case, c in ratios)]
+    if not matching:
+        return None
+    label, shown = matching[0], ", ".join(f"{c:.4g}" for _, c in ratios)
+    why = " (a mean over the rows where a sum belongs)" if label.startswith("1/rows") else ""
+    alike = f"; {' and '.join(matching)} are equal on these cases" if len(matching) > 1 else ""  # none chosen
+    return (f"{_short(name)} is {label} times the true gradient in every case (ratios {shown}, as {label}"
+            f" changes from case to case{alike}): a factor {label} is missing or extra{why}")
 
 
 def _varying_ratio(runs, name):
@@ -687,21 +724,25 @@ def _varying_ratio(runs, name):
 
 def _locate(e, runs, failed) -> str:
     """"dv is right, dq and dk are wrong: the error is in <step>: ", from the exercise's steps;
-    empty when no single step feeds exactly the wrong outputs."""
+    when several steps feed exactly the wrong outputs, all of them are said; empty when none does."""
     names = [n for n, _ in runs[0][4]]
-    present = {_short(n) for r in runs for n, t in r[4] if t is not None}  # absent biases are never wrong
     wrong = {n for _, n, _, _ in failed}
+    # absent biases are never wrong, and an output whose true gradient is zero in every case
+    # (b_k's) is right whatever the mistake: neither says where the error is
+    present = {_short(n) for r in runs for n, t in r[4] if t is not None and (n in wrong or _informative(r[4], {n}))}
     right = [n for n in names if n not in wrong and _short(n) in present]
     if not e.steps or not right:
         return ""
-    for step, outputs in e.steps:
-        if set(outputs) & present == {_short(n) for n in wrong}:
-            ordered = [n for n in names if n in wrong]
-            r = ", ".join(_short(n) for n in right)
-            w = ", ".join(_short(n) for n in ordered)
-            return (f"{r} {'is' if len(right) == 1 else 'are'} right, {w} {'is' if len(ordered) == 1 else 'are'}"
-                    f" wrong: the error is in {step}; ")
-    return ""
+    steps = [step for step, outputs in e.steps if set(outputs) & present == {_short(n) for n in wrong}]
+    if not steps:
+        return ""
+    ordered = [n for n in names if n in wrong]
+    r = ", ".join(_short(n) for n in right)
+    w = ", ".join(_short(n) for n in ordered)
+    where = steps[0] if len(steps) == 1 else \
+        "one of: " + "; ".join(f"({i}) {step}" for i, step in enumerate(steps, 1))  # all said, none chosen
+    return (f"{r} {'is' if len(right) == 1 else 'are'} right, {w} {'is' if len(ordered) == 1 else 'are'}"
+            f" wrong: the error is in {where}; ")
 
 
 def _short(name):

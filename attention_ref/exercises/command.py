@@ -121,7 +121,7 @@ def _bug_main(args) -> int:
     bug = BUGS.get(getattr(module, "BUG", None)) if isinstance(getattr(module, "BUG", None), str) else None
     if bug is None:
         _fail(f"{args.path} must set BUG to a bug's name (bug list shows them; bug start writes it)")
-    result = check(name, attempt, forward=forward, time_limit=args.time_limit)
+    result = check(name, attempt, forward=forward, seed=args.seed, time_limit=args.time_limit)
     if result.ok:
         print(textwrap.fill(f"FIXED: {bug.name}, {result.diagnosis}", WIDTH, subsequent_indent="  "))
         print(textwrap.fill(f"the bug was: {bug.sentence}", WIDTH, subsequent_indent="  "))
@@ -301,9 +301,10 @@ def main(argv=None) -> int:
     hints.add_argument("number", nargs="?", type=_hint_number, default=1)
     limit = dict(type=_seconds, default=TIME_LIMIT, metavar="SECONDS",
                  help=f"time the code may take on one case (default {TIME_LIMIT:g})")
+    seed = dict(type=_seed, default=0, help="seed of the inputs (default 0)")
     run = sub.add_parser("check", help="check the backward in a file written by start")
     run.add_argument("path")
-    run.add_argument("--seed", type=_seed, default=0, help="seed of the inputs (default 0)")
+    run.add_argument("--seed", **seed)
     run.add_argument("--time-limit", **limit)
     bug = sub.add_parser("bug", help="spot the bug: a backward with one mistake to find and fix")
     bug_sub = bug.add_subparsers(dest="bug_action", required=True)
@@ -314,6 +315,7 @@ def main(argv=None) -> int:
     bug_start.add_argument("--force", action="store_true", help="overwrite an existing file")
     bug_check = bug_sub.add_parser("check", help="check a fixed file")
     bug_check.add_argument("path")
+    bug_check.add_argument("--seed", **seed)
     bug_check.add_argument("--time-limit", **limit)
     args = parser.parse_args(argv)
 

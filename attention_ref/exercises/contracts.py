@@ -280,8 +280,8 @@ def _flash(rng, dtype, batch, mask, rule, block_size, widths, size_1, scores):
     n_k = n_q + 2
     d_k = 1 if size_1 == "d_k" else 3
     d_v = 1 if size_1 == "d_v" else d_k if widths == "d_v = d_k" else d_k + 1
-    lead = _batch("size 1" if size_1 == "batch" else "one" if batch == "k, v broadcast" else batch, 2)
-    k_lead = (1,) if batch == "k, v broadcast" else lead  # k and v shared by the batch items
+    lead = _batch("size 1" if size_1 == "batch" else "one" if batch.startswith("k, v") else batch, 2)
+    k_lead = {"k, v broadcast": (1,), "k, v no batch": ()}.get(batch, lead)  # k and v shared by the batch items
     if scores == "near 800":
         q, k, v = _large_scores(rng, lead, k_lead, n_q, n_k, d_k, d_v, 1 / math.sqrt(d_k))
     else:
@@ -295,7 +295,7 @@ def _flash(rng, dtype, batch, mask, rule, block_size, widths, size_1, scores):
                  feature="scores near 800" if scores == "near 800" else "")
 
 
-FLASH = Contract({"dtype": ("float64", "float32"), "batch": ("one", "none", "two"),
+FLASH = Contract({"dtype": ("float64", "float32"), "batch": ("one", "none", "two", "k, v broadcast", "k, v no batch"),
                   "mask": ("none", "bool", "float -inf"), "rule": ("none", "causal", "window", "causal and window"),
                   "block_size": (2, 3, 1, 8), "widths": ("d_v != d_k", "d_v = d_k"),
                   "size_1": ("none", "n_q", "d_k", "d_v", "batch"), "scores": ("ordinary", "near 800")}, _flash,
@@ -313,16 +313,21 @@ def _multi_head(rng, dtype, h, head_widths, model_width, input_widths, attention
     kdim, vdim = (d, d) if input_widths == "equal" or attention == "self" else (d + 1, d + 2)
     n_q = 1 if size_1 == "n_q" else 3
     n_k = n_q if attention == "self" else 3 if lengths == "n_q = n_k" else 4  # one query sees several keys
-    lead = _batch("size 1" if size_1 == "batch" else batch, 2)
+    lead = k_lead = _batch("size 1" if size_1 == "batch" else "one" if "broadcast" in batch else batch, 2)
+    if attention == "cross" and batch == "k, v broadcast":
+        k_lead = ()  # key and value shared by every batch item of the query
+    elif attention == "cross" and batch == "q broadcast":
+        lead = ()  # one query sequence against a batch of keys and values
+    present = _BIASES[bias]
     params = {}
     for name, (fan_in, fan_out) in {"q": (d, h * d_k), "k": (kdim, h * d_k), "v": (vdim, h * d_v),
                                     "o": (h * d_v, d)}.items():
         params["W_" + name] = rng.standard_normal((fan_in, fan_out)) / math.sqrt(fan_in)
-        params["b_" + name] = 0.1 * rng.standard_normal(fan_out) if bias == "all" else None
+        params["b_" + name] = 0.1 * rng.standard_normal(fan_out) if name in present else None
     s = 0.4 if scale == "given" else 1 / math.sqrt(d_k)
     query = rng.standard_normal(lead + (n_q, d))
-    key = query if attention == "self" else rng.standard_normal(lead + (n_k, kdim))
-    value = key if attention == "self" else rng.standard_normal(lead + (n_k, vdim))
+    key = query if attention == "self" else rng.standard_normal(k_lead + (n_k, kdim))
+    value = key if attention == "self" else rng.standard_normal(k_lead + (n_k, vdim))
     if scores == "near 800":  # the query and key projections share a large direction in every head
         u = np.ones(h * d_k) / math.sqrt(h * d_k)  # unit, spread evenly: each head holds 1/h of |u|^2
         c = math.sqrt(800.0 * h / s)  # so each head's score is about c^2 / h * s = 800
@@ -332,14 +337,14 @@ def _multi_head(rng, dtype, h, head_widths, model_width, input_widths, attention
             key = value = query
         else:
             a_k = np.linalg.lstsq(params["W_k"].T, u, rcond=None)[0]  # a_k W_k = u
-            key = c * a_k + 0.02 * rng.standard_normal(lead + (n_k, kdim))
+            key = c * a_k + 0.02 * rng.standard_normal(k_lead + (n_k, kdim))
     params = {k: None if v is None else v.astype(dt) for k, v in params.items()}
     m = _mask(rng, mask, n_q, n_k, dt)
     kwargs = {"mask": m} if m is not None else {}
     kwargs.update({"scale": s} if scale == "given" else {})
-    rows = int(np.prod(lead)) if lead else 1  # a mean over the rows where a bias's sum belongs
+    rows, k_rows = (int(np.prod(b)) if b else 1 for b in (lead, k_lead))  # means where a bias's sum belongs
     factors = {**scale_factors(d_k, s if scale == "given" else None), "h": h, "1/h": 1 / h,
-               "1/rows (queries)": 1 / (rows * n_q), "1/rows (keys)": 1 / (rows * n_k)}
+               "1/rows (queries)": 1 / (rows * n_q), "1/rows (keys)": 1 / (k_rows * n_k)}
     inputs = tuple(x.astype(dt) if isinstance(x, np.ndarray) else x for x in (query, key, value))
     if attention == "self":
         inputs = (inputs[0], inputs[0], inputs[0])
@@ -347,10 +352,13 @@ def _multi_head(rng, dtype, h, head_widths, model_width, input_widths, attention
                  sizes={"h": h, "d_head": d_k})
 
 
+# which projections have a bias: all, none, or some present and the others None
+_BIASES = {"all": "qkvo", "none": "", "q, v only": "qv", "k, o only": "ko"}
+
 MULTI_HEAD = Contract({"dtype": ("float64", "float32"), "h": (2, 1, 3), "head_widths": ("d_v != d_k", "d_v = d_k"),
                        "model_width": ("d_model != h*d_k", "d_model = h*d_k"),
                        "input_widths": ("key, value wider", "equal"), "attention": ("cross", "self"),
-                       "bias": ("all", "none"), "batch": ("one", "none", "two"),
+                       "bias": tuple(_BIASES), "batch": ("one", "none", "two", "k, v broadcast", "q broadcast"),
                        "lengths": ("n_q = n_k", "n_q != n_k"),
                        "mask": ("none", "bool", "float -inf", "causal"), "size_1": ("none", "n_q", "batch"),
                        "scale": ("default", "given"), "scores": ("ordinary", "near 800")}, _multi_head,

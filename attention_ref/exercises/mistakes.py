@@ -65,6 +65,16 @@ def _softmax_sum_term_sign(dy, cache):
     return y * (dy + (dy * y).sum(axis=axis, keepdims=True))
 
 
+def _softmax_y_factor_missing(dy, cache):
+    y, axis = cache
+    return dy - (dy * y).sum(axis=axis, keepdims=True)  # the leading y_i dropped
+
+
+def _softmax_sum_of_dy(dy, cache):
+    y, axis = cache
+    return y * (dy - dy.sum(axis=axis, keepdims=True))  # sum_j dy_j, without the weights y_j
+
+
 def _softmax_sum_axis(dy, cache, *, fixed):
     y, _ = cache
     return y * (dy - (dy * y).sum(axis=fixed, keepdims=True))
@@ -140,6 +150,17 @@ def _merge_backward_interleaved(dmerged, num_heads):
     return np.moveaxis(dmerged.reshape(*batch, n, width // num_heads, num_heads), -1, -3)  # split as (Dh, H)
 
 
+def _split_backward_first_axes_swapped(dheads):
+    *batch, h, n, d_head = dheads.shape
+    return np.swapaxes(dheads, 0, 1).reshape(*batch, n, h * d_head)  # axes 0 and 1: H and N only unbatched
+
+
+def _merge_backward_first_axes_swapped(dmerged, num_heads):
+    *batch, n, width = dmerged.shape
+    split = dmerged.reshape(*batch, n, num_heads, width // num_heads)  # (..., N, H, Dh)
+    return np.swapaxes(split, 0, 1).reshape(*batch, num_heads, n, width // num_heads)  # N and H only unbatched
+
+
 def _split_backward_heads_reversed(dheads):
     return _merge(dheads[..., ::-1, :, :])  # concatenated in the wrong head order
 
@@ -206,7 +227,7 @@ def _flash_parts(dout, cache, *, normalise=True, row_D=True, accumulate=True, sc
             else:  # the last query block that visits a key block overwrites the others
                 dk[..., ks:ke, :] = ds.swapaxes(-1, -2) @ q[..., qs:qe, :] * s_
                 dv[..., ks:ke, :] = p.swapaxes(-1, -2) @ dout[..., qs:qe, :]
-    return _sum_to(dq, q.shape), _sum_to(dk, k.shape), _sum_to(dv, v.shape)
+    return unbroadcast(dq, q.shape), unbroadcast(dk, k.shape), unbroadcast(dv, v.shape)
 
 
 # -- multi-head attention: the library's backward with one step changed ---------------------
@@ -255,18 +276,19 @@ def _residual_parts(dy, cache, sublayer_backward, *, skip=True, norm_backward=_l
     return (dsum + dz if skip else dz), extra, dgamma, dbeta
 
 
-def _encoder_parts(dout, cache, *, paths=("query", "key", "value"), skip=True, norm_backward=_layer_norm_backward,
-                   attention_backward=_attention_backward):
+def _encoder_parts(dout, cache, *, paths=("query", "key", "value"), skip=("attn", "ffn"),
+                   norm_backward=_layer_norm_backward, attention_backward=_attention_backward):
     """The encoder block's backward with one step done the wrong way (the right way by default);
-    ``norm_backward`` and ``attention_backward`` put a part's mistake inside the whole."""
+    ``skip`` names the sub-layers whose skip path is kept; ``norm_backward`` and
+    ``attention_backward`` put a part's mistake inside the whole."""
     def self_attention(ds, c):
         dquery, dkey, dvalue, grads = _multi_head_parts(ds, c, attention_backward)
         return sum(d for name, d in zip(("query", "key", "value"), (dquery, dkey, dvalue)) if name in paths), grads
     g = {}
-    dh, g["ffn"], dgamma2, dbeta2 = _residual_parts(dout, cache.ffn, _feed_forward_backward, skip=skip,
+    dh, g["ffn"], dgamma2, dbeta2 = _residual_parts(dout, cache.ffn, _feed_forward_backward, skip="ffn" in skip,
                                                     norm_backward=norm_backward)
     g["ln2"] = {"gamma": dgamma2, "beta": dbeta2}
-    dx, g["self_attn"], dgamma1, dbeta1 = _residual_parts(dh, cache.attn, self_attention, skip=skip,
+    dx, g["self_attn"], dgamma1, dbeta1 = _residual_parts(dh, cache.attn, self_attention, skip="attn" in skip,
                                                           norm_backward=norm_backward)
     g["ln1"] = {"gamma": dgamma1, "beta": dbeta1}
     return dx, join_grads(g, cache.param_keys)
@@ -286,6 +308,13 @@ MISTAKES = {
         Mistake("sum term with the wrong sign",
                 "the sum term has the wrong sign, dx_i = y_i (dy_i + sum_j y_j dy_j); it is"
                 " dx_i = y_i (dy_i - sum_j y_j dy_j)", _softmax_sum_term_sign),
+        Mistake("leading y factor missing",
+                "your dx misses the leading factor y_i: dx_i = dy_i - sum_j y_j dy_j; the Jacobian is"
+                " dy_i/dx_j = y_i (delta_ij - y_j), so dx_i = y_i (dy_i - sum_j y_j dy_j)",
+                _softmax_y_factor_missing),
+        Mistake("sum of dy without the weights",
+                "your sum term is sum_j dy_j; each dy_j is weighted by y_j: dx_i = y_i (dy_i - sum_j y_j dy_j)",
+                _softmax_sum_of_dy),
         Mistake("sum along axis 0",
                 "your sum_j y_j dy_j runs along axis 0 whatever the softmax's axis: sum along"
                 " cache.axis (keepdims=True), the axis the softmax normalised", partial(_softmax_sum_axis, fixed=0)),
@@ -338,6 +367,10 @@ MISTAKES = {
                 "your dx interleaves the heads' features (its last axis is ordered (Dh, H)); head i owns the"
                 " whole block of columns i*Dh:(i+1)*Dh, so put H before Dh: moveaxis(dheads, -3, -2)",
                 _split_backward_interleaved),
+        Mistake("axes 0 and 1 swapped whatever the batch axes",
+                "you swapped axes 0 and 1: that moves H back next to Dh only when there are no batch axes;"
+                " count from the end, dx = reshape(moveaxis(dheads, -3, -2), (..., N, H*Dh))",
+                _split_backward_first_axes_swapped),
     ),
     "merge_heads_backward": (
         Mistake("reshape without moving the heads axis",
@@ -347,6 +380,9 @@ MISTAKES = {
         Mistake("features split as (Dh, H)",
                 "you split the last axis as (Dh, H); the merge concatenates whole heads, so split it as"
                 " (H, Dh): reshape(d, (..., N, H, Dh)), then move H before N", _merge_backward_interleaved),
+        Mistake("axes 0 and 1 swapped whatever the batch axes",
+                "you swapped axes 0 and 1: that moves H before N only when there are no batch axes; count"
+                " from the end, moveaxis(reshape(d, (..., N, H, Dh)), -2, -3)", _merge_backward_first_axes_swapped),
     ),
     "layer_norm_backward": (
         Mistake("mean and variance treated as constants",
@@ -412,7 +448,16 @@ MISTAKES = {
                 "your dx drops the residual connection: the skip path adds its own term to dx, the"
                 " upstream gradient itself (pre-norm, y = x + s(LN(x))) or the layer norm's input"
                 " gradient (post-norm, y = LN(x + s(x))), besides the sub-layer's",
-                partial(_encoder_parts, skip=False)),
+                partial(_encoder_parts, skip=())),
+        Mistake("feed-forward's skip path dropped",
+                "your dx drops the feed-forward sub-layer's skip path: the gradient reaching the block's"
+                " middle h is the feed-forward's input gradient plus the skip's term, dy itself (pre-norm,"
+                " y = h + FFN(LN(h))) or the layer norm's input gradient (post-norm, y = LN(h + FFN(h)))",
+                partial(_encoder_parts, skip=("attn",))),
+        Mistake("self-attention's skip path dropped",
+                "your dx drops the self-attention sub-layer's skip path: dx is the self-attention's input"
+                " gradient plus the skip's term, dh itself (pre-norm, h = x + MHA(LN(x))) or the layer"
+                " norm's input gradient (post-norm, h = LN(x + MHA(x)))", partial(_encoder_parts, skip=("ffn",))),
     ),
     "multi_head_attention_backward": (
         Mistake("transposed W_o gradient",

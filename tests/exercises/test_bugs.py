@@ -49,6 +49,8 @@ def test_from_start_to_fixed_on_the_command_line(tmp_path, capsys, monkeypatch):
     assert main(["bug", "check", str(path)]) == 0
     out = capsys.readouterr().out.replace("\n  ", " ")
     assert out.startswith("FIXED: softmax-axis") and BUGS["softmax-axis"].sentence in out
+    assert main(["bug", "check", str(path), "--seed", "7"]) == 0  # the same options as check
+    assert capsys.readouterr().out.startswith("FIXED: softmax-axis")
     assert main(["bug", "start", "softmax-axis"]) == 2  # never overwrites without --force
 
 

@@ -113,9 +113,10 @@ def multi_head_attention_backward(dout, cache, *, transpose_dW_o=False, scale=No
     return out[0], out[1], out[2], {key: grads[key] for key in cache.param_keys}
 
 
-def encoder_block_backward(dout, cache, *, paths="qkv", skip=True, norm=None, attention=None):
+def encoder_block_backward(dout, cache, *, paths="qkv", skip=("attn", "ffn"), norm=None, attention=None):
     """Composed from the pieces above; the keywords make it one of the classic wrong versions
-    (``norm`` and ``attention``: a part's wrong backward inside the whole)."""
+    (``skip``: the sub-layers whose skip path is kept; ``norm`` and ``attention``: a part's
+    wrong backward inside the whole)."""
     from attention_ref import feed_forward_backward
     from attention_ref.nn.residual import join_grads
 
@@ -125,17 +126,17 @@ def encoder_block_backward(dout, cache, *, paths="qkv", skip=True, norm=None, at
         dquery, dkey, dvalue, grads = multi_head_attention_backward(ds, c, attention=attention)
         return sum(d for p, d in zip("qkv", (dquery, dkey, dvalue)) if p in paths), grads
 
-    def residual(d, c, sub):
+    def residual(d, c, sub, name):
         if c.norm_first:  # y = x + s(LN(x))
             dz, extra = sub(d, c.sublayer)
             dx_norm, dgamma, dbeta = norm(dz, c.norm)
-            return (d + dx_norm if skip else dx_norm), extra, dgamma, dbeta
+            return (d + dx_norm if name in skip else dx_norm), extra, dgamma, dbeta
         dsum, dgamma, dbeta = norm(d, c.norm)  # y = LN(x + s(x))
         dz, extra = sub(dsum, c.sublayer)
-        return (dsum + dz if skip else dz), extra, dgamma, dbeta
+        return (dsum + dz if name in skip else dz), extra, dgamma, dbeta
 
-    dh, g_ffn, dgamma2, dbeta2 = residual(dout, cache.ffn, feed_forward_backward)
-    dx, g_attn, dgamma1, dbeta1 = residual(dh, cache.attn, self_attention_backward)
+    dh, g_ffn, dgamma2, dbeta2 = residual(dout, cache.ffn, feed_forward_backward, "ffn")
+    dx, g_attn, dgamma1, dbeta1 = residual(dh, cache.attn, self_attention_backward, "attn")
     return dx, join_grads({"self_attn": g_attn, "ln1": {"gamma": dgamma1, "beta": dbeta1}, "ffn": g_ffn,
                            "ln2": {"gamma": dgamma2, "beta": dbeta2}}, cache.param_keys)
 
@@ -239,6 +240,9 @@ WRONG = {  # exercise -> {mistake name in the catalogue: a student's wrong attem
         "missing sum term": lambda dy, cache: dy * cache.y,
         "sum term with the wrong sign":
             lambda dy, cache: cache.y * (dy + np.sum(dy * cache.y, cache.axis, keepdims=True)),
+        "leading y factor missing": lambda dy, cache: dy - np.sum(cache.y * dy, cache.axis, keepdims=True),
+        "sum of dy without the weights":
+            lambda dy, cache: cache.y * dy - cache.y * np.sum(dy, axis=cache.axis, keepdims=True),
         "sum along axis 0": lambda dy, cache: cache.y * (dy - np.sum(dy * cache.y, axis=0, keepdims=True)),
         "sum along the last axis whatever cache.axis":
             lambda dy, cache: cache.y * (dy - np.sum(dy * cache.y, axis=-1, keepdims=True)),
@@ -262,12 +266,16 @@ WRONG = {  # exercise -> {mistake name in the catalogue: a student's wrong attem
         "features interleaved (Dh, H)":
             lambda d: np.stack([d[..., i, :, :] for i in range(d.shape[-3])], axis=-1).reshape(
                 d.shape[:-3] + (d.shape[-2], -1)),
+        "axes 0 and 1 swapped whatever the batch axes":
+            lambda d: d.transpose((1, 0) + tuple(range(2, d.ndim))).reshape(d.shape[:-3] + (d.shape[-2], -1)),
     },
     "merge_heads_backward": {
         "reshape without moving the heads axis":
             lambda d, h: d.reshape(d.shape[:-2] + (h, d.shape[-2], d.shape[-1] // h)),
         "features split as (Dh, H)":
             lambda d, h: np.stack([d[..., i::h] for i in range(h)], axis=-3),
+        "axes 0 and 1 swapped whatever the batch axes": lambda d, h: np.reshape(np.swapaxes(np.reshape(
+            d, d.shape[:-1] + (h, -1)), 0, 1), d.shape[:-2] + (h, d.shape[-2], -1)),
     },
     "layer_norm_backward": {
         "mean and variance treated as constants": _layer_norm_wrong("constants"),
@@ -290,7 +298,9 @@ WRONG = {  # exercise -> {mistake name in the catalogue: a student's wrong attem
         "self-attention paths not summed": lambda d, c: encoder_block_backward(d, c, paths="q"),
         "self-attention's value path dropped": lambda d, c: encoder_block_backward(d, c, paths="qk"),
         "self-attention's key path dropped": lambda d, c: encoder_block_backward(d, c, paths="qv"),
-        "residual path dropped": lambda d, c: encoder_block_backward(d, c, skip=False),
+        "residual path dropped": lambda d, c: encoder_block_backward(d, c, skip=()),
+        "feed-forward's skip path dropped": lambda d, c: encoder_block_backward(d, c, skip=("attn",)),
+        "self-attention's skip path dropped": lambda d, c: encoder_block_backward(d, c, skip=("ffn",)),
     },
     "multi_head_attention_backward": {
         "transposed W_o gradient": lambda d, c: multi_head_attention_backward(d, c, transpose_dW_o=True),

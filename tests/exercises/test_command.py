@@ -130,7 +130,7 @@ def test_a_dtype_problem_is_not_sent_to_the_hints(tmp_path, capsys):
                     '    return y * (dy - (y * dy).sum(axis=cache.axis, keepdims=True))\n')
     assert main(["check", str(path)]) == 1
     out = capsys.readouterr().out
-    assert "next: keep every step in the inputs' dtype" in out and "hint 1" not in out
+    assert "next: compute each gradient in its input's dtype" in out and "hint 1" not in out
 
 
 def test_the_table_shows_the_expected_shape_and_the_size_of_the_error(capsys):

@@ -46,12 +46,15 @@ def test_the_contract_covers_what_issue_29_lists():
     assert {"bool", "float -inf", "causal"} <= set(att["mask"]) and {"n_q", "n_k", "d_k", "batch"} <= set(att["size_1"])
     mh = f["multi_head_attention_backward"]
     assert {"d_v = d_k"} <= set(mh["head_widths"]) and {"none"} <= set(mh["bias"]) and 1 in mh["h"]
+    assert {"k, v broadcast", "q broadcast"} <= set(mh["batch"])
+    assert {"q, v only", "k, o only"} <= set(mh["bias"])  # each bias present in one, None in the other
     assert {"d_model = h*d_k", "d_model != h*d_k"} == set(mh["model_width"])
     enc = f["encoder_block_backward"]
     assert set(enc["activation"]) == {"relu", "gelu", "gelu_exact"} and set(enc["norm_first"]) == {False, True}
     assert {0, 1, 2} <= set(f["linear_backward"]["leading"]) and "no" in f["linear_backward"]["bias"]
     assert f["split_heads_backward"]["h"][0] != f["split_heads_backward"]["d_head"][0]  # the base has H != Dh
     flash = f["flash_attention_backward"]
+    assert {"k, v broadcast", "k, v no batch"} <= set(flash["batch"])
     assert 3 in flash["block_size"] and "causal and window" in flash["rule"] and "float -inf" in flash["mask"]
 
 
@@ -85,3 +88,31 @@ def test_a_fix_right_for_square_float64_inputs_only_fails():
     name = "scaled_dot_product_attention_backward"
     assert "dtype = 'float32' in the wrong cases" in check(name, float64).diagnosis
     assert "batch = 'k, v broadcast' in the wrong cases" in check(name, unsummed).diagnosis
+
+
+def test_a_multi_head_backward_that_leaves_dkey_at_the_querys_batch_shape_fails():
+    """Key and value shared by every batch item of the query (issue 29, a third student's false
+    pass): a backward whose attention step does not sum dk and dv back gives dkey and dvalue
+    the query's batch axes."""
+    from attention_ref import linear_backward, merge_heads_backward, split_heads_backward
+
+    def unsummed(dout, cache):
+        dconcat, dW_o, db_o = linear_backward(dout, cache.o_proj)
+        a, dheads = cache.attention, merge_heads_backward(dconcat, cache.num_heads)
+        P, v, q, k = a.weights, a.v, a.q, a.k
+        dP = dheads @ np.swapaxes(v, -1, -2)
+        dS = P * (dP - (P * dP).sum(-1, keepdims=True))
+        grads = {"W_o": dW_o, "b_o": db_o}
+        heads = (dS @ k * a.scale, np.swapaxes(dS, -1, -2) @ q * a.scale, np.swapaxes(P, -1, -2) @ dheads)
+        inputs = []
+        for name, d, proj in zip("qkv", heads, (cache.q_proj, cache.k_proj, cache.v_proj)):
+            d = split_heads_backward(d)
+            x = np.broadcast_to(proj.x, d.shape[:-1] + proj.x.shape[-1:])  # the query's batch axes
+            dx = d @ proj.W.T
+            grads["W_" + name] = x.reshape(-1, x.shape[-1]).T @ d.reshape(-1, d.shape[-1])
+            grads["b_" + name] = d.reshape(-1, d.shape[-1]).sum(0) if proj.has_bias else None
+            inputs.append(dx)
+        return (*inputs, {key: grads[key] for key in cache.param_keys})
+
+    d = check("multi_head_attention_backward", unsummed).diagnosis
+    assert "batch = 'k, v broadcast' in the wrong cases" in d, d

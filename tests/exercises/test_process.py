@@ -161,6 +161,7 @@ def test_a_malformed_state_is_set_aside_with_a_one_line_note(tmp_path, text, cap
     (["check", "f.py", "--seed", "-1"], "--seed must be >= 0, got -1"),
     (["check", "f.py", "--seed", "x"], "--seed must be a whole number, got 'x'"),
     (["check", "f.py", "--time-limit", "0"], "--time-limit must be a number of seconds > 0, got '0'"),
+    (["bug", "check", "f.py", "--seed", "-1"], "--seed must be >= 0, got -1"),
     (["bug", "check", "f.py", "--time-limit", "nan"], "--time-limit must be a number of seconds > 0"),
     (["hint", "softmax_backward", "0"], "the hint number must be >= 1, got 0"),
     (["start", "softmax"], "no exercise 'softmax' (python -m attention_ref exercise list)"),
@@ -216,7 +217,7 @@ def test_a_dtype_next_line_has_no_dangling_words():
 
     lines = str(check("softmax_backward", float32)).splitlines()
     assert max(map(len, lines)) <= 80 and not any(line.rstrip().endswith(", then") for line in lines)
-    assert lines[-1] == "next: keep every step in the inputs' dtype (no float32, no .astype); check again"
+    assert lines[-1] == "next: compute each gradient in its input's dtype (no .astype); check again"
 
 
 def test_the_wrong_order_message_shows_grads_as_the_dict_it_is():

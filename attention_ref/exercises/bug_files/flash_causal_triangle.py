@@ -42,4 +42,12 @@ def flash_attention_backward(dout, cache):
             ds_t = np.swapaxes(ds, -1, -2)
             dk[..., ks:ke, :] += ds_t @ q[..., qs:qe, :] * scale
             dv[..., ks:ke, :] += np.swapaxes(p, -1, -2) @ dout[..., qs:qe, :]
-    return dq, dk, dv
+    return _sum_to(dq, q.shape), _sum_to(dk, k.shape), _sum_to(dv, v.shape)
+
+
+def _sum_to(grad, shape):
+    """A gradient summed over the axes its input was broadcast along."""
+    extra = grad.ndim - len(shape)
+    grad = grad.sum(axis=tuple(range(extra))) if extra > 0 else grad
+    ones = tuple(i for i, n in enumerate(shape) if n == 1 != grad.shape[i])
+    return grad.sum(axis=ones, keepdims=True)
