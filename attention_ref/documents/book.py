@@ -46,12 +46,22 @@ html_theme_options = {"show_navbar_depth": 1, "use_download_button": False, "use
 html_show_sourcelink = False
 html_context = {"default_mode": "light"}  # the theme's mode is set, so its script has nothing to reset
 exclude_patterns = ["_build"]
+html_static_path = ["_static"]
+html_css_files = ["wide.css"]  # a text column wide enough for the lessons' code lines
 suppress_warnings = ["myst.header", "mystnb.unknown_mime_type"]
 
 
 def setup(app):
     app.set_html_assets_policy("always")  # MathJax on every page: titles with maths sit in every sidebar
 '''
+
+
+#: the theme's article column is about 50em: the lessons' code lines (up to about 110 characters)
+#: wrapped or scrolled in it; this widens the column and the page to hold them
+_WIDE_CSS = """
+.bd-page-width { max-width: 96rem; }
+.bd-main .bd-content .bd-article-container { max-width: 72em; }
+"""
 
 
 def _sources():
@@ -194,6 +204,8 @@ def build(out="_build/book", quiet=True) -> Path:
                                        "source": _banner(lesson.stem)})
             (src / lesson.name).write_text(json.dumps(nb), encoding="utf-8")
         (src / "conf.py").write_text(_CONF, encoding="utf-8")
+        (src / "_static").mkdir(exist_ok=True)
+        (src / "_static" / "wide.css").write_text(_WIDE_CSS, encoding="utf-8")
         # doctrees in the scratch folder; myst-nb writes its jupyter_execute/ beside the html folder: inside too
         cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-d", str(work / "doctrees"), str(src), str(html)]
         result = subprocess.run(cmd, capture_output=True, text=True, cwd=work, preexec_fn=_end_with_parent())
