@@ -3,13 +3,16 @@
 :class:`LMConfig` holds what the forward needs and nothing of training or serving; it is built
 from the dict transformers writes (``LMConfig.from_dict``), from a transformers config object
 (``LMConfig.from_transformers``) or by hand. A setting that would change the maths and that
-this package does not implement (Llama 3's RoPE scaling, biases in Llama's projections, an
-activation other than GPT-2's tanh GELU or Llama's SiLU) is refused with an error that names
-it, rather than ignored.
+this package does not implement (a RoPE scaling other than ``llama3`` and ``linear``, biases in
+Llama's projections, an activation other than GPT-2's tanh GELU or Llama's SiLU) is refused with
+an error that names it, rather than ignored.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+
+from ..nn.rope_scaling import ROPE_TYPES, rope_frequencies
 
 __all__ = ["LMConfig", "FAMILIES"]
 
@@ -30,6 +33,9 @@ class LMConfig:
     max_positions : the longest sequence (GPT-2's position table has this many rows)
     eps : the norms' epsilon (GPT-2's ``layer_norm_epsilon``, Llama's ``rms_norm_eps``)
     rope_theta : Llama's RoPE base
+    rope_scaling : Llama 3.x's RoPE scaling, the ``rope_type`` (``"llama3"`` or ``"linear"``) and
+        its parameters as sorted ``(key, value)`` pairs (a mapping given here is stored so);
+        None is plain RoPE. :meth:`rope_frequencies` turns it into the rotation's frequencies.
     tie_word_embeddings : the LM head is the token table transposed (GPT-2: True)
     pad_token_id : Llama's embedding row that gets no gradient (transformers' ``padding_idx``)
     scale_attn_weights, scale_attn_by_inverse_layer_idx : GPT-2's attention scaling
@@ -46,6 +52,7 @@ class LMConfig:
     max_positions: int
     eps: float
     rope_theta: float = 10000.0
+    rope_scaling: tuple | None = None
     tie_word_embeddings: bool = True
     pad_token_id: int | None = None
     scale_attn_weights: bool = True
@@ -67,6 +74,25 @@ class LMConfig:
             raise ValueError(f"eps must be positive, got {self.eps!r}")
         if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
             raise ValueError(f"pad_token_id = {self.pad_token_id} is not a token id in [0, {self.vocab_size})")
+        if self.rope_scaling is not None:
+            if self.family != "llama":
+                raise ValueError(f"rope_scaling is Llama's; a {self.family} model has none")
+            scaling = self.rope_scaling
+            if isinstance(scaling, Mapping):
+                scaling = tuple(sorted(scaling.items()))
+            object.__setattr__(self, "rope_scaling", tuple(tuple(pair) for pair in scaling))
+            if "rope_theta" in dict(self.rope_scaling) or "partial_rotary_factor" in dict(self.rope_scaling):
+                raise ValueError("rope_scaling holds the scaling's type and parameters only: rope_theta is the"
+                                 " config's own field, and a partial_rotary_factor is not Llama's")
+            self.rope_frequencies()  # refuses an unknown type or a missing parameter, by name
+
+    def rope_frequencies(self):
+        """RoPE's frequencies ``theta_i`` (Dh/2,), float64, scaled by :attr:`rope_scaling`
+        (:func:`attention_ref.nn.rope_scaling.rope_frequencies`); None for GPT-2."""
+        if self.family != "llama":
+            return None
+        scaling = None if self.rope_scaling is None else dict(self.rope_scaling)
+        return rope_frequencies(self.d_model // self.num_heads, self.rope_theta, scaling)
 
     @property
     def head_scale(self):
@@ -128,9 +154,15 @@ def _llama(d):
     # RoPE: transformers 4.x writes rope_theta and rope_scaling; 5.x writes rope_parameters
     rope = d.get("rope_parameters") or d.get("rope_scaling") or {}
     rope_type = rope.get("rope_type", rope.get("type", "default"))
-    if rope_type != "default":
-        _refuse("the RoPE scaling rope_type", rope_type, "llama")  # e.g. Llama 3's "llama3"
+    if rope_type not in ROPE_TYPES:
+        _refuse("the RoPE scaling rope_type", rope_type, "llama")  # e.g. "dynamic", "yarn", "longrope"
+    if rope.get("partial_rotary_factor", 1.0) != 1.0:
+        _refuse("the RoPE partial_rotary_factor", rope["partial_rotary_factor"], "llama")
     theta = d.get("rope_theta", rope.get("rope_theta", 10000.0))
+    scaling = None
+    if rope_type != "default":  # Llama 3.x: the type and its parameters (any other key is refused by name)
+        scaling = {k: v for k, v in rope.items() if k not in ("type", "rope_theta", "partial_rotary_factor")}
+        scaling["rope_type"] = rope_type
     D, H = d["hidden_size"], d["num_attention_heads"]
     head_dim = d.get("head_dim") or D // H
     if head_dim * H != D:
@@ -141,5 +173,6 @@ def _llama(d):
     return LMConfig(family="llama", vocab_size=d["vocab_size"], d_model=D, num_layers=d["num_hidden_layers"],
                     num_heads=H, num_kv_heads=d.get("num_key_value_heads") or H, d_ff=d["intermediate_size"],
                     max_positions=d.get("max_position_embeddings", 2048), eps=d.get("rms_norm_eps", 1e-6),
-                    rope_theta=float(theta), tie_word_embeddings=d.get("tie_word_embeddings", False),
+                    rope_theta=float(theta), rope_scaling=scaling,
+                    tie_word_embeddings=d.get("tie_word_embeddings", False),
                     pad_token_id=pad if isinstance(pad, int) and 0 <= pad < d["vocab_size"] else None)

@@ -34,9 +34,10 @@ from .._pair_checks import MultiHeadInputs, check_multi_head_inputs
 from ..variants.grouped_heads import GroupedMultiHeadCache
 from ..variants.grouped_heads import multi_head_attention_backward_formula, multi_head_attention_formula
 from ..variants.kv_cache import KVCache
-from ..variants.rope import rope_backward, rope_forward
+from ..variants.rope import RopeCache, rope_backward, rope_forward, rotate
 from .multi_head_attention import (check_block_mask, check_decode_mask, check_new_tokens, combine_masks,
                                    decode_attention)
+from .rope_scaling import rope_frequencies
 from .rms_norm import RMSNormCache, _rms_norm_backward, rms_norm_formula, rms_norm_forward
 from .swiglu import SwiGLUCache, _swiglu_backward, check_swiglu_inputs, swiglu_formula, swiglu_forward
 
@@ -49,16 +50,29 @@ LLAMA_PARAM_NAMES = ("input_norm.weight", "self_attn.W_q", "self_attn.W_k", "sel
 
 class RotaryHalf(NamedTuple):
     """Rotate-half RoPE on the split heads, as :func:`attention_ref.core.multi_head` expects:
-    queries at ``q_positions``, keys at ``k_positions`` (both ``0..N-1`` in a block forward)."""
+    queries at ``q_positions``, keys at ``k_positions`` (both ``0..N-1`` in a block forward).
+    ``theta`` (Dh/2,), when given, are the frequencies (Llama 3.x's scaled ones, from
+    :func:`attention_ref.nn.rope_scaling.rope_frequencies`); else ``base^(-2i/Dh)``."""
 
     q_positions: np.ndarray  # (Nq,)
     k_positions: np.ndarray  # (Nk,)
     base: float
+    theta: np.ndarray | None = None  # (Dh/2,)
 
     def forward(self, q, k):
-        q, q_cache = rope_forward(q, self.q_positions, self.base, layout="half")  # (..., H, Nq, Dh)
-        k, k_cache = rope_forward(k, self.k_positions, self.base, layout="half")  # (..., Hkv, Nk, Dh)
+        if self.theta is None:
+            q, q_cache = rope_forward(q, self.q_positions, self.base, layout="half")  # (..., H, Nq, Dh)
+            k, k_cache = rope_forward(k, self.k_positions, self.base, layout="half")  # (..., Hkv, Nk, Dh)
+        else:
+            q, q_cache = self._rotate(q, self.q_positions)  # (..., H, Nq, Dh)
+            k, k_cache = self._rotate(k, self.k_positions)  # (..., Hkv, Nk, Dh)
         return q, k, (q_cache, k_cache)
+
+    def _rotate(self, x, positions):
+        """RoPE's rotation by ``p theta_i`` (angles in float64, cos and sin in x's dtype)."""
+        angles = np.asarray(positions, dtype=np.float64)[..., None] * self.theta  # (..., N, Dh/2)
+        cos, sin = np.cos(angles).astype(x.dtype), np.sin(angles).astype(x.dtype)
+        return rotate(x, cos, sin, "half"), RopeCache(cos, sin, x.shape, "half")
 
     def backward(self, dq, dk, cache):
         q_cache, k_cache = cache
@@ -108,7 +122,7 @@ def _kv_heads(params, num_heads, num_kv_heads):
 
 
 def llama_block_forward(x, params, num_heads, *, num_kv_heads=None, rope_base=10000.0, eps=1e-6,
-                        mask=None, scale=None):
+                        mask=None, scale=None, rope_scaling=None):
     """One Llama decoder block on ``x`` (..., n, d_model); positions start at 0.
 
     Parameters
@@ -122,6 +136,9 @@ def llama_block_forward(x, params, num_heads, *, num_kv_heads=None, rope_base=10
     mask : optional extra mask (bool, True = may attend, e.g. padding; or float, added),
         broadcastable to (..., n, n), combined with the causal one
     scale : the attention scores' factor; None is ``1/sqrt(d_head)``
+    rope_scaling : None (plain RoPE) or Llama 3.x's scaling, a mapping as a config's
+        ``rope_scaling`` (``rope_type`` ``"llama3"`` or ``"linear"`` and its parameters; see
+        :func:`attention_ref.nn.rope_scaling.rope_frequencies`, which refuses any other type)
 
     Returns
     -------
@@ -135,12 +152,22 @@ def llama_block_forward(x, params, num_heads, *, num_kv_heads=None, rope_base=10
     x, p, num_heads, num_kv_heads = check_llama_block_params(x, params, num_heads, num_kv_heads)
     eps, rope_base = check_positive_real(eps, "eps"), check_positive_real(rope_base, "rope_base")
     mask = check_block_mask(mask, x)
-    return llama_block_formula(x, p, num_heads, num_kv_heads, rope_base=rope_base, eps=eps, mask=mask, scale=scale)
+    theta = _scaled_frequencies(p, num_heads, rope_base, rope_scaling)
+    return llama_block_formula(x, p, num_heads, num_kv_heads, rope_base=rope_base, eps=eps, mask=mask, scale=scale,
+                               theta=theta)
 
 
-def llama_block_formula(x, p, num_heads, num_kv_heads, *, rope_base, eps, mask, scale):
+def _scaled_frequencies(p, num_heads, rope_base, rope_scaling):
+    """None for plain RoPE, else the scaled frequencies (Dh/2,) (the scaling checked by name)."""
+    if rope_scaling is None:
+        return None
+    return rope_frequencies(p["self_attn.W_q"].shape[-1] // num_heads, rope_base, rope_scaling)
+
+
+def llama_block_formula(x, p, num_heads, num_kv_heads, *, rope_base, eps, mask, scale, theta=None):
     """:func:`llama_block_forward` on checked inputs (``p`` as :func:`check_llama_block_params`
-    returns it, ``mask`` None or checked; whole models call it on weights they checked once)."""
+    returns it, ``mask`` None or checked, ``theta`` None or RoPE's frequencies (Dh/2,); whole
+    models call it on weights they checked once)."""
     n = x.shape[-2]
     attn_params = {name: p[f"self_attn.{name}"] for name in ("W_q", "W_k", "W_v", "W_o")}
     # 1. z = RMSNorm_1(x)
@@ -150,7 +177,7 @@ def llama_block_formula(x, p, num_heads, num_kv_heads, *, rope_base, eps, mask, 
     causal = causal_mask(n) if mask is None else combine_masks(mask, causal_mask(n))  # (..., N, N)
     inputs = MultiHeadInputs(z, z, z, attn_params, causal, None, num_heads, num_kv_heads)
     a, attn = multi_head_attention_formula(inputs, tuple(attn_params), scale=scale,
-                                           rotary=RotaryHalf(positions, positions, float(rope_base)))  # (..., N, D)
+                                           rotary=RotaryHalf(positions, positions, float(rope_base), theta))  # (..., N, D)
     # 3. h = x + a
     hidden = x + a  # (..., N, D)
     # 4. u = RMSNorm_2(h)
@@ -190,7 +217,7 @@ def llama_block_backward(dout, cache: LlamaBlockCache):
 
 
 def llama_block_decode_step(x_t, params, num_heads, cache: KVCache, *, num_kv_heads=None, rope_base=10000.0,
-                            eps=1e-6, scale=None, mask=None, positions=None):
+                            eps=1e-6, scale=None, mask=None, positions=None, rope_scaling=None):
     """Decode with a key/value cache: the block's output for the new tokens ``x_t``.
 
     ``x_t`` (..., t, d_model) holds ``t >= 1`` new tokens: a prompt (prefill) or one token.
@@ -204,7 +231,7 @@ def llama_block_decode_step(x_t, params, num_heads, cache: KVCache, *, num_kv_he
     Parameters
     ----------
     x_t : array (..., t, d_model), the new tokens
-    params, num_heads, num_kv_heads, rope_base, eps, scale : as :func:`llama_block_forward`
+    params, num_heads, num_kv_heads, rope_base, eps, scale, rope_scaling : as :func:`llama_block_forward`
     cache : KVCache of this layer (a cache filled by another layer is refused)
     mask : optional extra mask of the new tokens against every key after this step,
         broadcastable to (..., t, T + t), combined with the causal one (e.g. left padding)
@@ -225,8 +252,9 @@ def llama_block_decode_step(x_t, params, num_heads, cache: KVCache, *, num_kv_he
     if positions is None:
         positions = np.arange(cache.length, cache.length + x_t.shape[-2])  # (t,): the new tokens' positions
     positions = check_decode_positions(positions, x_t)
+    theta = _scaled_frequencies(p, num_heads, rope_base, rope_scaling)
     return llama_decode_formula(x_t, p, num_heads, num_kv_heads, cache, eps=eps, scale=scale, mask=mask,
-                                rotary=RotaryHalf(positions[..., None, :], positions[..., None, :], rope_base))
+                                rotary=RotaryHalf(positions[..., None, :], positions[..., None, :], rope_base, theta))
 
 
 def check_llama_block_params(x, params, num_heads, num_kv_heads=None):

@@ -19,6 +19,10 @@ CONFIGS = {
                                                   "scale_attn_by_inverse_layer_idx": True}),
     "llama": LLAMA,
     "llama-tied": ar.LMConfig(**{**LLAMA.to_dict(), "tie_word_embeddings": True}),
+    # Llama 3.x: at head width 2 and base 100 the one pair's wavelength 6.3 lies between 16 / 4 and 16 / 1
+    "llama3-rope": ar.LMConfig(**{**LLAMA.to_dict(), "rope_scaling": {
+        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 16}}),
 }
 
 
@@ -195,8 +199,18 @@ def test_loading_refuses_what_it_does_not_implement(tmp_path):
     llama3 = {"model_type": "llama", "vocab_size": 8, "hidden_size": 4, "num_hidden_layers": 1,
               "num_attention_heads": 2, "intermediate_size": 8,
               "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}
-    with pytest.raises(ValueError, match="rope_type = 'llama3' is not supported"):
-        ar.LMConfig.from_dict(llama3)
+    with pytest.raises(ValueError, match="needs scaling\\['low_freq_factor'\\], which is missing"):
+        ar.LMConfig.from_dict(llama3)  # llama3 and linear are run; a parameter missing is named
+    for rope_type in ("dynamic", "yarn", "longrope"):
+        with pytest.raises(ValueError, match=f"rope_type = '{rope_type}' is not supported"):
+            ar.LMConfig.from_dict({**llama3, "rope_parameters": {"rope_type": rope_type, "factor": 2.0}})
+    with pytest.raises(ValueError, match="does not use here"):
+        ar.LMConfig.from_dict({**llama3, "rope_scaling": {"rope_type": "linear", "factor": 2.0, "beta_fast": 3}})
+    with pytest.raises(ValueError, match="partial_rotary_factor"):
+        ar.LMConfig.from_dict({**llama3, "rope_scaling": {"rope_type": "linear", "factor": 2.0,
+                                                          "partial_rotary_factor": 0.5}})
+    with pytest.raises(ValueError, match="RoPE type 'dynamic' is not implemented"):
+        ar.LMConfig(**{**LLAMA.to_dict(), "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}})
     with pytest.raises(ValueError, match="model_type 'bert' is not supported"):
         ar.LMConfig.from_dict({"model_type": "bert"})
     with pytest.raises(ValueError, match="activation_function = 'relu'"):
