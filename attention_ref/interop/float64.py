@@ -35,7 +35,8 @@ def _rope_theta(config) -> float:
 
 @contextlib.contextmanager
 def llama_in_float64():
-    """Inside the ``with`` block, transformers' ``LlamaRMSNorm`` and ``LlamaRotaryEmbedding``
+    """Inside the ``with`` block, transformers' ``LlamaRMSNorm`` and ``LlamaRotaryEmbedding`` (and
+    the same classes of Qwen2)
     compute their float32 steps in the model's dtype with the same formulas; both are restored
     on exit, whatever happens. A scaled RoPE (``rope_type`` "llama3" or "linear") gets its
     ``inv_freq`` from transformers' own ``ROPE_INIT_FUNCTIONS`` run with ``torch.float`` read as
@@ -82,9 +83,17 @@ def llama_in_float64():
         emb = torch.cat((freqs, freqs), dim=-1)  # (B, N, Dh): rotate-half layout
         return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
 
-    originals = m.LlamaRMSNorm.forward, m.LlamaRotaryEmbedding.forward
-    m.LlamaRMSNorm.forward, m.LlamaRotaryEmbedding.forward = rms_norm, rotary
+    import importlib
+
+    classes = [m.LlamaRMSNorm, m.LlamaRotaryEmbedding]  # then the same steps of the Llama-like families
+    for module, prefix in (("qwen2", "Qwen2"),):
+        family = importlib.import_module(f"transformers.models.{module}.modeling_{module}")
+        classes += [getattr(family, f"{prefix}RMSNorm"), getattr(family, f"{prefix}RotaryEmbedding")]
+    originals = [cls.forward for cls in classes]
+    for cls in classes:
+        cls.forward = rms_norm if cls.__name__.endswith("RMSNorm") else rotary
     try:
         yield
     finally:
-        m.LlamaRMSNorm.forward, m.LlamaRotaryEmbedding.forward = originals
+        for cls, forward in zip(classes, originals):
+            cls.forward = forward

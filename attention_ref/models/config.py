@@ -14,19 +14,22 @@ from dataclasses import asdict, dataclass
 
 from ..nn.rope_scaling import ROPE_TYPES, rope_frequencies
 
-__all__ = ["LMConfig", "FAMILIES"]
+__all__ = ["LMConfig", "FAMILIES", "LLAMA_LIKE"]
 
+#: The families built as Llama is (RMSNorm, RoPE, grouped heads, SwiGLU), each adding its own piece:
+#: ``qwen2`` biases on the q, k, v projections.
+LLAMA_LIKE = ("llama", "qwen2")
 #: The model families this package runs whole: transformers' ``model_type``.
-FAMILIES = ("gpt2", "llama")
+FAMILIES = ("gpt2",) + LLAMA_LIKE
 
 
 @dataclass(frozen=True)
 class LMConfig:
-    """A GPT-2 or Llama language model's shape and constants.
+    """A GPT-2 or Llama-like language model's shape and constants.
 
     Attributes
     ----------
-    family : ``"gpt2"`` or ``"llama"`` (transformers' ``model_type``)
+    family : ``"gpt2"`` or one of :data:`LLAMA_LIKE` (transformers' ``model_type``)
     vocab_size, d_model, num_layers, num_heads : V, D, the blocks, H
     num_kv_heads : Hkv, the key/value heads (GPT-2: H)
     d_ff : the MLP's hidden width F
@@ -75,8 +78,8 @@ class LMConfig:
         if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
             raise ValueError(f"pad_token_id = {self.pad_token_id} is not a token id in [0, {self.vocab_size})")
         if self.rope_scaling is not None:
-            if self.family != "llama":
-                raise ValueError(f"rope_scaling is Llama's; a {self.family} model has none")
+            if self.family == "gpt2":
+                raise ValueError("rope_scaling is for RoPE; a gpt2 model has none")
             scaling = self.rope_scaling
             if isinstance(scaling, Mapping):
                 scaling = tuple(sorted(scaling.items()))
@@ -89,7 +92,7 @@ class LMConfig:
     def rope_frequencies(self):
         """RoPE's frequencies ``theta_i`` (Dh/2,), float64, scaled by :attr:`rope_scaling`
         (:func:`attention_ref.nn.rope_scaling.rope_frequencies`); None for GPT-2."""
-        if self.family != "llama":
+        if self.family == "gpt2":
             return None
         scaling = None if self.rope_scaling is None else dict(self.rope_scaling)
         return rope_frequencies(self.d_model // self.num_heads, self.rope_theta, scaling)
@@ -99,13 +102,18 @@ class LMConfig:
         """The attention scores' factor of each layer (None: ``1/sqrt(d_head)``)."""
         scales = []
         for layer in range(self.num_layers):
-            if self.family == "llama" or (self.scale_attn_weights and not self.scale_attn_by_inverse_layer_idx):
+            if self.family != "gpt2" or (self.scale_attn_weights and not self.scale_attn_by_inverse_layer_idx):
                 scales.append(None)
             else:
                 d_head = self.d_model // self.num_heads
                 base = d_head ** -0.5 if self.scale_attn_weights else 1.0
                 scales.append(base / (layer + 1) if self.scale_attn_by_inverse_layer_idx else base)
         return tuple(scales)
+
+    @property
+    def qkv_bias(self) -> bool:
+        """The q, k and v projections have biases (Qwen2)."""
+        return self.family == "qwen2"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -121,8 +129,8 @@ class LMConfig:
         family = d.get("model_type")
         if family == "gpt2":
             return _gpt2(d)
-        if family == "llama":
-            return _llama(d)
+        if family in LLAMA_LIKE:
+            return _llama(d, family)
         raise ValueError(f"model_type {family!r} is not supported: this package runs {FAMILIES} whole")
 
 
@@ -145,19 +153,22 @@ def _gpt2(d):
                     scale_attn_by_inverse_layer_idx=d.get("scale_attn_by_inverse_layer_idx", False))
 
 
-def _llama(d):
+def _llama(d, family="llama"):
     if d.get("hidden_act", "silu") != "silu":
-        _refuse("hidden_act", d["hidden_act"], "llama")
-    for flag in ("attention_bias", "mlp_bias"):
+        _refuse("hidden_act", d["hidden_act"], family)
+    for flag in ("attention_bias", "mlp_bias", "use_sliding_window"):  # Qwen2's sliding window: not here
         if d.get(flag):
-            _refuse(flag, True, "llama")
+            _refuse(flag, True, family)
+    layer_types = d.get("layer_types") or []
+    if any(kind != "full_attention" for kind in layer_types):
+        _refuse("layer_types", sorted(set(layer_types)), family)  # e.g. "sliding_attention" layers
     # RoPE: transformers 4.x writes rope_theta and rope_scaling; 5.x writes rope_parameters
     rope = d.get("rope_parameters") or d.get("rope_scaling") or {}
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     if rope_type not in ROPE_TYPES:
-        _refuse("the RoPE scaling rope_type", rope_type, "llama")  # e.g. "dynamic", "yarn", "longrope"
+        _refuse("the RoPE scaling rope_type", rope_type, family)  # e.g. "dynamic", "yarn", "longrope"
     if rope.get("partial_rotary_factor", 1.0) != 1.0:
-        _refuse("the RoPE partial_rotary_factor", rope["partial_rotary_factor"], "llama")
+        _refuse("the RoPE partial_rotary_factor", rope["partial_rotary_factor"], family)
     theta = d.get("rope_theta", rope.get("rope_theta", 10000.0))
     scaling = None
     if rope_type != "default":  # Llama 3.x: the type and its parameters (any other key is refused by name)
@@ -166,11 +177,11 @@ def _llama(d):
     D, H = d["hidden_size"], d["num_attention_heads"]
     head_dim = d.get("head_dim") or D // H
     if head_dim * H != D:
-        _refuse("head_dim", head_dim, "llama")  # the blocks take d_head = d_model / num_heads
+        _refuse("head_dim", head_dim, family)  # the blocks take d_head = d_model / num_heads
     pad = d.get("pad_token_id")
     if isinstance(pad, int) and -d["vocab_size"] <= pad < 0:
         pad += d["vocab_size"]  # as nn.Embedding's padding_idx: -1 is the last row
-    return LMConfig(family="llama", vocab_size=d["vocab_size"], d_model=D, num_layers=d["num_hidden_layers"],
+    return LMConfig(family=family, vocab_size=d["vocab_size"], d_model=D, num_layers=d["num_hidden_layers"],
                     num_heads=H, num_kv_heads=d.get("num_key_value_heads") or H, d_ff=d["intermediate_size"],
                     max_positions=d.get("max_position_embeddings", 2048), eps=d.get("rms_norm_eps", 1e-6),
                     rope_theta=float(theta), rope_scaling=scaling,

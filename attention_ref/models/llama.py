@@ -52,7 +52,7 @@ def llama_lm_forward(ids, params, config: LMConfig, attention_mask=None):
     ----------
     ids : integer array (..., T), token ids in ``[0, vocab_size)``; positions 0 .. T-1
     params : dict with the keys of :func:`attention_ref.models.param_names` (Llama's)
-    config : LMConfig with ``family="llama"``
+    config : LMConfig with ``family`` one of :data:`attention_ref.models.config.LLAMA_LIKE`
     attention_mask : optional (..., T) of 0/1, 0 for padding: no query attends to a padding key
 
     Returns

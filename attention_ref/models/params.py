@@ -3,8 +3,8 @@
 GPT-2: ``wte`` (V, D), ``wpe`` (P, D), ``h.<i>.<block name>`` (the names of
 :func:`attention_ref.gpt2_block_forward`), ``ln_f.gamma``, ``ln_f.beta``, and ``lm_head.W``
 (D, V) only when the head is not tied to ``wte``.
-Llama: ``embed_tokens`` (V, D), ``layers.<i>.<block name>`` (:data:`attention_ref.LLAMA_PARAM_NAMES`),
-``norm.weight``, and ``lm_head.W`` (D, V) unless tied.
+Llama: ``embed_tokens`` (V, D), ``layers.<i>.<block name>`` (:data:`attention_ref.LLAMA_PARAM_NAMES`,
+and Qwen2's ``self_attn.b_q``, ``.b_k``, ``.b_v``), ``norm.weight``, and ``lm_head.W`` (D, V) unless tied.
 
 Gradients come back as a dict with the same keys and shapes, so an optimiser steps over both.
 """
@@ -16,20 +16,22 @@ from .._checks import as_real_array, cast, common_dtype
 from .._token_checks import as_attention_mask, as_token_ids
 from ..nn.encoder_block import ENCODER_GROUPS
 from ..nn.gpt2_block import init_gpt2_block_params
-from ..nn.llama_block import LLAMA_PARAM_NAMES, init_llama_block_params
-from .config import LMConfig
+from ..nn.llama_block import LLAMA_PARAM_NAMES, QKV_BIAS_NAMES, init_llama_block_params
+from .config import LLAMA_LIKE, LMConfig
 
 __all__ = ["param_names", "tensor_shapes", "block_params", "init_lm_params", "check_lm_params", "check_lm_inputs", "head_weight",
            "add_head_gradient", "TOKEN_TABLE", "LAYER_PREFIX"]
 
 #: The token table's name and a layer's prefix in each family.
-TOKEN_TABLE = {"gpt2": "wte", "llama": "embed_tokens"}
-LAYER_PREFIX = {"gpt2": "h", "llama": "layers"}
+TOKEN_TABLE = {"gpt2": "wte", **dict.fromkeys(LLAMA_LIKE, "embed_tokens")}
+LAYER_PREFIX = {"gpt2": "h", **dict.fromkeys(LLAMA_LIKE, "layers")}
 _GPT2_BLOCK = tuple(f"{group}.{name}" for group, names in ENCODER_GROUPS.items() for name in names)
 
 
 def _block_names(config: LMConfig):
-    return _GPT2_BLOCK if config.family == "gpt2" else LLAMA_PARAM_NAMES
+    if config.family == "gpt2":
+        return _GPT2_BLOCK
+    return LLAMA_PARAM_NAMES + (QKV_BIAS_NAMES if config.qkv_bias else ())
 
 
 def param_names(config: LMConfig) -> tuple:
@@ -60,7 +62,8 @@ def tensor_shapes(config: LMConfig) -> dict:
     else:
         block = {"input_norm.weight": (D,), "self_attn.W_q": (D, D), "self_attn.W_k": (D, Dkv),
                  "self_attn.W_v": (D, Dkv), "self_attn.W_o": (D, D), "post_attention_norm.weight": (D,),
-                 "mlp.W_gate": (D, F), "mlp.W_up": (D, F), "mlp.W_down": (F, D)}
+                 "mlp.W_gate": (D, F), "mlp.W_up": (D, F), "mlp.W_down": (F, D),
+                 "self_attn.b_q": (D,), "self_attn.b_k": (Dkv,), "self_attn.b_v": (Dkv,)}  # Qwen2's biases
         outer = {"embed_tokens": (V, D), "norm.weight": (D,)}
     prefix = LAYER_PREFIX[config.family]
     shapes = {**outer, "lm_head.W": (D, V)}
@@ -79,7 +82,7 @@ def check_lm_params(params, config: LMConfig) -> dict:
     if not isinstance(params, dict):
         raise TypeError(f"params must be a dict of arrays, got {type(params).__name__}")
     names = param_names(config)
-    optional = {n for n in names if n.rsplit(".", 1)[-1].startswith("b_")}
+    optional = {n for n in names if n.rsplit(".", 1)[-1].startswith("b_")} if config.family == "gpt2" else set()
     missing = [n for n in names if params.get(n) is None and n not in optional]
     unknown = sorted(set(params) - set(names))
     if missing or unknown:
@@ -144,7 +147,7 @@ def init_lm_params(config: LMConfig, *, seed=None, dtype=np.float64) -> dict:
             block = init_gpt2_block_params(D, config.num_heads, config.d_ff, seed=seed_i, dtype=dtype)
         else:
             block = init_llama_block_params(D, config.num_heads, config.d_ff, num_kv_heads=config.num_kv_heads,
-                                            seed=seed_i, dtype=dtype)
+                                            seed=seed_i, dtype=dtype, qkv_bias=config.qkv_bias)
         params.update({f"{LAYER_PREFIX[config.family]}.{i}.{k}": v for k, v in block.items()})
     if config.family == "gpt2":
         params["ln_f.gamma"], params["ln_f.beta"] = np.ones(D, dtype), np.zeros(D, dtype)

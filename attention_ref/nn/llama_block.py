@@ -16,7 +16,9 @@ Forward, numbered so the backward can walk it in reverse:
 6. ``y = h + m``
 
 Parameter names (flat, ``group.name``): ``input_norm.weight``, ``self_attn.W_q``, ``.W_k``,
-``.W_v``, ``.W_o``, ``post_attention_norm.weight``, ``mlp.W_gate``, ``.W_up``, ``.W_down``
+``.W_v``, ``.W_o``, ``post_attention_norm.weight``, ``mlp.W_gate``, ``.W_up``, ``.W_down``, and
+for Qwen2 ``self_attn.b_q``, ``.b_k``, ``.b_v`` (``q = z W_q + b_q`` ...; their gradients are the
+projections' bias gradients, ``db_q = sum over positions of dq``)
 (transformers' ``input_layernorm``, ``self_attn.q_proj`` ..., ``post_attention_layernorm``,
 ``mlp.gate_proj`` ...; :func:`attention_ref.interop.from_llama_block` maps them, transposed).
 """
@@ -41,11 +43,13 @@ from .rope_scaling import rope_frequencies
 from .rms_norm import RMSNormCache, _rms_norm_backward, rms_norm_formula, rms_norm_forward
 from .swiglu import SwiGLUCache, _swiglu_backward, check_swiglu_inputs, swiglu_formula, swiglu_forward
 
-__all__ = ["LLAMA_PARAM_NAMES", "LlamaBlockCache", "RotaryHalf", "llama_block_forward", "llama_block_backward",
+__all__ = ["LLAMA_PARAM_NAMES", "QKV_BIAS_NAMES", "LlamaBlockCache", "RotaryHalf", "llama_block_forward", "llama_block_backward",
            "llama_block_decode_step", "init_llama_block_params"]
 
 LLAMA_PARAM_NAMES = ("input_norm.weight", "self_attn.W_q", "self_attn.W_k", "self_attn.W_v", "self_attn.W_o",
                      "post_attention_norm.weight", "mlp.W_gate", "mlp.W_up", "mlp.W_down")
+#: Qwen2's biases on the q, k and v projections (optional: all three or none; no bias on W_o)
+QKV_BIAS_NAMES = ("self_attn.b_q", "self_attn.b_k", "self_attn.b_v")
 
 
 class RotaryHalf(NamedTuple):
@@ -96,13 +100,17 @@ class LlamaBlockCache(NamedTuple):
 
 
 def _check_llama_params(params, d_model):
-    """``params`` has exactly the Llama block's keys; the norms' weights are (d_model,)."""
+    """``params`` has exactly the Llama block's keys (and Qwen2's three biases, all or none); the
+    norms' weights are (d_model,)."""
     if not isinstance(params, dict):
         raise TypeError(f"params must be a dict with keys {LLAMA_PARAM_NAMES}, got {type(params).__name__}")
     missing = [n for n in LLAMA_PARAM_NAMES if params.get(n) is None]
-    unknown = sorted(set(params) - set(LLAMA_PARAM_NAMES))
+    unknown = sorted(set(params) - set(LLAMA_PARAM_NAMES) - set(QKV_BIAS_NAMES))
     if missing or unknown:
         raise ValueError(f"params must have the keys {LLAMA_PARAM_NAMES}; missing {missing}, unknown {unknown}")
+    biases = [n for n in QKV_BIAS_NAMES if params.get(n) is not None]
+    if biases and len(biases) != len(QKV_BIAS_NAMES):
+        raise ValueError(f"params must have all of {QKV_BIAS_NAMES} (Qwen2) or none; got only {biases}")
     for n in ("input_norm.weight", "post_attention_norm.weight"):
         if np.shape(params[n]) != (d_model,):
             raise ValueError(f"params['{n}'] must have shape ({d_model},) to match x of width d_model = {d_model},"
@@ -128,7 +136,8 @@ def llama_block_forward(x, params, num_heads, *, num_kv_heads=None, rope_base=10
     Parameters
     ----------
     x : array (..., n, d_model)
-    params : flat dict with the keys of :data:`LLAMA_PARAM_NAMES` (no biases)
+    params : flat dict with the keys of :data:`LLAMA_PARAM_NAMES`, and optionally those of
+        :data:`QKV_BIAS_NAMES` (Qwen2's biases on q, k, v)
     num_heads : int, query heads; num_kv_heads : key/value heads dividing it (default: read from
         the shapes, ``W_k`` having ``num_kv_heads * d_head`` columns)
     rope_base : RoPE's base (transformers' ``rope_theta``)
@@ -169,7 +178,7 @@ def llama_block_formula(x, p, num_heads, num_kv_heads, *, rope_base, eps, mask, 
     returns it, ``mask`` None or checked, ``theta`` None or RoPE's frequencies (Dh/2,); whole
     models call it on weights they checked once)."""
     n = x.shape[-2]
-    attn_params = {name: p[f"self_attn.{name}"] for name in ("W_q", "W_k", "W_v", "W_o")}
+    attn_params = _attention_params(p)
     # 1. z = RMSNorm_1(x)
     z, norm1 = rms_norm_formula(x, p["input_norm.weight"], eps)  # (..., N, D)
     # 2. a = Attn(z): causal, RoPE on q and k, grouped heads
@@ -189,13 +198,20 @@ def llama_block_formula(x, p, num_heads, num_kv_heads, *, rope_base, eps, mask, 
     return y, LlamaBlockCache(norm1, attn, norm2, mlp, y.shape, y.dtype)
 
 
+def _attention_params(p):
+    """The attention's weights (and Qwen2's biases, when present) under its own names."""
+    return {name: p[f"self_attn.{name}"] for name in ("W_q", "W_k", "W_v", "W_o", "b_q", "b_k", "b_v")
+            if f"self_attn.{name}" in p}
+
+
 def llama_block_backward(dout, cache: LlamaBlockCache):
     """Gradients of :func:`llama_block_forward`, its six steps in reverse.
 
     Returns
     -------
     dx : array (..., n, d_model)
-    grads : dict with the keys of :data:`LLAMA_PARAM_NAMES`
+    grads : dict with the keys of :data:`LLAMA_PARAM_NAMES` (then :data:`QKV_BIAS_NAMES` when the
+        forward had them)
     """
     dy = as_upstream(dout, cache.y_shape, cache.y_dtype, "dout")
     g = {}
@@ -209,11 +225,11 @@ def llama_block_backward(dout, cache: LlamaBlockCache):
     # 2. a = Attn(z): z fed the query, the key and the value, so dz sums the three
     dquery, dkey, dvalue, attn_grads = multi_head_attention_backward_formula(dh, cache.attn)
     dz = dquery + dkey + dvalue  # (..., N, D)
-    g.update({f"self_attn.{name}": attn_grads[name] for name in ("W_q", "W_k", "W_v", "W_o")})
+    g.update({f"self_attn.{name}": grad for name, grad in attn_grads.items()})
     # 1. z = RMSNorm_1(x)
     dx_norm, g["input_norm.weight"] = _rms_norm_backward(dz, cache.norm1)
     dx = dh + dx_norm  # (..., N, D)
-    return dx, {name: g[name] for name in LLAMA_PARAM_NAMES}
+    return dx, {name: g[name] for name in LLAMA_PARAM_NAMES + QKV_BIAS_NAMES if name in g}
 
 
 def llama_block_decode_step(x_t, params, num_heads, cache: KVCache, *, num_kv_heads=None, rope_base=10000.0,
@@ -262,7 +278,7 @@ def check_llama_block_params(x, params, num_heads, num_kv_heads=None):
     :data:`LLAMA_PARAM_NAMES`, every array real and finite, of matching shapes, cast with ``x``
     to their common dtype. Returns ``(x, p, num_heads, num_kv_heads)``, ``p`` keyed like params."""
     _check_llama_params(params, x.shape[-1])
-    attn = {name: params[f"self_attn.{name}"] for name in ("W_q", "W_k", "W_v", "W_o")}
+    attn = _attention_params({n: a for n, a in params.items() if a is not None})
     checked = check_multi_head_inputs(x, x, x, attn, num_heads, num_kv_heads=_kv_heads(params, num_heads, num_kv_heads))
     attn, h, hkv = checked.params, checked.num_heads, checked.num_kv_heads
     _, W_gate, W_up, W_down = check_swiglu_inputs(x, params["mlp.W_gate"], params["mlp.W_up"], params["mlp.W_down"])
@@ -273,14 +289,14 @@ def check_llama_block_params(x, params, num_heads, num_kv_heads=None):
          "mlp.W_down": W_down, **{n: as_real_array(params[n], f"params['{n}']")
                                   for n in ("input_norm.weight", "post_attention_norm.weight")}}
     dtype = common_dtype(x, *p.values())
-    return cast(x, dtype), {n: cast(p[n], dtype) for n in LLAMA_PARAM_NAMES}, h, hkv
+    return cast(x, dtype), {n: cast(p[n], dtype) for n in LLAMA_PARAM_NAMES + QKV_BIAS_NAMES if n in p}, h, hkv
 
 
 def llama_decode_formula(x_t, p, num_heads, num_kv_heads, cache: KVCache, *, eps, scale, mask, rotary):
     """:func:`llama_block_decode_step` on checked inputs (``p`` as :func:`check_llama_block_params`
     returns it, ``mask`` as :func:`check_decode_mask`, ``rotary`` a :class:`RotaryHalf` at the
     new tokens' positions)."""
-    attn = {name: p[f"self_attn.{name}"] for name in ("W_q", "W_k", "W_v", "W_o")}
+    attn = _attention_params(p)
     # 1. z = RMSNorm_1(x_t)
     z, _ = rms_norm_formula(x_t, p["input_norm.weight"], eps)  # (..., t, D)
     # 2. attention: queries and keys rotated at the new positions; the rotated keys are cached
@@ -307,9 +323,10 @@ def check_decode_positions(positions, x_t):
     return positions
 
 
-def init_llama_block_params(d_model, num_heads, d_ff, *, num_kv_heads=None, seed=None, dtype=np.float64):
+def init_llama_block_params(d_model, num_heads, d_ff, *, num_kv_heads=None, seed=None, dtype=np.float64,
+                            qkv_bias=False):
     """Random weights of Llama's shapes (normal, std 0.02 as transformers' ``initializer_range``;
-    norms at 1)."""
+    norms at 1; with ``qkv_bias``, Qwen2's q, k, v biases at 0)."""
     hkv = num_heads if num_kv_heads is None else num_kv_heads
     d_head = d_model // num_heads
     rng = np.random.default_rng(seed)
@@ -319,4 +336,7 @@ def init_llama_block_params(d_model, num_heads, d_ff, *, num_kv_heads=None, seed
     params = {name: (0.02 * rng.standard_normal(shape)).astype(dtype) for name, shape in shapes.items()}
     params["input_norm.weight"] = np.ones(d_model, dtype)
     params["post_attention_norm.weight"] = np.ones(d_model, dtype)
-    return {name: params[name] for name in LLAMA_PARAM_NAMES}
+    if qkv_bias:
+        for name, width in zip(QKV_BIAS_NAMES, (num_heads * d_head, hkv * d_head, hkv * d_head)):
+            params[name] = np.zeros(width, dtype)
+    return {name: params[name] for name in LLAMA_PARAM_NAMES + QKV_BIAS_NAMES if name in params}

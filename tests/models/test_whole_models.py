@@ -23,6 +23,7 @@ CONFIGS = {
     "llama3-rope": ar.LMConfig(**{**LLAMA.to_dict(), "rope_scaling": {
         "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
         "original_max_position_embeddings": 16}}),
+    "qwen2": ar.LMConfig(**{**LLAMA.to_dict(), "family": "qwen2"}),  # biases on q, k, v
 }
 
 
@@ -209,6 +210,15 @@ def test_loading_refuses_what_it_does_not_implement(tmp_path):
     with pytest.raises(ValueError, match="partial_rotary_factor"):
         ar.LMConfig.from_dict({**llama3, "rope_scaling": {"rope_type": "linear", "factor": 2.0,
                                                           "partial_rotary_factor": 0.5}})
+    qwen2 = {**llama3, "model_type": "qwen2", "rope_scaling": None}
+    assert ar.LMConfig.from_dict(qwen2).qkv_bias
+    with pytest.raises(ValueError, match="qwen2: use_sliding_window = True is not supported"):
+        ar.LMConfig.from_dict({**qwen2, "use_sliding_window": True, "sliding_window": 4})
+    with pytest.raises(ValueError, match="qwen2: layer_types = \\['full_attention', 'sliding_attention'\\]"):
+        ar.LMConfig.from_dict({**qwen2, "layer_types": ["sliding_attention", "full_attention"]})
+    for flag in ("attention_bias", "mlp_bias"):  # Llama's: biases on o_proj too, or in the MLP
+        with pytest.raises(ValueError, match=f"llama: {flag} = True is not supported"):
+            ar.LMConfig.from_dict({**llama3, "rope_scaling": None, flag: True})
     with pytest.raises(ValueError, match="RoPE type 'dynamic' is not implemented"):
         ar.LMConfig(**{**LLAMA.to_dict(), "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}})
     with pytest.raises(ValueError, match="model_type 'bert' is not supported"):
