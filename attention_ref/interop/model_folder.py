@@ -176,7 +176,9 @@ def expected_shapes(config: LMConfig) -> dict:
         block = {"input_norm.weight": (D,), "post_attention_norm.weight": (D,), "self_attn.W_q": (D, D),
                  "self_attn.W_k": (D, d_kv), "self_attn.W_v": (D, d_kv), "self_attn.W_o": (D, D),
                  "mlp.W_gate": (D, F), "mlp.W_up": (D, F), "mlp.W_down": (F, D),
-                 "self_attn.b_q": (D,), "self_attn.b_k": (d_kv,), "self_attn.b_v": (d_kv,)}  # Qwen2's biases
+                 "self_attn.b_q": (D,), "self_attn.b_k": (d_kv,), "self_attn.b_v": (d_kv,),  # Qwen2's biases
+                 "self_attn.q_norm.weight": (D // config.num_heads,),  # Qwen3's norms
+                 "self_attn.k_norm.weight": (D // config.num_heads,)}
         top = {"embed_tokens": (V, D), "norm.weight": (D,)}
     top["lm_head.W"] = (D, V)
     prefix = LAYER_PREFIX[config.family]

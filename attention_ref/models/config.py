@@ -17,8 +17,8 @@ from ..nn.rope_scaling import ROPE_TYPES, rope_frequencies
 __all__ = ["LMConfig", "FAMILIES", "LLAMA_LIKE"]
 
 #: The families built as Llama is (RMSNorm, RoPE, grouped heads, SwiGLU), each adding its own piece:
-#: ``qwen2`` biases on the q, k, v projections.
-LLAMA_LIKE = ("llama", "qwen2")
+#: ``qwen2`` biases on the q, k, v projections, ``qwen3`` an RMSNorm over each head's q and k.
+LLAMA_LIKE = ("llama", "qwen2", "qwen3")
 #: The model families this package runs whole: transformers' ``model_type``.
 FAMILIES = ("gpt2",) + LLAMA_LIKE
 
@@ -114,6 +114,11 @@ class LMConfig:
     def qkv_bias(self) -> bool:
         """The q, k and v projections have biases (Qwen2)."""
         return self.family == "qwen2"
+
+    @property
+    def qk_norm(self) -> bool:
+        """Each head's query and key are RMS-normalised before RoPE (Qwen3)."""
+        return self.family == "qwen3"
 
     def to_dict(self) -> dict:
         return asdict(self)

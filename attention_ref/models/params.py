@@ -4,7 +4,7 @@ GPT-2: ``wte`` (V, D), ``wpe`` (P, D), ``h.<i>.<block name>`` (the names of
 :func:`attention_ref.gpt2_block_forward`), ``ln_f.gamma``, ``ln_f.beta``, and ``lm_head.W``
 (D, V) only when the head is not tied to ``wte``.
 Llama: ``embed_tokens`` (V, D), ``layers.<i>.<block name>`` (:data:`attention_ref.LLAMA_PARAM_NAMES`,
-and Qwen2's ``self_attn.b_q``, ``.b_k``, ``.b_v``), ``norm.weight``, and ``lm_head.W`` (D, V) unless tied.
+Qwen2's ``self_attn.b_q``, ``.b_k``, ``.b_v``, Qwen3's ``self_attn.q_norm.weight``, ``.k_norm.weight``), ``norm.weight``, and ``lm_head.W`` (D, V) unless tied.
 
 Gradients come back as a dict with the same keys and shapes, so an optimiser steps over both.
 """
@@ -16,7 +16,7 @@ from .._checks import as_real_array, cast, common_dtype
 from .._token_checks import as_attention_mask, as_token_ids
 from ..nn.encoder_block import ENCODER_GROUPS
 from ..nn.gpt2_block import init_gpt2_block_params
-from ..nn.llama_block import LLAMA_PARAM_NAMES, QKV_BIAS_NAMES, init_llama_block_params
+from ..nn.llama_block import LLAMA_PARAM_NAMES, QK_NORM_NAMES, QKV_BIAS_NAMES, init_llama_block_params
 from .config import LLAMA_LIKE, LMConfig
 
 __all__ = ["param_names", "tensor_shapes", "block_params", "init_lm_params", "check_lm_params", "check_lm_inputs", "head_weight",
@@ -31,7 +31,7 @@ _GPT2_BLOCK = tuple(f"{group}.{name}" for group, names in ENCODER_GROUPS.items()
 def _block_names(config: LMConfig):
     if config.family == "gpt2":
         return _GPT2_BLOCK
-    return LLAMA_PARAM_NAMES + (QKV_BIAS_NAMES if config.qkv_bias else ())
+    return LLAMA_PARAM_NAMES + (QKV_BIAS_NAMES if config.qkv_bias else ()) + (QK_NORM_NAMES if config.qk_norm else ())
 
 
 def param_names(config: LMConfig) -> tuple:
@@ -63,7 +63,8 @@ def tensor_shapes(config: LMConfig) -> dict:
         block = {"input_norm.weight": (D,), "self_attn.W_q": (D, D), "self_attn.W_k": (D, Dkv),
                  "self_attn.W_v": (D, Dkv), "self_attn.W_o": (D, D), "post_attention_norm.weight": (D,),
                  "mlp.W_gate": (D, F), "mlp.W_up": (D, F), "mlp.W_down": (F, D),
-                 "self_attn.b_q": (D,), "self_attn.b_k": (Dkv,), "self_attn.b_v": (Dkv,)}  # Qwen2's biases
+                 "self_attn.b_q": (D,), "self_attn.b_k": (Dkv,), "self_attn.b_v": (Dkv,),  # Qwen2's biases
+                 "self_attn.q_norm.weight": (D // H,), "self_attn.k_norm.weight": (D // H,)}  # Qwen3's norms
         outer = {"embed_tokens": (V, D), "norm.weight": (D,)}
     prefix = LAYER_PREFIX[config.family]
     shapes = {**outer, "lm_head.W": (D, V)}
@@ -147,7 +148,8 @@ def init_lm_params(config: LMConfig, *, seed=None, dtype=np.float64) -> dict:
             block = init_gpt2_block_params(D, config.num_heads, config.d_ff, seed=seed_i, dtype=dtype)
         else:
             block = init_llama_block_params(D, config.num_heads, config.d_ff, num_kv_heads=config.num_kv_heads,
-                                            seed=seed_i, dtype=dtype, qkv_bias=config.qkv_bias)
+                                            seed=seed_i, dtype=dtype, qkv_bias=config.qkv_bias,
+                                            qk_norm=config.qk_norm)
         params.update({f"{LAYER_PREFIX[config.family]}.{i}.{k}": v for k, v in block.items()})
     if config.family == "gpt2":
         params["ln_f.gamma"], params["ln_f.beta"] = np.ones(D, dtype), np.zeros(D, dtype)

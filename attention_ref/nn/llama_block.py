@@ -18,7 +18,8 @@ Forward, numbered so the backward can walk it in reverse:
 Parameter names (flat, ``group.name``): ``input_norm.weight``, ``self_attn.W_q``, ``.W_k``,
 ``.W_v``, ``.W_o``, ``post_attention_norm.weight``, ``mlp.W_gate``, ``.W_up``, ``.W_down``, and
 for Qwen2 ``self_attn.b_q``, ``.b_k``, ``.b_v`` (``q = z W_q + b_q`` ...; their gradients are the
-projections' bias gradients, ``db_q = sum over positions of dq``)
+projections' bias gradients, ``db_q = sum over positions of dq``), and for Qwen3
+``self_attn.q_norm.weight``, ``.k_norm.weight`` (:class:`QKNormRotary`)
 (transformers' ``input_layernorm``, ``self_attn.q_proj`` ..., ``post_attention_layernorm``,
 ``mlp.gate_proj`` ...; :func:`attention_ref.interop.from_llama_block` maps them, transposed).
 """
@@ -43,13 +44,16 @@ from .rope_scaling import rope_frequencies
 from .rms_norm import RMSNormCache, _rms_norm_backward, rms_norm_formula, rms_norm_forward
 from .swiglu import SwiGLUCache, _swiglu_backward, check_swiglu_inputs, swiglu_formula, swiglu_forward
 
-__all__ = ["LLAMA_PARAM_NAMES", "QKV_BIAS_NAMES", "LlamaBlockCache", "RotaryHalf", "llama_block_forward", "llama_block_backward",
+__all__ = ["LLAMA_PARAM_NAMES", "QKV_BIAS_NAMES", "QK_NORM_NAMES", "LlamaBlockCache", "RotaryHalf", "QKNormRotary", "llama_block_forward", "llama_block_backward",
            "llama_block_decode_step", "init_llama_block_params"]
 
 LLAMA_PARAM_NAMES = ("input_norm.weight", "self_attn.W_q", "self_attn.W_k", "self_attn.W_v", "self_attn.W_o",
                      "post_attention_norm.weight", "mlp.W_gate", "mlp.W_up", "mlp.W_down")
 #: Qwen2's biases on the q, k and v projections (optional: all three or none; no bias on W_o)
 QKV_BIAS_NAMES = ("self_attn.b_q", "self_attn.b_k", "self_attn.b_v")
+#: Qwen3's RMSNorm weights (Dh,) over each head's query and key, before RoPE (optional: both or none)
+QK_NORM_NAMES = ("self_attn.q_norm.weight", "self_attn.k_norm.weight")
+_OPTIONAL_NAMES = QKV_BIAS_NAMES + QK_NORM_NAMES
 
 
 class RotaryHalf(NamedTuple):
@@ -83,6 +87,42 @@ class RotaryHalf(NamedTuple):
         return rope_backward(dq, q_cache), rope_backward(dk, k_cache)
 
 
+class QKNormRotary(NamedTuple):
+    """Qwen3's step 2b: each head's query and key RMS-normalised over its Dh features (one weight
+    (Dh,) for the queries, one for the keys, shared by the heads), then ``rotary`` (a
+    :class:`RotaryHalf`).
+
+    Forward: ``q_hat = RMSNorm_q(q)``, ``k_hat = RMSNorm_k(k)``, then ``R(p) q_hat``, ``R(p) k_hat``.
+    Backward, in reverse: RoPE's ``R(p)^T``, then RMSNorm's backward on each, whose weight
+    gradients ``dq_norm = sum over batch, heads, positions of dq_hat * x_hat`` are returned as
+    the third value (the grouped-heads backward adds them to the attention's gradients)."""
+
+    rotary: RotaryHalf
+    q_weight: np.ndarray  # (Dh,)
+    k_weight: np.ndarray  # (Dh,)
+    eps: float
+
+    def forward(self, q, k):
+        q, q_norm = rms_norm_formula(q, self.q_weight, self.eps)  # (..., H, Nq, Dh)
+        k, k_norm = rms_norm_formula(k, self.k_weight, self.eps)  # (..., Hkv, Nk, Dh)
+        q, k, rotary_cache = self.rotary.forward(q, k)
+        return q, k, (q_norm, k_norm, rotary_cache)
+
+    def backward(self, dq, dk, cache):
+        q_norm, k_norm, rotary_cache = cache
+        dq, dk = self.rotary.backward(dq, dk, rotary_cache)
+        dq, dq_weight = _rms_norm_backward(dq, q_norm)  # (..., H, Nq, Dh), (Dh,)
+        dk, dk_weight = _rms_norm_backward(dk, k_norm)  # (..., Hkv, Nk, Dh), (Dh,)
+        return dq, dk, {"q_norm.weight": dq_weight, "k_norm.weight": dk_weight}
+
+
+def _with_qk_norm(rotary, p, eps):
+    """``rotary``, or Qwen3's q/k norms then ``rotary`` when ``p`` has their weights."""
+    if "self_attn.q_norm.weight" not in p:
+        return rotary
+    return QKNormRotary(rotary, p["self_attn.q_norm.weight"], p["self_attn.k_norm.weight"], eps)
+
+
 class LlamaBlockCache(NamedTuple):
     """Nested caches of the six steps."""
 
@@ -105,12 +145,15 @@ def _check_llama_params(params, d_model):
     if not isinstance(params, dict):
         raise TypeError(f"params must be a dict with keys {LLAMA_PARAM_NAMES}, got {type(params).__name__}")
     missing = [n for n in LLAMA_PARAM_NAMES if params.get(n) is None]
-    unknown = sorted(set(params) - set(LLAMA_PARAM_NAMES) - set(QKV_BIAS_NAMES))
+    unknown = sorted(set(params) - set(LLAMA_PARAM_NAMES) - set(_OPTIONAL_NAMES))
     if missing or unknown:
         raise ValueError(f"params must have the keys {LLAMA_PARAM_NAMES}; missing {missing}, unknown {unknown}")
     biases = [n for n in QKV_BIAS_NAMES if params.get(n) is not None]
     if biases and len(biases) != len(QKV_BIAS_NAMES):
         raise ValueError(f"params must have all of {QKV_BIAS_NAMES} (Qwen2) or none; got only {biases}")
+    norms = [n for n in QK_NORM_NAMES if params.get(n) is not None]
+    if norms and len(norms) != len(QK_NORM_NAMES):
+        raise ValueError(f"params must have both of {QK_NORM_NAMES} (Qwen3) or neither; got only {norms}")
     for n in ("input_norm.weight", "post_attention_norm.weight"):
         if np.shape(params[n]) != (d_model,):
             raise ValueError(f"params['{n}'] must have shape ({d_model},) to match x of width d_model = {d_model},"
@@ -137,7 +180,7 @@ def llama_block_forward(x, params, num_heads, *, num_kv_heads=None, rope_base=10
     ----------
     x : array (..., n, d_model)
     params : flat dict with the keys of :data:`LLAMA_PARAM_NAMES`, and optionally those of
-        :data:`QKV_BIAS_NAMES` (Qwen2's biases on q, k, v)
+        :data:`QKV_BIAS_NAMES` (Qwen2's biases on q, k, v) and of :data:`QK_NORM_NAMES` (Qwen3)
     num_heads : int, query heads; num_kv_heads : key/value heads dividing it (default: read from
         the shapes, ``W_k`` having ``num_kv_heads * d_head`` columns)
     rope_base : RoPE's base (transformers' ``rope_theta``)
@@ -186,7 +229,8 @@ def llama_block_formula(x, p, num_heads, num_kv_heads, *, rope_base, eps, mask, 
     causal = causal_mask(n) if mask is None else combine_masks(mask, causal_mask(n))  # (..., N, N)
     inputs = MultiHeadInputs(z, z, z, attn_params, causal, None, num_heads, num_kv_heads)
     a, attn = multi_head_attention_formula(inputs, tuple(attn_params), scale=scale,
-                                           rotary=RotaryHalf(positions, positions, float(rope_base), theta))  # (..., N, D)
+                                           rotary=_with_qk_norm(RotaryHalf(positions, positions, float(rope_base), theta),
+                                                                p, eps))  # (..., N, D)
     # 3. h = x + a
     hidden = x + a  # (..., N, D)
     # 4. u = RMSNorm_2(h)
@@ -229,7 +273,7 @@ def llama_block_backward(dout, cache: LlamaBlockCache):
     # 1. z = RMSNorm_1(x)
     dx_norm, g["input_norm.weight"] = _rms_norm_backward(dz, cache.norm1)
     dx = dh + dx_norm  # (..., N, D)
-    return dx, {name: g[name] for name in LLAMA_PARAM_NAMES + QKV_BIAS_NAMES if name in g}
+    return dx, {name: g[name] for name in LLAMA_PARAM_NAMES + _OPTIONAL_NAMES if name in g}
 
 
 def llama_block_decode_step(x_t, params, num_heads, cache: KVCache, *, num_kv_heads=None, rope_base=10000.0,
@@ -288,8 +332,15 @@ def check_llama_block_params(x, params, num_heads, num_kv_heads=None):
     p = {**{f"self_attn.{n}": a for n, a in attn.items()}, "mlp.W_gate": W_gate, "mlp.W_up": W_up,
          "mlp.W_down": W_down, **{n: as_real_array(params[n], f"params['{n}']")
                                   for n in ("input_norm.weight", "post_attention_norm.weight")}}
+    d_head = attn["W_q"].shape[-1] // h
+    for n in QK_NORM_NAMES:
+        if params.get(n) is not None:
+            if np.shape(params[n]) != (d_head,):
+                raise ValueError(f"params['{n}'] must have shape ({d_head},), the head width (W_q's"
+                                 f" {attn['W_q'].shape[-1]} columns / num_heads = {h}), got shape {np.shape(params[n])}")
+            p[n] = as_real_array(params[n], f"params['{n}']")
     dtype = common_dtype(x, *p.values())
-    return cast(x, dtype), {n: cast(p[n], dtype) for n in LLAMA_PARAM_NAMES + QKV_BIAS_NAMES if n in p}, h, hkv
+    return cast(x, dtype), {n: cast(p[n], dtype) for n in LLAMA_PARAM_NAMES + _OPTIONAL_NAMES if n in p}, h, hkv
 
 
 def llama_decode_formula(x_t, p, num_heads, num_kv_heads, cache: KVCache, *, eps, scale, mask, rotary):
@@ -297,6 +348,7 @@ def llama_decode_formula(x_t, p, num_heads, num_kv_heads, cache: KVCache, *, eps
     returns it, ``mask`` as :func:`check_decode_mask`, ``rotary`` a :class:`RotaryHalf` at the
     new tokens' positions)."""
     attn = _attention_params(p)
+    rotary = _with_qk_norm(rotary, p, eps)  # Qwen3: each head's q and k normalised before RoPE
     # 1. z = RMSNorm_1(x_t)
     z, _ = rms_norm_formula(x_t, p["input_norm.weight"], eps)  # (..., t, D)
     # 2. attention: queries and keys rotated at the new positions; the rotated keys are cached
@@ -324,9 +376,10 @@ def check_decode_positions(positions, x_t):
 
 
 def init_llama_block_params(d_model, num_heads, d_ff, *, num_kv_heads=None, seed=None, dtype=np.float64,
-                            qkv_bias=False):
+                            qkv_bias=False, qk_norm=False):
     """Random weights of Llama's shapes (normal, std 0.02 as transformers' ``initializer_range``;
-    norms at 1; with ``qkv_bias``, Qwen2's q, k, v biases at 0)."""
+    norms at 1; with ``qkv_bias``, Qwen2's q, k, v biases at 0; with ``qk_norm``, Qwen3's q and k
+    norms at 1)."""
     hkv = num_heads if num_kv_heads is None else num_kv_heads
     d_head = d_model // num_heads
     rng = np.random.default_rng(seed)
@@ -339,4 +392,6 @@ def init_llama_block_params(d_model, num_heads, d_ff, *, num_kv_heads=None, seed
     if qkv_bias:
         for name, width in zip(QKV_BIAS_NAMES, (num_heads * d_head, hkv * d_head, hkv * d_head)):
             params[name] = np.zeros(width, dtype)
-    return {name: params[name] for name in LLAMA_PARAM_NAMES + QKV_BIAS_NAMES if name in params}
+    if qk_norm:
+        params.update({name: np.ones(d_head, dtype) for name in QK_NORM_NAMES})
+    return {name: params[name] for name in LLAMA_PARAM_NAMES + _OPTIONAL_NAMES if name in params}

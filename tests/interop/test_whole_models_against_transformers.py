@@ -80,14 +80,15 @@ def _llama(tie=False, rope_scaling=None, head_dim=None):
     return model
 
 
-def _qwen2(tie=False):
-    config = transformers.Qwen2Config(vocab_size=41, hidden_size=16, intermediate_size=24, num_attention_heads=4,
+def _qwen(family, tie=False):
+    extra = {"head_dim": 4} if family == "Qwen3" else {}  # Qwen3Config's default head_dim is 128
+    config = getattr(transformers, f"{family}Config")(**extra, vocab_size=41, hidden_size=16, intermediate_size=24, num_attention_heads=4,
                                       num_key_value_heads=2, num_hidden_layers=2, rms_norm_eps=1e-6, rope_theta=500.0,
                                       max_position_embeddings=64, pad_token_id=0, bos_token_id=None, eos_token_id=None,
                                       tie_word_embeddings=tie, attn_implementation="sdpa")
-    model = transformers.Qwen2ForCausalLM(config).double().eval()
+    model = getattr(transformers, f"{family}ForCausalLM")(config).double().eval()
     with torch.no_grad():
-        for name, p in model.named_parameters():  # the biases (zero at init) random too
+        for name, p in model.named_parameters():  # the biases (zero at init) and q/k norms random too
             p.mul_(10.0) if "norm" not in name and p.ndim == 2 else p.add_(0.1 * torch.randn_like(p))
     return model
 
@@ -95,7 +96,8 @@ def _qwen2(tie=False):
 MODELS = {"gpt2": lambda: _gpt2(True), "gpt2-untied": lambda: _gpt2(False),
           "llama": lambda: _llama(False), "llama-tied": lambda: _llama(True),
           "llama3-rope": lambda: _llama(False, LLAMA3), "llama-linear-rope": lambda: _llama(True, LINEAR),
-          "qwen2": lambda: _qwen2(False), "qwen2-tied": lambda: _qwen2(True)}
+          "qwen2": lambda: _qwen("Qwen2"), "qwen2-tied": lambda: _qwen("Qwen2", True),
+          "qwen3": lambda: _qwen("Qwen3"), "qwen3-tied": lambda: _qwen("Qwen3", True)}
 
 
 @pytest.fixture(params=list(MODELS))

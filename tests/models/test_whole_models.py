@@ -24,6 +24,7 @@ CONFIGS = {
         "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
         "original_max_position_embeddings": 16}}),
     "qwen2": ar.LMConfig(**{**LLAMA.to_dict(), "family": "qwen2"}),  # biases on q, k, v
+    "qwen3": ar.LMConfig(**{**LLAMA.to_dict(), "family": "qwen3"}),  # RMSNorm over each head's q and k
 }
 
 
@@ -216,6 +217,12 @@ def test_loading_refuses_what_it_does_not_implement(tmp_path):
         ar.LMConfig.from_dict({**qwen2, "use_sliding_window": True, "sliding_window": 4})
     with pytest.raises(ValueError, match="qwen2: layer_types = \\['full_attention', 'sliding_attention'\\]"):
         ar.LMConfig.from_dict({**qwen2, "layer_types": ["sliding_attention", "full_attention"]})
+    qwen3 = {**qwen2, "model_type": "qwen3", "head_dim": 2}
+    assert ar.LMConfig.from_dict(qwen3).qk_norm
+    with pytest.raises(ValueError, match="qwen3: attention_bias = True"):  # Qwen3's: on o_proj too
+        ar.LMConfig.from_dict({**qwen3, "attention_bias": True})
+    with pytest.raises(ValueError, match="qwen3: use_sliding_window = True"):
+        ar.LMConfig.from_dict({**qwen3, "use_sliding_window": True})
     for flag in ("attention_bias", "mlp_bias"):  # Llama's: biases on o_proj too, or in the MLP
         with pytest.raises(ValueError, match=f"llama: {flag} = True is not supported"):
             ar.LMConfig.from_dict({**llama3, "rope_scaling": None, flag: True})
