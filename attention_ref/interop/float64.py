@@ -36,7 +36,7 @@ def _rope_theta(config) -> float:
 @contextlib.contextmanager
 def llama_in_float64():
     """Inside the ``with`` block, transformers' ``LlamaRMSNorm`` and ``LlamaRotaryEmbedding`` (and
-    the same classes of Qwen2 and Qwen3)
+    the same classes of Qwen2, Qwen3 and Mistral)
     compute their float32 steps in the model's dtype with the same formulas; both are restored
     on exit, whatever happens. A scaled RoPE (``rope_type`` "llama3" or "linear") gets its
     ``inv_freq`` from transformers' own ``ROPE_INIT_FUNCTIONS`` run with ``torch.float`` read as
@@ -86,7 +86,7 @@ def llama_in_float64():
     import importlib
 
     classes = [m.LlamaRMSNorm, m.LlamaRotaryEmbedding]  # then the same steps of the Llama-like families
-    for module, prefix in (("qwen2", "Qwen2"), ("qwen3", "Qwen3")):
+    for module, prefix in (("qwen2", "Qwen2"), ("qwen3", "Qwen3"), ("mistral", "Mistral")):
         family = importlib.import_module(f"transformers.models.{module}.modeling_{module}")
         classes += [getattr(family, f"{prefix}RMSNorm"), getattr(family, f"{prefix}RotaryEmbedding")]
     originals = [cls.forward for cls in classes]

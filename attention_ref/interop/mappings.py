@@ -150,6 +150,8 @@ WHOLE_MODELS = {
               "model.layers.{i}.", "transformers Qwen2DecoderLayer (layers.<i>.)"),
     "qwen3": ("transformers LlamaForCausalLM (whole model; blocks: model.layers.<i>. as LlamaDecoderLayer)",
               "model.layers.{i}.", "transformers Qwen3DecoderLayer (layers.<i>.)"),
+    "mistral": ("transformers LlamaForCausalLM (whole model; blocks: model.layers.<i>. as LlamaDecoderLayer)",
+                "model.layers.{i}.", "transformers LlamaDecoderLayer (layers.<i>.)"),
 }
 
 

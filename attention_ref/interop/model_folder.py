@@ -29,7 +29,8 @@ _LLAMA_POSITIVE = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attent
 _POSITIVE = {"gpt2": ("vocab_size", "n_embd", "n_layer", "n_head", "n_positions"),
              **dict.fromkeys(LLAMA_LIKE, _LLAMA_POSITIVE)}
 _OPTIONAL_POSITIVE = {"gpt2": ("n_inner",),
-                      **dict.fromkeys(LLAMA_LIKE, ("num_key_value_heads", "head_dim", "max_position_embeddings"))}
+                      **dict.fromkeys(LLAMA_LIKE, ("num_key_value_heads", "head_dim", "max_position_embeddings",
+                                                   "sliding_window"))}
 _FLAGS = {"gpt2": ("tie_word_embeddings", "scale_attn_weights", "scale_attn_by_inverse_layer_idx",
                    "add_cross_attention"),
           **dict.fromkeys(LLAMA_LIKE, ("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window"))}

@@ -17,8 +17,9 @@ from ..nn.rope_scaling import ROPE_TYPES, rope_frequencies
 __all__ = ["LMConfig", "FAMILIES", "LLAMA_LIKE"]
 
 #: The families built as Llama is (RMSNorm, RoPE, grouped heads, SwiGLU), each adding its own piece:
-#: ``qwen2`` biases on the q, k, v projections, ``qwen3`` an RMSNorm over each head's q and k.
-LLAMA_LIKE = ("llama", "qwen2", "qwen3")
+#: ``qwen2`` biases on the q, k, v projections, ``qwen3`` an RMSNorm over each head's q and k,
+#: ``mistral`` sliding-window attention.
+LLAMA_LIKE = ("llama", "qwen2", "qwen3", "mistral")
 #: The model families this package runs whole: transformers' ``model_type``.
 FAMILIES = ("gpt2",) + LLAMA_LIKE
 
@@ -39,6 +40,7 @@ class LMConfig:
     rope_scaling : Llama 3.x's RoPE scaling, the ``rope_type`` (``"llama3"`` or ``"linear"``) and
         its parameters as sorted ``(key, value)`` pairs (a mapping given here is stored so);
         None is plain RoPE. :meth:`rope_frequencies` turns it into the rotation's frequencies.
+    sliding_window : Mistral's window W (query ``i`` sees keys ``i - W < j <= i``); None: all
     tie_word_embeddings : the LM head is the token table transposed (GPT-2: True)
     pad_token_id : Llama's embedding row that gets no gradient (transformers' ``padding_idx``)
     scale_attn_weights, scale_attn_by_inverse_layer_idx : GPT-2's attention scaling
@@ -56,6 +58,7 @@ class LMConfig:
     eps: float
     rope_theta: float = 10000.0
     rope_scaling: tuple | None = None
+    sliding_window: int | None = None
     tie_word_embeddings: bool = True
     pad_token_id: int | None = None
     scale_attn_weights: bool = True
@@ -77,6 +80,12 @@ class LMConfig:
             raise ValueError(f"eps must be positive, got {self.eps!r}")
         if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
             raise ValueError(f"pad_token_id = {self.pad_token_id} is not a token id in [0, {self.vocab_size})")
+        if self.sliding_window is not None:
+            if self.family != "mistral":
+                raise ValueError(f"sliding_window is Mistral's; a {self.family} model has none here")
+            value = self.sliding_window
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"sliding_window must be None or a positive integer, got {value!r}")
         if self.rope_scaling is not None:
             if self.family == "gpt2":
                 raise ValueError("rope_scaling is for RoPE; a gpt2 model has none")
@@ -190,5 +199,6 @@ def _llama(d, family="llama"):
                     num_heads=H, num_kv_heads=d.get("num_key_value_heads") or H, d_ff=d["intermediate_size"],
                     max_positions=d.get("max_position_embeddings", 2048), eps=d.get("rms_norm_eps", 1e-6),
                     rope_theta=float(theta), rope_scaling=scaling,
+                    sliding_window=d.get("sliding_window") if family == "mistral" else None,
                     tie_word_embeddings=d.get("tie_word_embeddings", False),
                     pad_token_id=pad if isinstance(pad, int) and 0 <= pad < d["vocab_size"] else None)

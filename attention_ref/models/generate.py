@@ -97,7 +97,8 @@ class LMDecoder:
             rotary = RotaryHalf(at, at, float(config.rope_theta), config.rope_frequencies())
             for block, cache in zip(self.blocks, self.caches):
                 x = llama_decode_formula(x, block, config.num_heads, config.num_kv_heads, cache, eps=config.eps,
-                                         scale=None, mask=mask, rotary=rotary)  # (B, t, D)
+                                         scale=None, mask=mask, rotary=rotary,
+                                         window=config.sliding_window)  # (B, t, D)
             h, _ = rms_norm_formula(x, params["norm.weight"], config.eps)  # (B, t, D)
         return linear_formula(h, head_weight(params, config), None)  # (B, t, V)
 

@@ -70,7 +70,7 @@ def llama_lm_forward(ids, params, config: LMConfig, attention_mask=None):
     for layer in range(config.num_layers):
         x, block = llama_block_formula(x, block_params(params, config, layer), config.num_heads, config.num_kv_heads,
                                        rope_base=config.rope_theta, eps=config.eps, mask=mask,
-                                       scale=None, theta=theta)  # (..., T, D)
+                                       scale=None, theta=theta, window=config.sliding_window)  # (..., T, D)
         blocks.append(block)
     # 3. the final RMSNorm
     h, norm = rms_norm_formula(x, params["norm.weight"], config.eps)  # (..., T, D)

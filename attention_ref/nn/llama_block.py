@@ -37,6 +37,7 @@ from .._pair_checks import MultiHeadInputs, check_multi_head_inputs
 from ..variants.grouped_heads import GroupedMultiHeadCache
 from ..variants.grouped_heads import multi_head_attention_backward_formula, multi_head_attention_formula
 from ..variants.kv_cache import KVCache
+from ..variants.local import local_window_mask
 from ..variants.rope import RopeCache, rope_backward, rope_forward, rotate
 from .multi_head_attention import (check_block_mask, check_decode_mask, check_new_tokens, combine_masks,
                                    decode_attention)
@@ -173,7 +174,7 @@ def _kv_heads(params, num_heads, num_kv_heads):
 
 
 def llama_block_forward(x, params, num_heads, *, num_kv_heads=None, rope_base=10000.0, eps=1e-6,
-                        mask=None, scale=None, rope_scaling=None):
+                        mask=None, scale=None, rope_scaling=None, sliding_window=None):
     """One Llama decoder block on ``x`` (..., n, d_model); positions start at 0.
 
     Parameters
@@ -191,6 +192,8 @@ def llama_block_forward(x, params, num_heads, *, num_kv_heads=None, rope_base=10
     rope_scaling : None (plain RoPE) or Llama 3.x's scaling, a mapping as a config's
         ``rope_scaling`` (``rope_type`` ``"llama3"`` or ``"linear"`` and its parameters; see
         :func:`attention_ref.nn.rope_scaling.rope_frequencies`, which refuses any other type)
+    sliding_window : None (every earlier key) or Mistral's positive ``sliding_window`` W: query
+        ``i`` sees keys ``i - W < j <= i`` only (transformers' rule)
 
     Returns
     -------
@@ -205,8 +208,9 @@ def llama_block_forward(x, params, num_heads, *, num_kv_heads=None, rope_base=10
     eps, rope_base = check_positive_real(eps, "eps"), check_positive_real(rope_base, "rope_base")
     mask = check_block_mask(mask, x)
     theta = _scaled_frequencies(p, num_heads, rope_base, rope_scaling)
+    window = None if sliding_window is None else check_positive_int(sliding_window, "sliding_window")
     return llama_block_formula(x, p, num_heads, num_kv_heads, rope_base=rope_base, eps=eps, mask=mask, scale=scale,
-                               theta=theta)
+                               theta=theta, window=window)
 
 
 def _scaled_frequencies(p, num_heads, rope_base, rope_scaling):
@@ -216,17 +220,18 @@ def _scaled_frequencies(p, num_heads, rope_base, rope_scaling):
     return rope_frequencies(p["self_attn.W_q"].shape[-1] // num_heads, rope_base, rope_scaling)
 
 
-def llama_block_formula(x, p, num_heads, num_kv_heads, *, rope_base, eps, mask, scale, theta=None):
+def llama_block_formula(x, p, num_heads, num_kv_heads, *, rope_base, eps, mask, scale, theta=None, window=None):
     """:func:`llama_block_forward` on checked inputs (``p`` as :func:`check_llama_block_params`
-    returns it, ``mask`` None or checked, ``theta`` None or RoPE's frequencies (Dh/2,); whole
-    models call it on weights they checked once)."""
+    returns it, ``mask`` None or checked, ``theta`` None or RoPE's frequencies (Dh/2,), ``window``
+    None or Mistral's sliding window; whole models call it on weights they checked once)."""
     n = x.shape[-2]
     attn_params = _attention_params(p)
     # 1. z = RMSNorm_1(x)
     z, norm1 = rms_norm_formula(x, p["input_norm.weight"], eps)  # (..., N, D)
     # 2. a = Attn(z): causal, RoPE on q and k, grouped heads
     positions = np.arange(n)
-    causal = causal_mask(n) if mask is None else combine_masks(mask, causal_mask(n))  # (..., N, N)
+    causal = causal_mask(n) if window is None else local_window_mask(n, window - 1, causal=True)  # (N, N)
+    causal = causal if mask is None else combine_masks(mask, causal)  # (..., N, N)
     inputs = MultiHeadInputs(z, z, z, attn_params, causal, None, num_heads, num_kv_heads)
     a, attn = multi_head_attention_formula(inputs, tuple(attn_params), scale=scale,
                                            rotary=_with_qk_norm(RotaryHalf(positions, positions, float(rope_base), theta),
@@ -277,7 +282,8 @@ def llama_block_backward(dout, cache: LlamaBlockCache):
 
 
 def llama_block_decode_step(x_t, params, num_heads, cache: KVCache, *, num_kv_heads=None, rope_base=10000.0,
-                            eps=1e-6, scale=None, mask=None, positions=None, rope_scaling=None):
+                            eps=1e-6, scale=None, mask=None, positions=None, rope_scaling=None,
+                            sliding_window=None):
     """Decode with a key/value cache: the block's output for the new tokens ``x_t``.
 
     ``x_t`` (..., t, d_model) holds ``t >= 1`` new tokens: a prompt (prefill) or one token.
@@ -291,7 +297,9 @@ def llama_block_decode_step(x_t, params, num_heads, cache: KVCache, *, num_kv_he
     Parameters
     ----------
     x_t : array (..., t, d_model), the new tokens
-    params, num_heads, num_kv_heads, rope_base, eps, scale, rope_scaling : as :func:`llama_block_forward`
+    params, num_heads, num_kv_heads, rope_base, eps, scale, rope_scaling, sliding_window : as
+        :func:`llama_block_forward` (the window counts the tokens of the cache, padding included,
+        as transformers' does)
     cache : KVCache of this layer (a cache filled by another layer is refused)
     mask : optional extra mask of the new tokens against every key after this step,
         broadcastable to (..., t, T + t), combined with the causal one (e.g. left padding)
@@ -313,8 +321,10 @@ def llama_block_decode_step(x_t, params, num_heads, cache: KVCache, *, num_kv_he
         positions = np.arange(cache.length, cache.length + x_t.shape[-2])  # (t,): the new tokens' positions
     positions = check_decode_positions(positions, x_t)
     theta = _scaled_frequencies(p, num_heads, rope_base, rope_scaling)
+    window = None if sliding_window is None else check_positive_int(sliding_window, "sliding_window")
     return llama_decode_formula(x_t, p, num_heads, num_kv_heads, cache, eps=eps, scale=scale, mask=mask,
-                                rotary=RotaryHalf(positions[..., None, :], positions[..., None, :], rope_base, theta))
+                                rotary=RotaryHalf(positions[..., None, :], positions[..., None, :], rope_base, theta),
+                                window=window)
 
 
 def check_llama_block_params(x, params, num_heads, num_kv_heads=None):
@@ -343,11 +353,15 @@ def check_llama_block_params(x, params, num_heads, num_kv_heads=None):
     return cast(x, dtype), {n: cast(p[n], dtype) for n in LLAMA_PARAM_NAMES + _OPTIONAL_NAMES if n in p}, h, hkv
 
 
-def llama_decode_formula(x_t, p, num_heads, num_kv_heads, cache: KVCache, *, eps, scale, mask, rotary):
+def llama_decode_formula(x_t, p, num_heads, num_kv_heads, cache: KVCache, *, eps, scale, mask, rotary, window=None):
     """:func:`llama_block_decode_step` on checked inputs (``p`` as :func:`check_llama_block_params`
     returns it, ``mask`` as :func:`check_decode_mask`, ``rotary`` a :class:`RotaryHalf` at the
-    new tokens' positions)."""
+    new tokens' positions, ``window`` None or Mistral's sliding window)."""
     attn = _attention_params(p)
+    if window is not None:  # Mistral: the t new tokens, last of the T + t, see the keys i - W < j <= i only
+        t = x_t.shape[-2]
+        band = local_window_mask(t, window - 1, cache.length + t, causal=True)  # (t, T + t)
+        mask = band if mask is None else combine_masks(mask, band)  # (..., t, T + t)
     rotary = _with_qk_norm(rotary, p, eps)  # Qwen3: each head's q and k normalised before RoPE
     # 1. z = RMSNorm_1(x_t)
     z, _ = rms_norm_formula(x_t, p["input_norm.weight"], eps)  # (..., t, D)

@@ -81,7 +81,9 @@ def _llama(tie=False, rope_scaling=None, head_dim=None):
 
 
 def _qwen(family, tie=False):
-    extra = {"head_dim": 4} if family == "Qwen3" else {}  # Qwen3Config's default head_dim is 128
+    extra = {"head_dim": 4} if family in ("Qwen3", "Mistral") else {}  # their configs' default head_dim is 128
+    if family == "Mistral":
+        extra["sliding_window"] = 3  # shorter than the prompts and the generated text: the window matters
     config = getattr(transformers, f"{family}Config")(**extra, vocab_size=41, hidden_size=16, intermediate_size=24, num_attention_heads=4,
                                       num_key_value_heads=2, num_hidden_layers=2, rms_norm_eps=1e-6, rope_theta=500.0,
                                       max_position_embeddings=64, pad_token_id=0, bos_token_id=None, eos_token_id=None,
@@ -97,7 +99,8 @@ MODELS = {"gpt2": lambda: _gpt2(True), "gpt2-untied": lambda: _gpt2(False),
           "llama": lambda: _llama(False), "llama-tied": lambda: _llama(True),
           "llama3-rope": lambda: _llama(False, LLAMA3), "llama-linear-rope": lambda: _llama(True, LINEAR),
           "qwen2": lambda: _qwen("Qwen2"), "qwen2-tied": lambda: _qwen("Qwen2", True),
-          "qwen3": lambda: _qwen("Qwen3"), "qwen3-tied": lambda: _qwen("Qwen3", True)}
+          "qwen3": lambda: _qwen("Qwen3"), "qwen3-tied": lambda: _qwen("Qwen3", True),
+          "mistral": lambda: _qwen("Mistral")}
 
 
 @pytest.fixture(params=list(MODELS))

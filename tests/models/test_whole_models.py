@@ -25,6 +25,7 @@ CONFIGS = {
         "original_max_position_embeddings": 16}}),
     "qwen2": ar.LMConfig(**{**LLAMA.to_dict(), "family": "qwen2"}),  # biases on q, k, v
     "qwen3": ar.LMConfig(**{**LLAMA.to_dict(), "family": "qwen3"}),  # RMSNorm over each head's q and k
+    "mistral": ar.LMConfig(**{**LLAMA.to_dict(), "family": "mistral", "sliding_window": 2}),  # shorter than T = 5
 }
 
 
@@ -223,6 +224,14 @@ def test_loading_refuses_what_it_does_not_implement(tmp_path):
         ar.LMConfig.from_dict({**qwen3, "attention_bias": True})
     with pytest.raises(ValueError, match="qwen3: use_sliding_window = True"):
         ar.LMConfig.from_dict({**qwen3, "use_sliding_window": True})
+    mistral = {**qwen2, "model_type": "mistral", "sliding_window": 4096}
+    assert ar.LMConfig.from_dict(mistral).sliding_window == 4096
+    assert ar.LMConfig.from_dict({**mistral, "sliding_window": None}).sliding_window is None
+    assert ar.LMConfig.from_dict({**llama3, "rope_scaling": None, "sliding_window": 4}).sliding_window is None
+    with pytest.raises(ValueError, match="sliding_window is Mistral's"):
+        ar.LMConfig(**{**LLAMA.to_dict(), "sliding_window": 4})
+    with pytest.raises(ValueError, match="sliding_window must be None or a positive integer"):
+        ar.LMConfig(**{**LLAMA.to_dict(), "family": "mistral", "sliding_window": 0})
     for flag in ("attention_bias", "mlp_bias"):  # Llama's: biases on o_proj too, or in the MLP
         with pytest.raises(ValueError, match=f"llama: {flag} = True is not supported"):
             ar.LMConfig.from_dict({**llama3, "rope_scaling": None, flag: True})
