@@ -167,19 +167,19 @@ def _read_shards(folder: Path, index: Path, sources) -> dict:
 def expected_shapes(config: LMConfig) -> dict:
     """Our parameter names -> the shapes config.json implies (the token table (V, D), ...)."""
     V, D, F, P = config.vocab_size, config.d_model, config.d_ff, config.max_positions
-    d_kv = D // config.num_heads * config.num_kv_heads
+    d_head = config.d_head
+    d_q, d_kv = d_head * config.num_heads, d_head * config.num_kv_heads
     if config.family == "gpt2":
         block = {"ln1.gamma": (D,), "ln1.beta": (D,), "ln2.gamma": (D,), "ln2.beta": (D,), "ffn.W_1": (D, F),
                  "ffn.b_1": (F,), "ffn.W_2": (F, D), "ffn.b_2": (D,), "self_attn.W_o": (D, D), "self_attn.b_o": (D,)}
         block.update({f"self_attn.{w}_{x}": (D, D) if w == "W" else (D,) for w in "Wb" for x in "qkv"})
         top = {"wte": (V, D), "wpe": (P, D), "ln_f.gamma": (D,), "ln_f.beta": (D,)}
     else:
-        block = {"input_norm.weight": (D,), "post_attention_norm.weight": (D,), "self_attn.W_q": (D, D),
-                 "self_attn.W_k": (D, d_kv), "self_attn.W_v": (D, d_kv), "self_attn.W_o": (D, D),
+        block = {"input_norm.weight": (D,), "post_attention_norm.weight": (D,), "self_attn.W_q": (D, d_q),
+                 "self_attn.W_k": (D, d_kv), "self_attn.W_v": (D, d_kv), "self_attn.W_o": (d_q, D),
                  "mlp.W_gate": (D, F), "mlp.W_up": (D, F), "mlp.W_down": (F, D),
-                 "self_attn.b_q": (D,), "self_attn.b_k": (d_kv,), "self_attn.b_v": (d_kv,),  # Qwen2's biases
-                 "self_attn.q_norm.weight": (D // config.num_heads,),  # Qwen3's norms
-                 "self_attn.k_norm.weight": (D // config.num_heads,)}
+                 "self_attn.b_q": (d_q,), "self_attn.b_k": (d_kv,), "self_attn.b_v": (d_kv,),  # Qwen2's biases
+                 "self_attn.q_norm.weight": (d_head,), "self_attn.k_norm.weight": (d_head,)}  # Qwen3's norms
         top = {"embed_tokens": (V, D), "norm.weight": (D,)}
     top["lm_head.W"] = (D, V)
     prefix = LAYER_PREFIX[config.family]

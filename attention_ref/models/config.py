@@ -40,6 +40,8 @@ class LMConfig:
     rope_scaling : Llama 3.x's RoPE scaling, the ``rope_type`` (``"llama3"`` or ``"linear"``) and
         its parameters as sorted ``(key, value)`` pairs (a mapping given here is stored so);
         None is plain RoPE. :meth:`rope_frequencies` turns it into the rotation's frequencies.
+    head_dim : the head width Dh when it is not ``d_model / num_heads`` (Qwen3-0.6B: 1024 / 16 = 64,
+        its heads 128 wide; W_q is then (D, H Dh) and W_o (H Dh, D)); None: ``d_model / num_heads``
     sliding_window : Mistral's window W (query ``i`` sees keys ``i - W < j <= i``); None: all
     tie_word_embeddings : the LM head is the token table transposed (GPT-2: True)
     pad_token_id : Llama's embedding row that gets no gradient (transformers' ``padding_idx``)
@@ -59,6 +61,7 @@ class LMConfig:
     rope_theta: float = 10000.0
     rope_scaling: tuple | None = None
     sliding_window: int | None = None
+    head_dim: int | None = None
     tie_word_embeddings: bool = True
     pad_token_id: int | None = None
     scale_attn_weights: bool = True
@@ -80,6 +83,11 @@ class LMConfig:
             raise ValueError(f"eps must be positive, got {self.eps!r}")
         if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
             raise ValueError(f"pad_token_id = {self.pad_token_id} is not a token id in [0, {self.vocab_size})")
+        if self.head_dim is not None:
+            if isinstance(self.head_dim, bool) or not isinstance(self.head_dim, int) or self.head_dim < 1:
+                raise ValueError(f"head_dim must be None or a positive integer, got {self.head_dim!r}")
+            if self.family == "gpt2":
+                raise ValueError("head_dim is for the Llama-like families; GPT-2's heads are d_model / num_heads wide")
         if self.sliding_window is not None:
             if self.family != "mistral":
                 raise ValueError(f"sliding_window is Mistral's; a {self.family} model has none here")
@@ -104,7 +112,12 @@ class LMConfig:
         if self.family == "gpt2":
             return None
         scaling = None if self.rope_scaling is None else dict(self.rope_scaling)
-        return rope_frequencies(self.d_model // self.num_heads, self.rope_theta, scaling)
+        return rope_frequencies(self.d_head, self.rope_theta, scaling)
+
+    @property
+    def d_head(self) -> int:
+        """The head width Dh: :attr:`head_dim`, or ``d_model // num_heads``."""
+        return self.head_dim or self.d_model // self.num_heads
 
     @property
     def head_scale(self):
@@ -190,8 +203,10 @@ def _llama(d, family="llama"):
         scaling["rope_type"] = rope_type
     D, H = d["hidden_size"], d["num_attention_heads"]
     head_dim = d.get("head_dim") or D // H
-    if head_dim * H != D:
-        _refuse("head_dim", head_dim, family)  # the blocks take d_head = d_model / num_heads
+    if head_dim * H == D:
+        head_dim = None  # the usual width: not stored
+    elif head_dim % 2:
+        _refuse("head_dim", head_dim, family)  # RoPE rotates pairs
     pad = d.get("pad_token_id")
     if isinstance(pad, int) and -d["vocab_size"] <= pad < 0:
         pad += d["vocab_size"]  # as nn.Embedding's padding_idx: -1 is the last row
@@ -199,6 +214,6 @@ def _llama(d, family="llama"):
                     num_heads=H, num_kv_heads=d.get("num_key_value_heads") or H, d_ff=d["intermediate_size"],
                     max_positions=d.get("max_position_embeddings", 2048), eps=d.get("rms_norm_eps", 1e-6),
                     rope_theta=float(theta), rope_scaling=scaling,
-                    sliding_window=d.get("sliding_window") if family == "mistral" else None,
+                    sliding_window=d.get("sliding_window") if family == "mistral" else None, head_dim=head_dim,
                     tie_word_embeddings=d.get("tie_word_embeddings", False),
                     pad_token_id=pad if isinstance(pad, int) and 0 <= pad < d["vocab_size"] else None)

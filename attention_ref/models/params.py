@@ -52,7 +52,8 @@ def block_params(params: dict, config: LMConfig, layer: int) -> dict:
 def tensor_shapes(config: LMConfig) -> dict:
     """The shape of every tensor of the config's model, keyed like :func:`param_names`."""
     V, D, F, H, Hkv = config.vocab_size, config.d_model, config.d_ff, config.num_heads, config.num_kv_heads
-    Dkv = Hkv * (D // H)  # Llama's key/value width: num_kv_heads heads of d_model / num_heads
+    Dh = config.d_head
+    Dq, Dkv = H * Dh, Hkv * Dh  # the query and key/value widths: num_heads and num_kv_heads heads of Dh
     if config.family == "gpt2":
         block = {"ln1.gamma": (D,), "ln1.beta": (D,), "ln2.gamma": (D,), "ln2.beta": (D,),
                  "ffn.W_1": (D, F), "ffn.b_1": (F,), "ffn.W_2": (F, D), "ffn.b_2": (D,)}
@@ -60,11 +61,11 @@ def tensor_shapes(config: LMConfig) -> dict:
         block.update({f"self_attn.{b}": (D,) for b in ("b_q", "b_k", "b_v", "b_o")})
         outer = {"wte": (V, D), "wpe": (config.max_positions, D), "ln_f.gamma": (D,), "ln_f.beta": (D,)}
     else:
-        block = {"input_norm.weight": (D,), "self_attn.W_q": (D, D), "self_attn.W_k": (D, Dkv),
-                 "self_attn.W_v": (D, Dkv), "self_attn.W_o": (D, D), "post_attention_norm.weight": (D,),
+        block = {"input_norm.weight": (D,), "self_attn.W_q": (D, Dq), "self_attn.W_k": (D, Dkv),
+                 "self_attn.W_v": (D, Dkv), "self_attn.W_o": (Dq, D), "post_attention_norm.weight": (D,),
                  "mlp.W_gate": (D, F), "mlp.W_up": (D, F), "mlp.W_down": (F, D),
-                 "self_attn.b_q": (D,), "self_attn.b_k": (Dkv,), "self_attn.b_v": (Dkv,),  # Qwen2's biases
-                 "self_attn.q_norm.weight": (D // H,), "self_attn.k_norm.weight": (D // H,)}  # Qwen3's norms
+                 "self_attn.b_q": (Dq,), "self_attn.b_k": (Dkv,), "self_attn.b_v": (Dkv,),  # Qwen2's biases
+                 "self_attn.q_norm.weight": (Dh,), "self_attn.k_norm.weight": (Dh,)}  # Qwen3's norms
         outer = {"embed_tokens": (V, D), "norm.weight": (D,)}
     prefix = LAYER_PREFIX[config.family]
     shapes = {**outer, "lm_head.W": (D, V)}
@@ -149,7 +150,7 @@ def init_lm_params(config: LMConfig, *, seed=None, dtype=np.float64) -> dict:
         else:
             block = init_llama_block_params(D, config.num_heads, config.d_ff, num_kv_heads=config.num_kv_heads,
                                             seed=seed_i, dtype=dtype, qkv_bias=config.qkv_bias,
-                                            qk_norm=config.qk_norm)
+                                            qk_norm=config.qk_norm, d_head=config.d_head)
         params.update({f"{LAYER_PREFIX[config.family]}.{i}.{k}": v for k, v in block.items()})
     if config.family == "gpt2":
         params["ln_f.gamma"], params["ln_f.beta"] = np.ones(D, dtype), np.zeros(D, dtype)

@@ -390,12 +390,12 @@ def check_decode_positions(positions, x_t):
 
 
 def init_llama_block_params(d_model, num_heads, d_ff, *, num_kv_heads=None, seed=None, dtype=np.float64,
-                            qkv_bias=False, qk_norm=False):
+                            qkv_bias=False, qk_norm=False, d_head=None):
     """Random weights of Llama's shapes (normal, std 0.02 as transformers' ``initializer_range``;
     norms at 1; with ``qkv_bias``, Qwen2's q, k, v biases at 0; with ``qk_norm``, Qwen3's q and k
-    norms at 1)."""
+    norms at 1; ``d_head`` the head width, default ``d_model // num_heads``)."""
     hkv = num_heads if num_kv_heads is None else num_kv_heads
-    d_head = d_model // num_heads
+    d_head = d_model // num_heads if d_head is None else d_head
     rng = np.random.default_rng(seed)
     shapes = {"self_attn.W_q": (d_model, num_heads * d_head), "self_attn.W_k": (d_model, hkv * d_head),
               "self_attn.W_v": (d_model, hkv * d_head), "self_attn.W_o": (num_heads * d_head, d_model),

@@ -80,8 +80,8 @@ def _llama(tie=False, rope_scaling=None, head_dim=None):
     return model
 
 
-def _qwen(family, tie=False):
-    extra = {"head_dim": 4} if family in ("Qwen3", "Mistral") else {}  # their configs' default head_dim is 128
+def _qwen(family, tie=False, head_dim=4):
+    extra = {"head_dim": head_dim} if family in ("Qwen3", "Mistral") else {}  # their configs' default is 128
     if family == "Mistral":
         extra["sliding_window"] = 3  # shorter than the prompts and the generated text: the window matters
     config = getattr(transformers, f"{family}Config")(**extra, vocab_size=41, hidden_size=16, intermediate_size=24, num_attention_heads=4,
@@ -100,7 +100,8 @@ MODELS = {"gpt2": lambda: _gpt2(True), "gpt2-untied": lambda: _gpt2(False),
           "llama3-rope": lambda: _llama(False, LLAMA3), "llama-linear-rope": lambda: _llama(True, LINEAR),
           "qwen2": lambda: _qwen("Qwen2"), "qwen2-tied": lambda: _qwen("Qwen2", True),
           "qwen3": lambda: _qwen("Qwen3"), "qwen3-tied": lambda: _qwen("Qwen3", True),
-          "mistral": lambda: _qwen("Mistral")}
+          "mistral": lambda: _qwen("Mistral"),
+          "qwen3-wide-heads": lambda: _qwen("Qwen3", head_dim=6)}  # H Dh = 24 != D = 16, as Qwen3-0.6B
 
 
 @pytest.fixture(params=list(MODELS))

@@ -25,6 +25,7 @@ CONFIGS = {
         "original_max_position_embeddings": 16}}),
     "qwen2": ar.LMConfig(**{**LLAMA.to_dict(), "family": "qwen2"}),  # biases on q, k, v
     "qwen3": ar.LMConfig(**{**LLAMA.to_dict(), "family": "qwen3"}),  # RMSNorm over each head's q and k
+    "qwen3-wide-heads": ar.LMConfig(**{**LLAMA.to_dict(), "family": "qwen3", "head_dim": 4}),  # H Dh = 16 != D
     "mistral": ar.LMConfig(**{**LLAMA.to_dict(), "family": "mistral", "sliding_window": 2}),  # shorter than T = 5
 }
 
@@ -219,7 +220,12 @@ def test_loading_refuses_what_it_does_not_implement(tmp_path):
     with pytest.raises(ValueError, match="qwen2: layer_types = \\['full_attention', 'sliding_attention'\\]"):
         ar.LMConfig.from_dict({**qwen2, "layer_types": ["sliding_attention", "full_attention"]})
     qwen3 = {**qwen2, "model_type": "qwen3", "head_dim": 2}
-    assert ar.LMConfig.from_dict(qwen3).qk_norm
+    assert ar.LMConfig.from_dict(qwen3).qk_norm and ar.LMConfig.from_dict(qwen3).head_dim is None  # 4 / 2
+    assert ar.LMConfig.from_dict({**qwen3, "head_dim": 6}).d_head == 6
+    with pytest.raises(ValueError, match="qwen3: head_dim = 3 is not supported"):  # RoPE rotates pairs
+        ar.LMConfig.from_dict({**qwen3, "head_dim": 3})
+    with pytest.raises(ValueError, match="head_dim is for the Llama-like families"):
+        ar.LMConfig(**{**GPT2.to_dict(), "head_dim": 8})
     with pytest.raises(ValueError, match="qwen3: attention_bias = True"):  # Qwen3's: on o_proj too
         ar.LMConfig.from_dict({**qwen3, "attention_bias": True})
     with pytest.raises(ValueError, match="qwen3: use_sliding_window = True"):
