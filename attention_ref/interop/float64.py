@@ -8,6 +8,8 @@ step                             what transformers does                         
 ===============================  =================================================  ========================================
 Llama's RMSNorm                  ``hidden_states.to(torch.float32)``                :func:`llama_in_float64` (same formula)
 Llama's RoPE angles              ``inv_freq[...].float() @ position_ids.float()``   :func:`llama_in_float64` (same formula)
+Llama 3.x's scaled ``inv_freq``  ``ROPE_INIT_FUNCTIONS``' ``torch.float`` arange    :func:`llama_in_float64` (its own function,
+                                                                                    ``torch.float`` read as float64)
 eager attention's softmax        ``softmax(..., dtype=torch.float32)`` (Llama)      ``attn_implementation="sdpa"``
 the ``labels=`` loss             ``ForCausalLMLoss``: ``logits.float()``            ``cross_entropy`` on the float64 logits
 ``generate``'s next-token logits cast to float32 before the choice               compare tokens; logits via ``past_key_values``
@@ -33,12 +35,35 @@ def _rope_theta(config) -> float:
 
 @contextlib.contextmanager
 def llama_in_float64():
-    """Inside the ``with`` block, transformers' ``LlamaRMSNorm`` and ``LlamaRotaryEmbedding``
+    """Inside the ``with`` block, transformers' ``LlamaRMSNorm`` and ``LlamaRotaryEmbedding`` (and
+    the same classes of Qwen2, Qwen3 and Mistral)
     compute their float32 steps in the model's dtype with the same formulas; both are restored
-    on exit, whatever happens. Default RoPE only: a model with scaled RoPE (``rope_type``
-    "llama3", "linear", ...) raises ``ValueError`` in its forward rather than being changed."""
+    on exit, whatever happens. A scaled RoPE (``rope_type`` "llama3" or "linear") gets its
+    ``inv_freq`` from transformers' own ``ROPE_INIT_FUNCTIONS`` run with ``torch.float`` read as
+    float64; any other type raises ``ValueError`` in its forward rather than being changed."""
     import torch
+    from transformers import modeling_rope_utils as rope_utils
     from transformers.models.llama import modeling_llama as m
+
+    class TorchFloatIs64:
+        """``torch`` with ``torch.float`` meaning float64, for the init functions' module."""
+
+        float = torch.float64
+
+        def __getattr__(self, name):
+            return getattr(torch, name)
+
+    def scaled_inv_freq(self, rope_type):
+        init = rope_utils.ROPE_INIT_FUNCTIONS[rope_type]
+        original, rope_utils.torch = rope_utils.torch, TorchFloatIs64()
+        try:
+            inv_freq, attention_factor = init(self.config, None)
+        finally:
+            rope_utils.torch = original
+        if attention_factor != 1.0:
+            raise ValueError(f"llama_in_float64(): rope_type {rope_type!r} rescales cos and sin by"
+                             f" {attention_factor}; only factor 1 is computed here")
+        return inv_freq
 
     def rms_norm(self, hidden_states):
         variance = hidden_states.pow(2).mean(-1, keepdim=True)
@@ -46,18 +71,29 @@ def llama_in_float64():
 
     def rotary(self, x, position_ids):
         rope_type = getattr(self, "rope_type", None) or "default"
-        if rope_type != "default":  # its inv_freq is scaled: the default formula would change the model
-            raise ValueError(f"llama_in_float64() computes the default RoPE only; this model's rope_type is"
-                             f" {rope_type!r} (leave the float32 steps as they are for it)")
+        if rope_type not in ("default", "llama3", "linear"):  # the default formula would change the model
+            raise ValueError(f"llama_in_float64() computes the default, llama3 and linear RoPE only; this model's"
+                             f" rope_type is {rope_type!r} (leave the float32 steps as they are for it)")
         half = self.inv_freq.shape[0]
-        inv_freq = 1.0 / _rope_theta(self.config) ** (torch.arange(0, 2 * half, 2, dtype=torch.float64) / (2 * half))
+        if rope_type == "default":
+            inv_freq = 1.0 / _rope_theta(self.config) ** (torch.arange(0, 2 * half, 2, dtype=torch.float64) / (2 * half))
+        else:
+            inv_freq = scaled_inv_freq(self, rope_type)
         freqs = position_ids[:, :, None].to(torch.float64) * inv_freq[None, None, :]  # (B, N, Dh/2)
         emb = torch.cat((freqs, freqs), dim=-1)  # (B, N, Dh): rotate-half layout
         return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
 
-    originals = m.LlamaRMSNorm.forward, m.LlamaRotaryEmbedding.forward
-    m.LlamaRMSNorm.forward, m.LlamaRotaryEmbedding.forward = rms_norm, rotary
+    import importlib
+
+    classes = [m.LlamaRMSNorm, m.LlamaRotaryEmbedding]  # then the same steps of the Llama-like families
+    for module, prefix in (("qwen2", "Qwen2"), ("qwen3", "Qwen3"), ("mistral", "Mistral")):
+        family = importlib.import_module(f"transformers.models.{module}.modeling_{module}")
+        classes += [getattr(family, f"{prefix}RMSNorm"), getattr(family, f"{prefix}RotaryEmbedding")]
+    originals = [cls.forward for cls in classes]
+    for cls in classes:
+        cls.forward = rms_norm if cls.__name__.endswith("RMSNorm") else rotary
     try:
         yield
     finally:
-        m.LlamaRMSNorm.forward, m.LlamaRotaryEmbedding.forward = originals
+        for cls, forward in zip(classes, originals):
+            cls.forward = forward

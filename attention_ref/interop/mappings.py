@@ -98,6 +98,33 @@ MAPPINGS = {
         Rule("mlp.up_proj.weight", ("mlp.W_up",), "transpose"),
         Rule("mlp.down_proj.weight", ("mlp.W_down",), "transpose"),
     ],
+    "transformers Qwen2DecoderLayer (layers.<i>.)": [
+        Rule("input_layernorm.weight", ("input_norm.weight",), "as is"),
+        Rule("self_attn.q_proj.weight", ("self_attn.W_q",), "transpose"),
+        Rule("self_attn.q_proj.bias", ("self_attn.b_q",), "as is"),
+        Rule("self_attn.k_proj.weight", ("self_attn.W_k",), "transpose"),
+        Rule("self_attn.k_proj.bias", ("self_attn.b_k",), "as is"),
+        Rule("self_attn.v_proj.weight", ("self_attn.W_v",), "transpose"),
+        Rule("self_attn.v_proj.bias", ("self_attn.b_v",), "as is"),
+        Rule("self_attn.o_proj.weight", ("self_attn.W_o",), "transpose"),
+        Rule("post_attention_layernorm.weight", ("post_attention_norm.weight",), "as is"),
+        Rule("mlp.gate_proj.weight", ("mlp.W_gate",), "transpose"),
+        Rule("mlp.up_proj.weight", ("mlp.W_up",), "transpose"),
+        Rule("mlp.down_proj.weight", ("mlp.W_down",), "transpose"),
+    ],
+    "transformers Qwen3DecoderLayer (layers.<i>.)": [
+        Rule("input_layernorm.weight", ("input_norm.weight",), "as is"),
+        Rule("self_attn.q_proj.weight", ("self_attn.W_q",), "transpose"),
+        Rule("self_attn.k_proj.weight", ("self_attn.W_k",), "transpose"),
+        Rule("self_attn.v_proj.weight", ("self_attn.W_v",), "transpose"),
+        Rule("self_attn.o_proj.weight", ("self_attn.W_o",), "transpose"),
+        Rule("self_attn.q_norm.weight", ("self_attn.q_norm.weight",), "as is"),
+        Rule("self_attn.k_norm.weight", ("self_attn.k_norm.weight",), "as is"),
+        Rule("post_attention_layernorm.weight", ("post_attention_norm.weight",), "as is"),
+        Rule("mlp.gate_proj.weight", ("mlp.W_gate",), "transpose"),
+        Rule("mlp.up_proj.weight", ("mlp.W_up",), "transpose"),
+        Rule("mlp.down_proj.weight", ("mlp.W_down",), "transpose"),
+    ],
     "transformers GPT2LMHeadModel (whole model; blocks: transformer.h.<i>. as GPT2Block)": [
         Rule("transformer.wte.weight", ("wte",), "as is"),
         Rule("transformer.wpe.weight", ("wpe",), "as is"),
@@ -118,6 +145,13 @@ WHOLE_MODELS = {
              "transformer.h.{i}.", "transformers GPT2Block (h.<i>.)"),
     "llama": ("transformers LlamaForCausalLM (whole model; blocks: model.layers.<i>. as LlamaDecoderLayer)",
               "model.layers.{i}.", "transformers LlamaDecoderLayer (layers.<i>.)"),
+    # Qwen2ForCausalLM: Llama's outer names (model.embed_tokens, model.norm, lm_head)
+    "qwen2": ("transformers LlamaForCausalLM (whole model; blocks: model.layers.<i>. as LlamaDecoderLayer)",
+              "model.layers.{i}.", "transformers Qwen2DecoderLayer (layers.<i>.)"),
+    "qwen3": ("transformers LlamaForCausalLM (whole model; blocks: model.layers.<i>. as LlamaDecoderLayer)",
+              "model.layers.{i}.", "transformers Qwen3DecoderLayer (layers.<i>.)"),
+    "mistral": ("transformers LlamaForCausalLM (whole model; blocks: model.layers.<i>. as LlamaDecoderLayer)",
+                "model.layers.{i}.", "transformers LlamaDecoderLayer (layers.<i>.)"),
 }
 
 

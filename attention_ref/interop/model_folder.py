@@ -16,7 +16,7 @@ import math
 import os
 from pathlib import Path
 
-from ..models.config import LMConfig
+from ..models.config import LLAMA_LIKE, LMConfig
 from ..models.params import LAYER_PREFIX, param_names
 from .safetensors import open_regular, read_safetensors
 
@@ -25,14 +25,17 @@ __all__ = ["read_config", "read_state_dir", "expected_shapes", "MAX_JSON_BYTES"]
 #: config.json and the shard index are small; a bigger one is refused before it is read.
 MAX_JSON_BYTES = 50_000_000
 
+_LLAMA_POSITIVE = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 _POSITIVE = {"gpt2": ("vocab_size", "n_embd", "n_layer", "n_head", "n_positions"),
-             "llama": ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")}
-_OPTIONAL_POSITIVE = {"gpt2": ("n_inner",), "llama": ("num_key_value_heads", "head_dim", "max_position_embeddings")}
+             **dict.fromkeys(LLAMA_LIKE, _LLAMA_POSITIVE)}
+_OPTIONAL_POSITIVE = {"gpt2": ("n_inner",),
+                      **dict.fromkeys(LLAMA_LIKE, ("num_key_value_heads", "head_dim", "max_position_embeddings",
+                                                   "sliding_window"))}
 _FLAGS = {"gpt2": ("tie_word_embeddings", "scale_attn_weights", "scale_attn_by_inverse_layer_idx",
                    "add_cross_attention"),
-          "llama": ("tie_word_embeddings", "attention_bias", "mlp_bias")}
-_NUMBERS = {"gpt2": ("layer_norm_epsilon",), "llama": ("rms_norm_eps", "rope_theta")}
-_STRINGS = {"gpt2": ("activation_function",), "llama": ("hidden_act",)}
+          **dict.fromkeys(LLAMA_LIKE, ("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window"))}
+_NUMBERS = {"gpt2": ("layer_norm_epsilon",), **dict.fromkeys(LLAMA_LIKE, ("rms_norm_eps", "rope_theta"))}
+_STRINGS = {"gpt2": ("activation_function",), **dict.fromkeys(LLAMA_LIKE, ("hidden_act",))}
 
 
 def _read_json(path: Path, what: str):
@@ -98,6 +101,9 @@ def read_config(folder) -> LMConfig:
     if not isinstance(d, dict):
         raise ValueError(f"{path}: expected a JSON object, found {_kind(d)}")
     _check_fields(d, path)
+    layer_types = d.get("layer_types")
+    if layer_types is not None and not (isinstance(layer_types, list) and all(isinstance(t, str) for t in layer_types)):
+        raise ValueError(f"{path}: field 'layer_types' must be a list of strings or null, found {layer_types!r}")
     try:
         return LMConfig.from_dict(d)
     except (ValueError, TypeError, KeyError) as e:
@@ -161,16 +167,19 @@ def _read_shards(folder: Path, index: Path, sources) -> dict:
 def expected_shapes(config: LMConfig) -> dict:
     """Our parameter names -> the shapes config.json implies (the token table (V, D), ...)."""
     V, D, F, P = config.vocab_size, config.d_model, config.d_ff, config.max_positions
-    d_kv = D // config.num_heads * config.num_kv_heads
+    d_head = config.d_head
+    d_q, d_kv = d_head * config.num_heads, d_head * config.num_kv_heads
     if config.family == "gpt2":
         block = {"ln1.gamma": (D,), "ln1.beta": (D,), "ln2.gamma": (D,), "ln2.beta": (D,), "ffn.W_1": (D, F),
                  "ffn.b_1": (F,), "ffn.W_2": (F, D), "ffn.b_2": (D,), "self_attn.W_o": (D, D), "self_attn.b_o": (D,)}
         block.update({f"self_attn.{w}_{x}": (D, D) if w == "W" else (D,) for w in "Wb" for x in "qkv"})
         top = {"wte": (V, D), "wpe": (P, D), "ln_f.gamma": (D,), "ln_f.beta": (D,)}
     else:
-        block = {"input_norm.weight": (D,), "post_attention_norm.weight": (D,), "self_attn.W_q": (D, D),
-                 "self_attn.W_k": (D, d_kv), "self_attn.W_v": (D, d_kv), "self_attn.W_o": (D, D),
-                 "mlp.W_gate": (D, F), "mlp.W_up": (D, F), "mlp.W_down": (F, D)}
+        block = {"input_norm.weight": (D,), "post_attention_norm.weight": (D,), "self_attn.W_q": (D, d_q),
+                 "self_attn.W_k": (D, d_kv), "self_attn.W_v": (D, d_kv), "self_attn.W_o": (d_q, D),
+                 "mlp.W_gate": (D, F), "mlp.W_up": (D, F), "mlp.W_down": (F, D),
+                 "self_attn.b_q": (d_q,), "self_attn.b_k": (d_kv,), "self_attn.b_v": (d_kv,),  # Qwen2's biases
+                 "self_attn.q_norm.weight": (d_head,), "self_attn.k_norm.weight": (d_head,)}  # Qwen3's norms
         top = {"embed_tokens": (V, D), "norm.weight": (D,)}
     top["lm_head.W"] = (D, V)
     prefix = LAYER_PREFIX[config.family]

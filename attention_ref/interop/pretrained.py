@@ -24,7 +24,7 @@ __all__ = ["load_pretrained", "from_transformers_state", "to_transformers", "rea
 
 
 def load_pretrained(path, dtype=None):
-    """``(params, config)`` of the GPT-2 or Llama model saved in directory ``path``.
+    """``(params, config)`` of the GPT-2 or Llama-like model saved in directory ``path``.
 
     Parameters
     ----------
@@ -68,7 +68,7 @@ def _check_shapes(params, config, state, sources, folder):
     for i in range(config.num_layers):
         theirs.update({f"{LAYER_PREFIX[config.family]}.{i}.{ours}": layer_prefix.format(i=i) + rule.theirs
                        for rule in MAPPINGS[block_table] for ours in rule.ours})
-    base = {"gpt2": "transformer.", "llama": "model."}[config.family]
+    base = "transformer." if config.family == "gpt2" else "model."
     for name, shape in expected_shapes(config).items():
         if name not in params:
             continue
@@ -89,7 +89,7 @@ def _check_shapes(params, config, state, sources, folder):
 def _strip_base(state, family):
     """A bare base model's state (``GPT2Model``: ``wte.weight``; ``LlamaModel``: ``embed_tokens.weight``)
     under the LM's names (``transformer.``, ``model.``)."""
-    base = {"gpt2": "transformer.", "llama": "model."}[family]
+    base = "transformer." if family == "gpt2" else "model."
     if any(k.startswith(base) for k in state):
         return state
     return {k if k.startswith("lm_head.") else base + k: v for k, v in state.items()}

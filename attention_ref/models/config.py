@@ -3,33 +3,46 @@
 :class:`LMConfig` holds what the forward needs and nothing of training or serving; it is built
 from the dict transformers writes (``LMConfig.from_dict``), from a transformers config object
 (``LMConfig.from_transformers``) or by hand. A setting that would change the maths and that
-this package does not implement (Llama 3's RoPE scaling, biases in Llama's projections, an
-activation other than GPT-2's tanh GELU or Llama's SiLU) is refused with an error that names
-it, rather than ignored.
+this package does not implement (a RoPE scaling other than ``llama3`` and ``linear``, biases in
+Llama's projections, an activation other than GPT-2's tanh GELU or Llama's SiLU) is refused with
+an error that names it, rather than ignored.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
-__all__ = ["LMConfig", "FAMILIES"]
+from ..nn.rope_scaling import ROPE_TYPES, rope_frequencies
 
+__all__ = ["LMConfig", "FAMILIES", "LLAMA_LIKE"]
+
+#: The families built as Llama is (RMSNorm, RoPE, grouped heads, SwiGLU), each adding its own piece:
+#: ``qwen2`` biases on the q, k, v projections, ``qwen3`` an RMSNorm over each head's q and k,
+#: ``mistral`` sliding-window attention.
+LLAMA_LIKE = ("llama", "qwen2", "qwen3", "mistral")
 #: The model families this package runs whole: transformers' ``model_type``.
-FAMILIES = ("gpt2", "llama")
+FAMILIES = ("gpt2",) + LLAMA_LIKE
 
 
 @dataclass(frozen=True)
 class LMConfig:
-    """A GPT-2 or Llama language model's shape and constants.
+    """A GPT-2 or Llama-like language model's shape and constants.
 
     Attributes
     ----------
-    family : ``"gpt2"`` or ``"llama"`` (transformers' ``model_type``)
+    family : ``"gpt2"`` or one of :data:`LLAMA_LIKE` (transformers' ``model_type``)
     vocab_size, d_model, num_layers, num_heads : V, D, the blocks, H
     num_kv_heads : Hkv, the key/value heads (GPT-2: H)
     d_ff : the MLP's hidden width F
     max_positions : the longest sequence (GPT-2's position table has this many rows)
     eps : the norms' epsilon (GPT-2's ``layer_norm_epsilon``, Llama's ``rms_norm_eps``)
     rope_theta : Llama's RoPE base
+    rope_scaling : Llama 3.x's RoPE scaling, the ``rope_type`` (``"llama3"`` or ``"linear"``) and
+        its parameters as sorted ``(key, value)`` pairs (a mapping given here is stored so);
+        None is plain RoPE. :meth:`rope_frequencies` turns it into the rotation's frequencies.
+    head_dim : the head width Dh when it is not ``d_model / num_heads`` (Qwen3-0.6B: 1024 / 16 = 64,
+        its heads 128 wide; W_q is then (D, H Dh) and W_o (H Dh, D)); None: ``d_model / num_heads``
+    sliding_window : Mistral's window W (query ``i`` sees keys ``i - W < j <= i``); None: all
     tie_word_embeddings : the LM head is the token table transposed (GPT-2: True)
     pad_token_id : Llama's embedding row that gets no gradient (transformers' ``padding_idx``)
     scale_attn_weights, scale_attn_by_inverse_layer_idx : GPT-2's attention scaling
@@ -46,6 +59,9 @@ class LMConfig:
     max_positions: int
     eps: float
     rope_theta: float = 10000.0
+    rope_scaling: tuple | None = None
+    sliding_window: int | None = None
+    head_dim: int | None = None
     tie_word_embeddings: bool = True
     pad_token_id: int | None = None
     scale_attn_weights: bool = True
@@ -67,19 +83,64 @@ class LMConfig:
             raise ValueError(f"eps must be positive, got {self.eps!r}")
         if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
             raise ValueError(f"pad_token_id = {self.pad_token_id} is not a token id in [0, {self.vocab_size})")
+        if self.head_dim is not None:
+            if isinstance(self.head_dim, bool) or not isinstance(self.head_dim, int) or self.head_dim < 1:
+                raise ValueError(f"head_dim must be None or a positive integer, got {self.head_dim!r}")
+            if self.family == "gpt2":
+                raise ValueError("head_dim is for the Llama-like families; GPT-2's heads are d_model / num_heads wide")
+        if self.sliding_window is not None:
+            if self.family != "mistral":
+                raise ValueError(f"sliding_window is Mistral's; a {self.family} model has none here")
+            value = self.sliding_window
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"sliding_window must be None or a positive integer, got {value!r}")
+        if self.rope_scaling is not None:
+            if self.family == "gpt2":
+                raise ValueError("rope_scaling is for RoPE; a gpt2 model has none")
+            scaling = self.rope_scaling
+            if isinstance(scaling, Mapping):
+                scaling = tuple(sorted(scaling.items()))
+            object.__setattr__(self, "rope_scaling", tuple(tuple(pair) for pair in scaling))
+            if "rope_theta" in dict(self.rope_scaling) or "partial_rotary_factor" in dict(self.rope_scaling):
+                raise ValueError("rope_scaling holds the scaling's type and parameters only: rope_theta is the"
+                                 " config's own field, and a partial_rotary_factor is not Llama's")
+            self.rope_frequencies()  # refuses an unknown type or a missing parameter, by name
+
+    def rope_frequencies(self):
+        """RoPE's frequencies ``theta_i`` (Dh/2,), float64, scaled by :attr:`rope_scaling`
+        (:func:`attention_ref.nn.rope_scaling.rope_frequencies`); None for GPT-2."""
+        if self.family == "gpt2":
+            return None
+        scaling = None if self.rope_scaling is None else dict(self.rope_scaling)
+        return rope_frequencies(self.d_head, self.rope_theta, scaling)
+
+    @property
+    def d_head(self) -> int:
+        """The head width Dh: :attr:`head_dim`, or ``d_model // num_heads``."""
+        return self.head_dim or self.d_model // self.num_heads
 
     @property
     def head_scale(self):
         """The attention scores' factor of each layer (None: ``1/sqrt(d_head)``)."""
         scales = []
         for layer in range(self.num_layers):
-            if self.family == "llama" or (self.scale_attn_weights and not self.scale_attn_by_inverse_layer_idx):
+            if self.family != "gpt2" or (self.scale_attn_weights and not self.scale_attn_by_inverse_layer_idx):
                 scales.append(None)
             else:
                 d_head = self.d_model // self.num_heads
                 base = d_head ** -0.5 if self.scale_attn_weights else 1.0
                 scales.append(base / (layer + 1) if self.scale_attn_by_inverse_layer_idx else base)
         return tuple(scales)
+
+    @property
+    def qkv_bias(self) -> bool:
+        """The q, k and v projections have biases (Qwen2)."""
+        return self.family == "qwen2"
+
+    @property
+    def qk_norm(self) -> bool:
+        """Each head's query and key are RMS-normalised before RoPE (Qwen3)."""
+        return self.family == "qwen3"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -95,8 +156,8 @@ class LMConfig:
         family = d.get("model_type")
         if family == "gpt2":
             return _gpt2(d)
-        if family == "llama":
-            return _llama(d)
+        if family in LLAMA_LIKE:
+            return _llama(d, family)
         raise ValueError(f"model_type {family!r} is not supported: this package runs {FAMILIES} whole")
 
 
@@ -119,27 +180,40 @@ def _gpt2(d):
                     scale_attn_by_inverse_layer_idx=d.get("scale_attn_by_inverse_layer_idx", False))
 
 
-def _llama(d):
+def _llama(d, family="llama"):
     if d.get("hidden_act", "silu") != "silu":
-        _refuse("hidden_act", d["hidden_act"], "llama")
-    for flag in ("attention_bias", "mlp_bias"):
+        _refuse("hidden_act", d["hidden_act"], family)
+    for flag in ("attention_bias", "mlp_bias", "use_sliding_window"):  # Qwen2's sliding window: not here
         if d.get(flag):
-            _refuse(flag, True, "llama")
+            _refuse(flag, True, family)
+    layer_types = d.get("layer_types") or []
+    if any(kind != "full_attention" for kind in layer_types):
+        _refuse("layer_types", sorted(set(layer_types)), family)  # e.g. "sliding_attention" layers
     # RoPE: transformers 4.x writes rope_theta and rope_scaling; 5.x writes rope_parameters
     rope = d.get("rope_parameters") or d.get("rope_scaling") or {}
     rope_type = rope.get("rope_type", rope.get("type", "default"))
-    if rope_type != "default":
-        _refuse("the RoPE scaling rope_type", rope_type, "llama")  # e.g. Llama 3's "llama3"
+    if rope_type not in ROPE_TYPES:
+        _refuse("the RoPE scaling rope_type", rope_type, family)  # e.g. "dynamic", "yarn", "longrope"
+    if rope.get("partial_rotary_factor", 1.0) != 1.0:
+        _refuse("the RoPE partial_rotary_factor", rope["partial_rotary_factor"], family)
     theta = d.get("rope_theta", rope.get("rope_theta", 10000.0))
+    scaling = None
+    if rope_type != "default":  # Llama 3.x: the type and its parameters (any other key is refused by name)
+        scaling = {k: v for k, v in rope.items() if k not in ("type", "rope_theta", "partial_rotary_factor")}
+        scaling["rope_type"] = rope_type
     D, H = d["hidden_size"], d["num_attention_heads"]
     head_dim = d.get("head_dim") or D // H
-    if head_dim * H != D:
-        _refuse("head_dim", head_dim, "llama")  # the blocks take d_head = d_model / num_heads
+    if head_dim * H == D:
+        head_dim = None  # the usual width: not stored
+    elif head_dim % 2:
+        _refuse("head_dim", head_dim, family)  # RoPE rotates pairs
     pad = d.get("pad_token_id")
     if isinstance(pad, int) and -d["vocab_size"] <= pad < 0:
         pad += d["vocab_size"]  # as nn.Embedding's padding_idx: -1 is the last row
-    return LMConfig(family="llama", vocab_size=d["vocab_size"], d_model=D, num_layers=d["num_hidden_layers"],
+    return LMConfig(family=family, vocab_size=d["vocab_size"], d_model=D, num_layers=d["num_hidden_layers"],
                     num_heads=H, num_kv_heads=d.get("num_key_value_heads") or H, d_ff=d["intermediate_size"],
                     max_positions=d.get("max_position_embeddings", 2048), eps=d.get("rms_norm_eps", 1e-6),
-                    rope_theta=float(theta), tie_word_embeddings=d.get("tie_word_embeddings", False),
+                    rope_theta=float(theta), rope_scaling=scaling,
+                    sliding_window=d.get("sliding_window") if family == "mistral" else None, head_dim=head_dim,
+                    tie_word_embeddings=d.get("tie_word_embeddings", False),
                     pad_token_id=pad if isinstance(pad, int) and 0 <= pad < d["vocab_size"] else None)

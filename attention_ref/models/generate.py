@@ -102,10 +102,11 @@ class LMDecoder:
             h, _ = layer_norm_formula(x, params["ln_f.gamma"], params["ln_f.beta"], config.eps)  # (B, t, D)
         else:
             at = positions[:, None, :]  # (B, 1, t): the same positions for every head
-            rotary = RotaryHalf(at, at, float(config.rope_theta))
+            rotary = RotaryHalf(at, at, float(config.rope_theta), config.rope_frequencies())
             for block, cache in zip(self.blocks, self.caches):
                 x = llama_decode_formula(x, block, config.num_heads, config.num_kv_heads, cache, eps=config.eps,
-                                         scale=None, mask=mask, rotary=rotary)  # (B, t, D)
+                                         scale=None, mask=mask, rotary=rotary,
+                                         window=config.sliding_window)  # (B, t, D)
             x = x[:, -1:] if last_only else x  # (B, 1, D) with last_only
             h, _ = rms_norm_formula(x, params["norm.weight"], config.eps)  # (B, t, D)
         return linear_formula(h, head_weight(params, config), None)  # (B, t, V)

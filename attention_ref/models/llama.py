@@ -5,7 +5,8 @@ Symbols: B batch (any leading axes), T positions, D width, V vocabulary, L layer
 Forward, numbered so the backward can walk it in reverse:
 
 1. ``x = embed_tokens[ids]``                             (B, T, D); positions enter through RoPE
-2. ``x = Block_l(x)`` for l = 0 .. L-1                   causal, RoPE at 0 .. T-1, grouped heads
+2. ``x = Block_l(x)`` for l = 0 .. L-1                   causal, RoPE at 0 .. T-1 (frequencies
+                                                         scaled by ``config.rope_scaling``), grouped heads
 3. ``h = RMSNorm_f(x)``                                  (B, T, D)
 4. ``logits = h W_head``                                 W_head = lm_head.W, or embed_tokens^T when tied
 
@@ -51,7 +52,7 @@ def llama_lm_forward(ids, params, config: LMConfig, attention_mask=None):
     ----------
     ids : integer array (..., T), token ids in ``[0, vocab_size)``; positions 0 .. T-1
     params : dict with the keys of :func:`attention_ref.models.param_names` (Llama's)
-    config : LMConfig with ``family="llama"``
+    config : LMConfig with ``family`` one of :data:`attention_ref.models.config.LLAMA_LIKE`
     attention_mask : optional (..., T) of 0/1, 0 for padding: no query attends to a padding key
 
     Returns
@@ -64,11 +65,12 @@ def llama_lm_forward(ids, params, config: LMConfig, attention_mask=None):
     # 1. token embeddings (the pad row is read like any other; it gets no gradient)
     x, tok_cache = embedding_formula(ids, params["embed_tokens"], config.pad_token_id)  # (..., T, D)
     # 2. the blocks, causal with RoPE, each with its own cache
+    theta = config.rope_frequencies()  # (Dh/2,): RoPE's frequencies, Llama 3.x's scaled ones
     blocks = []
     for layer in range(config.num_layers):
         x, block = llama_block_formula(x, block_params(params, config, layer), config.num_heads, config.num_kv_heads,
                                        rope_base=config.rope_theta, eps=config.eps, mask=mask,
-                                       scale=None)  # (..., T, D)
+                                       scale=None, theta=theta, window=config.sliding_window)  # (..., T, D)
         blocks.append(block)
     # 3. the final RMSNorm
     h, norm = rms_norm_formula(x, params["norm.weight"], config.eps)  # (..., T, D)

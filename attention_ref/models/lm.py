@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 from ..nn.cross_entropy import cross_entropy_backward, cross_entropy_forward, next_token_targets
-from .config import LMConfig
+from .config import LLAMA_LIKE, LMConfig
 from .gpt2 import GPT2LMCache, gpt2_lm_backward, gpt2_lm_forward
 from .llama import LlamaLMCache, llama_lm_backward, llama_lm_forward
 
 __all__ = ["lm_forward", "lm_backward", "lm_loss"]
 
-_FORWARD = {"gpt2": gpt2_lm_forward, "llama": llama_lm_forward}
+_FORWARD = {"gpt2": gpt2_lm_forward, **dict.fromkeys(LLAMA_LIKE, llama_lm_forward)}
 
 
 def lm_forward(ids, params, config: LMConfig, attention_mask=None):

@@ -3,8 +3,8 @@
 GPT-2: ``wte`` (V, D), ``wpe`` (P, D), ``h.<i>.<block name>`` (the names of
 :func:`attention_ref.gpt2_block_forward`), ``ln_f.gamma``, ``ln_f.beta``, and ``lm_head.W``
 (D, V) only when the head is not tied to ``wte``.
-Llama: ``embed_tokens`` (V, D), ``layers.<i>.<block name>`` (:data:`attention_ref.LLAMA_PARAM_NAMES`),
-``norm.weight``, and ``lm_head.W`` (D, V) unless tied.
+Llama: ``embed_tokens`` (V, D), ``layers.<i>.<block name>`` (:data:`attention_ref.LLAMA_PARAM_NAMES`,
+Qwen2's ``self_attn.b_q``, ``.b_k``, ``.b_v``, Qwen3's ``self_attn.q_norm.weight``, ``.k_norm.weight``), ``norm.weight``, and ``lm_head.W`` (D, V) unless tied.
 
 Gradients come back as a dict with the same keys and shapes, so an optimiser steps over both.
 """
@@ -16,20 +16,22 @@ from .._checks import as_real_array, cast, common_dtype
 from .._token_checks import as_attention_mask, as_token_ids
 from ..nn.encoder_block import ENCODER_GROUPS
 from ..nn.gpt2_block import init_gpt2_block_params
-from ..nn.llama_block import LLAMA_PARAM_NAMES, init_llama_block_params
-from .config import LMConfig
+from ..nn.llama_block import LLAMA_PARAM_NAMES, QK_NORM_NAMES, QKV_BIAS_NAMES, init_llama_block_params
+from .config import LLAMA_LIKE, LMConfig
 
 __all__ = ["param_names", "tensor_shapes", "block_params", "init_lm_params", "check_lm_params", "check_lm_inputs", "head_weight",
            "add_head_gradient", "TOKEN_TABLE", "LAYER_PREFIX"]
 
 #: The token table's name and a layer's prefix in each family.
-TOKEN_TABLE = {"gpt2": "wte", "llama": "embed_tokens"}
-LAYER_PREFIX = {"gpt2": "h", "llama": "layers"}
+TOKEN_TABLE = {"gpt2": "wte", **dict.fromkeys(LLAMA_LIKE, "embed_tokens")}
+LAYER_PREFIX = {"gpt2": "h", **dict.fromkeys(LLAMA_LIKE, "layers")}
 _GPT2_BLOCK = tuple(f"{group}.{name}" for group, names in ENCODER_GROUPS.items() for name in names)
 
 
 def _block_names(config: LMConfig):
-    return _GPT2_BLOCK if config.family == "gpt2" else LLAMA_PARAM_NAMES
+    if config.family == "gpt2":
+        return _GPT2_BLOCK
+    return LLAMA_PARAM_NAMES + (QKV_BIAS_NAMES if config.qkv_bias else ()) + (QK_NORM_NAMES if config.qk_norm else ())
 
 
 def param_names(config: LMConfig) -> tuple:
@@ -50,7 +52,8 @@ def block_params(params: dict, config: LMConfig, layer: int) -> dict:
 def tensor_shapes(config: LMConfig) -> dict:
     """The shape of every tensor of the config's model, keyed like :func:`param_names`."""
     V, D, F, H, Hkv = config.vocab_size, config.d_model, config.d_ff, config.num_heads, config.num_kv_heads
-    Dkv = Hkv * (D // H)  # Llama's key/value width: num_kv_heads heads of d_model / num_heads
+    Dh = config.d_head
+    Dq, Dkv = H * Dh, Hkv * Dh  # the query and key/value widths: num_heads and num_kv_heads heads of Dh
     if config.family == "gpt2":
         block = {"ln1.gamma": (D,), "ln1.beta": (D,), "ln2.gamma": (D,), "ln2.beta": (D,),
                  "ffn.W_1": (D, F), "ffn.b_1": (F,), "ffn.W_2": (F, D), "ffn.b_2": (D,)}
@@ -58,9 +61,11 @@ def tensor_shapes(config: LMConfig) -> dict:
         block.update({f"self_attn.{b}": (D,) for b in ("b_q", "b_k", "b_v", "b_o")})
         outer = {"wte": (V, D), "wpe": (config.max_positions, D), "ln_f.gamma": (D,), "ln_f.beta": (D,)}
     else:
-        block = {"input_norm.weight": (D,), "self_attn.W_q": (D, D), "self_attn.W_k": (D, Dkv),
-                 "self_attn.W_v": (D, Dkv), "self_attn.W_o": (D, D), "post_attention_norm.weight": (D,),
-                 "mlp.W_gate": (D, F), "mlp.W_up": (D, F), "mlp.W_down": (F, D)}
+        block = {"input_norm.weight": (D,), "self_attn.W_q": (D, Dq), "self_attn.W_k": (D, Dkv),
+                 "self_attn.W_v": (D, Dkv), "self_attn.W_o": (Dq, D), "post_attention_norm.weight": (D,),
+                 "mlp.W_gate": (D, F), "mlp.W_up": (D, F), "mlp.W_down": (F, D),
+                 "self_attn.b_q": (Dq,), "self_attn.b_k": (Dkv,), "self_attn.b_v": (Dkv,),  # Qwen2's biases
+                 "self_attn.q_norm.weight": (Dh,), "self_attn.k_norm.weight": (Dh,)}  # Qwen3's norms
         outer = {"embed_tokens": (V, D), "norm.weight": (D,)}
     prefix = LAYER_PREFIX[config.family]
     shapes = {**outer, "lm_head.W": (D, V)}
@@ -79,7 +84,7 @@ def check_lm_params(params, config: LMConfig) -> dict:
     if not isinstance(params, dict):
         raise TypeError(f"params must be a dict of arrays, got {type(params).__name__}")
     names = param_names(config)
-    optional = {n for n in names if n.rsplit(".", 1)[-1].startswith("b_")}
+    optional = {n for n in names if n.rsplit(".", 1)[-1].startswith("b_")} if config.family == "gpt2" else set()
     missing = [n for n in names if params.get(n) is None and n not in optional]
     unknown = sorted(set(params) - set(names))
     if missing or unknown:
@@ -144,7 +149,8 @@ def init_lm_params(config: LMConfig, *, seed=None, dtype=np.float64) -> dict:
             block = init_gpt2_block_params(D, config.num_heads, config.d_ff, seed=seed_i, dtype=dtype)
         else:
             block = init_llama_block_params(D, config.num_heads, config.d_ff, num_kv_heads=config.num_kv_heads,
-                                            seed=seed_i, dtype=dtype)
+                                            seed=seed_i, dtype=dtype, qkv_bias=config.qkv_bias,
+                                            qk_norm=config.qk_norm, d_head=config.d_head)
         params.update({f"{LAYER_PREFIX[config.family]}.{i}.{k}": v for k, v in block.items()})
     if config.family == "gpt2":
         params["ln_f.gamma"], params["ln_f.beta"] = np.ones(D, dtype), np.zeros(D, dtype)

@@ -16,7 +16,10 @@ Forward, numbered so the backward can walk it in reverse:
 6. ``y = h + m``
 
 Parameter names (flat, ``group.name``): ``input_norm.weight``, ``self_attn.W_q``, ``.W_k``,
-``.W_v``, ``.W_o``, ``post_attention_norm.weight``, ``mlp.W_gate``, ``.W_up``, ``.W_down``
+``.W_v``, ``.W_o``, ``post_attention_norm.weight``, ``mlp.W_gate``, ``.W_up``, ``.W_down``, and
+for Qwen2 ``self_attn.b_q``, ``.b_k``, ``.b_v`` (``q = z W_q + b_q`` ...; their gradients are the
+projections' bias gradients, ``db_q = sum over positions of dq``), and for Qwen3
+``self_attn.q_norm.weight``, ``.k_norm.weight`` (:class:`QKNormRotary`)
 (transformers' ``input_layernorm``, ``self_attn.q_proj`` ..., ``post_attention_layernorm``,
 ``mlp.gate_proj`` ...; :func:`attention_ref.interop.from_llama_block` maps them, transposed).
 """
@@ -34,35 +37,91 @@ from .._pair_checks import MultiHeadInputs, check_multi_head_inputs
 from ..variants.grouped_heads import GroupedMultiHeadCache
 from ..variants.grouped_heads import multi_head_attention_backward_formula, multi_head_attention_formula
 from ..variants.kv_cache import KVCache
-from ..variants.rope import rope_backward, rope_forward
+from ..variants.local import local_window_mask
+from ..variants.rope import RopeCache, rope_backward, rope_forward, rotate
 from .multi_head_attention import (check_block_mask, check_decode_mask, check_new_tokens, combine_masks,
                                    decode_attention)
+from .rope_scaling import rope_frequencies
 from .rms_norm import RMSNormCache, _rms_norm_backward, rms_norm_formula, rms_norm_forward
 from .swiglu import SwiGLUCache, _swiglu_backward, check_swiglu_inputs, swiglu_formula, swiglu_forward
 
-__all__ = ["LLAMA_PARAM_NAMES", "LlamaBlockCache", "RotaryHalf", "llama_block_forward", "llama_block_backward",
+__all__ = ["LLAMA_PARAM_NAMES", "QKV_BIAS_NAMES", "QK_NORM_NAMES", "LlamaBlockCache", "RotaryHalf", "QKNormRotary", "llama_block_forward", "llama_block_backward",
            "llama_block_decode_step", "init_llama_block_params"]
 
 LLAMA_PARAM_NAMES = ("input_norm.weight", "self_attn.W_q", "self_attn.W_k", "self_attn.W_v", "self_attn.W_o",
                      "post_attention_norm.weight", "mlp.W_gate", "mlp.W_up", "mlp.W_down")
+#: Qwen2's biases on the q, k and v projections (optional: all three or none; no bias on W_o)
+QKV_BIAS_NAMES = ("self_attn.b_q", "self_attn.b_k", "self_attn.b_v")
+#: Qwen3's RMSNorm weights (Dh,) over each head's query and key, before RoPE (optional: both or none)
+QK_NORM_NAMES = ("self_attn.q_norm.weight", "self_attn.k_norm.weight")
+_OPTIONAL_NAMES = QKV_BIAS_NAMES + QK_NORM_NAMES
 
 
 class RotaryHalf(NamedTuple):
     """Rotate-half RoPE on the split heads, as :func:`attention_ref.core.multi_head` expects:
-    queries at ``q_positions``, keys at ``k_positions`` (both ``0..N-1`` in a block forward)."""
+    queries at ``q_positions``, keys at ``k_positions`` (both ``0..N-1`` in a block forward).
+    ``theta`` (Dh/2,), when given, are the frequencies (Llama 3.x's scaled ones, from
+    :func:`attention_ref.nn.rope_scaling.rope_frequencies`); else ``base^(-2i/Dh)``."""
 
     q_positions: np.ndarray  # (Nq,)
     k_positions: np.ndarray  # (Nk,)
     base: float
+    theta: np.ndarray | None = None  # (Dh/2,)
 
     def forward(self, q, k):
-        q, q_cache = rope_forward(q, self.q_positions, self.base, layout="half")  # (..., H, Nq, Dh)
-        k, k_cache = rope_forward(k, self.k_positions, self.base, layout="half")  # (..., Hkv, Nk, Dh)
+        if self.theta is None:
+            q, q_cache = rope_forward(q, self.q_positions, self.base, layout="half")  # (..., H, Nq, Dh)
+            k, k_cache = rope_forward(k, self.k_positions, self.base, layout="half")  # (..., Hkv, Nk, Dh)
+        else:
+            q, q_cache = self._rotate(q, self.q_positions)  # (..., H, Nq, Dh)
+            k, k_cache = self._rotate(k, self.k_positions)  # (..., Hkv, Nk, Dh)
         return q, k, (q_cache, k_cache)
+
+    def _rotate(self, x, positions):
+        """RoPE's rotation by ``p theta_i`` (angles in float64, cos and sin in x's dtype)."""
+        angles = np.asarray(positions, dtype=np.float64)[..., None] * self.theta  # (..., N, Dh/2)
+        cos, sin = np.cos(angles).astype(x.dtype), np.sin(angles).astype(x.dtype)
+        return rotate(x, cos, sin, "half"), RopeCache(cos, sin, x.shape, "half")
 
     def backward(self, dq, dk, cache):
         q_cache, k_cache = cache
         return rope_backward(dq, q_cache), rope_backward(dk, k_cache)
+
+
+class QKNormRotary(NamedTuple):
+    """Qwen3's step 2b: each head's query and key RMS-normalised over its Dh features (one weight
+    (Dh,) for the queries, one for the keys, shared by the heads), then ``rotary`` (a
+    :class:`RotaryHalf`).
+
+    Forward: ``q_hat = RMSNorm_q(q)``, ``k_hat = RMSNorm_k(k)``, then ``R(p) q_hat``, ``R(p) k_hat``.
+    Backward, in reverse: RoPE's ``R(p)^T``, then RMSNorm's backward on each, whose weight
+    gradients ``dq_norm = sum over batch, heads, positions of dq_hat * x_hat`` are returned as
+    the third value (the grouped-heads backward adds them to the attention's gradients)."""
+
+    rotary: RotaryHalf
+    q_weight: np.ndarray  # (Dh,)
+    k_weight: np.ndarray  # (Dh,)
+    eps: float
+
+    def forward(self, q, k):
+        q, q_norm = rms_norm_formula(q, self.q_weight, self.eps)  # (..., H, Nq, Dh)
+        k, k_norm = rms_norm_formula(k, self.k_weight, self.eps)  # (..., Hkv, Nk, Dh)
+        q, k, rotary_cache = self.rotary.forward(q, k)
+        return q, k, (q_norm, k_norm, rotary_cache)
+
+    def backward(self, dq, dk, cache):
+        q_norm, k_norm, rotary_cache = cache
+        dq, dk = self.rotary.backward(dq, dk, rotary_cache)
+        dq, dq_weight = _rms_norm_backward(dq, q_norm)  # (..., H, Nq, Dh), (Dh,)
+        dk, dk_weight = _rms_norm_backward(dk, k_norm)  # (..., Hkv, Nk, Dh), (Dh,)
+        return dq, dk, {"q_norm.weight": dq_weight, "k_norm.weight": dk_weight}
+
+
+def _with_qk_norm(rotary, p, eps):
+    """``rotary``, or Qwen3's q/k norms then ``rotary`` when ``p`` has their weights."""
+    if "self_attn.q_norm.weight" not in p:
+        return rotary
+    return QKNormRotary(rotary, p["self_attn.q_norm.weight"], p["self_attn.k_norm.weight"], eps)
 
 
 class LlamaBlockCache(NamedTuple):
@@ -82,13 +141,20 @@ class LlamaBlockCache(NamedTuple):
 
 
 def _check_llama_params(params, d_model):
-    """``params`` has exactly the Llama block's keys; the norms' weights are (d_model,)."""
+    """``params`` has exactly the Llama block's keys (and Qwen2's three biases, all or none); the
+    norms' weights are (d_model,)."""
     if not isinstance(params, dict):
         raise TypeError(f"params must be a dict with keys {LLAMA_PARAM_NAMES}, got {type(params).__name__}")
     missing = [n for n in LLAMA_PARAM_NAMES if params.get(n) is None]
-    unknown = sorted(set(params) - set(LLAMA_PARAM_NAMES))
+    unknown = sorted(set(params) - set(LLAMA_PARAM_NAMES) - set(_OPTIONAL_NAMES))
     if missing or unknown:
         raise ValueError(f"params must have the keys {LLAMA_PARAM_NAMES}; missing {missing}, unknown {unknown}")
+    biases = [n for n in QKV_BIAS_NAMES if params.get(n) is not None]
+    if biases and len(biases) != len(QKV_BIAS_NAMES):
+        raise ValueError(f"params must have all of {QKV_BIAS_NAMES} (Qwen2) or none; got only {biases}")
+    norms = [n for n in QK_NORM_NAMES if params.get(n) is not None]
+    if norms and len(norms) != len(QK_NORM_NAMES):
+        raise ValueError(f"params must have both of {QK_NORM_NAMES} (Qwen3) or neither; got only {norms}")
     for n in ("input_norm.weight", "post_attention_norm.weight"):
         if np.shape(params[n]) != (d_model,):
             raise ValueError(f"params['{n}'] must have shape ({d_model},) to match x of width d_model = {d_model},"
@@ -108,13 +174,14 @@ def _kv_heads(params, num_heads, num_kv_heads):
 
 
 def llama_block_forward(x, params, num_heads, *, num_kv_heads=None, rope_base=10000.0, eps=1e-6,
-                        mask=None, scale=None):
+                        mask=None, scale=None, rope_scaling=None, sliding_window=None):
     """One Llama decoder block on ``x`` (..., n, d_model); positions start at 0.
 
     Parameters
     ----------
     x : array (..., n, d_model)
-    params : flat dict with the keys of :data:`LLAMA_PARAM_NAMES` (no biases)
+    params : flat dict with the keys of :data:`LLAMA_PARAM_NAMES`, and optionally those of
+        :data:`QKV_BIAS_NAMES` (Qwen2's biases on q, k, v) and of :data:`QK_NORM_NAMES` (Qwen3)
     num_heads : int, query heads; num_kv_heads : key/value heads dividing it (default: read from
         the shapes, ``W_k`` having ``num_kv_heads * d_head`` columns)
     rope_base : RoPE's base (transformers' ``rope_theta``)
@@ -122,6 +189,11 @@ def llama_block_forward(x, params, num_heads, *, num_kv_heads=None, rope_base=10
     mask : optional extra mask (bool, True = may attend, e.g. padding; or float, added),
         broadcastable to (..., n, n), combined with the causal one
     scale : the attention scores' factor; None is ``1/sqrt(d_head)``
+    rope_scaling : None (plain RoPE) or Llama 3.x's scaling, a mapping as a config's
+        ``rope_scaling`` (``rope_type`` ``"llama3"`` or ``"linear"`` and its parameters; see
+        :func:`attention_ref.nn.rope_scaling.rope_frequencies`, which refuses any other type)
+    sliding_window : None (every earlier key) or Mistral's positive ``sliding_window`` W: query
+        ``i`` sees keys ``i - W < j <= i`` only (transformers' rule)
 
     Returns
     -------
@@ -135,22 +207,35 @@ def llama_block_forward(x, params, num_heads, *, num_kv_heads=None, rope_base=10
     x, p, num_heads, num_kv_heads = check_llama_block_params(x, params, num_heads, num_kv_heads)
     eps, rope_base = check_positive_real(eps, "eps"), check_positive_real(rope_base, "rope_base")
     mask = check_block_mask(mask, x)
-    return llama_block_formula(x, p, num_heads, num_kv_heads, rope_base=rope_base, eps=eps, mask=mask, scale=scale)
+    theta = _scaled_frequencies(p, num_heads, rope_base, rope_scaling)
+    window = None if sliding_window is None else check_positive_int(sliding_window, "sliding_window")
+    return llama_block_formula(x, p, num_heads, num_kv_heads, rope_base=rope_base, eps=eps, mask=mask, scale=scale,
+                               theta=theta, window=window)
 
 
-def llama_block_formula(x, p, num_heads, num_kv_heads, *, rope_base, eps, mask, scale):
+def _scaled_frequencies(p, num_heads, rope_base, rope_scaling):
+    """None for plain RoPE, else the scaled frequencies (Dh/2,) (the scaling checked by name)."""
+    if rope_scaling is None:
+        return None
+    return rope_frequencies(p["self_attn.W_q"].shape[-1] // num_heads, rope_base, rope_scaling)
+
+
+def llama_block_formula(x, p, num_heads, num_kv_heads, *, rope_base, eps, mask, scale, theta=None, window=None):
     """:func:`llama_block_forward` on checked inputs (``p`` as :func:`check_llama_block_params`
-    returns it, ``mask`` None or checked; whole models call it on weights they checked once)."""
+    returns it, ``mask`` None or checked, ``theta`` None or RoPE's frequencies (Dh/2,), ``window``
+    None or Mistral's sliding window; whole models call it on weights they checked once)."""
     n = x.shape[-2]
-    attn_params = {name: p[f"self_attn.{name}"] for name in ("W_q", "W_k", "W_v", "W_o")}
+    attn_params = _attention_params(p)
     # 1. z = RMSNorm_1(x)
     z, norm1 = rms_norm_formula(x, p["input_norm.weight"], eps)  # (..., N, D)
     # 2. a = Attn(z): causal, RoPE on q and k, grouped heads
     positions = np.arange(n)
-    causal = causal_mask(n) if mask is None else combine_masks(mask, causal_mask(n))  # (..., N, N)
+    causal = causal_mask(n) if window is None else local_window_mask(n, window - 1, causal=True)  # (N, N)
+    causal = causal if mask is None else combine_masks(mask, causal)  # (..., N, N)
     inputs = MultiHeadInputs(z, z, z, attn_params, causal, None, num_heads, num_kv_heads)
     a, attn = multi_head_attention_formula(inputs, tuple(attn_params), scale=scale,
-                                           rotary=RotaryHalf(positions, positions, float(rope_base)))  # (..., N, D)
+                                           rotary=_with_qk_norm(RotaryHalf(positions, positions, float(rope_base), theta),
+                                                                p, eps))  # (..., N, D)
     # 3. h = x + a
     hidden = x + a  # (..., N, D)
     # 4. u = RMSNorm_2(h)
@@ -162,13 +247,20 @@ def llama_block_formula(x, p, num_heads, num_kv_heads, *, rope_base, eps, mask, 
     return y, LlamaBlockCache(norm1, attn, norm2, mlp, y.shape, y.dtype)
 
 
+def _attention_params(p):
+    """The attention's weights (and Qwen2's biases, when present) under its own names."""
+    return {name: p[f"self_attn.{name}"] for name in ("W_q", "W_k", "W_v", "W_o", "b_q", "b_k", "b_v")
+            if f"self_attn.{name}" in p}
+
+
 def llama_block_backward(dout, cache: LlamaBlockCache):
     """Gradients of :func:`llama_block_forward`, its six steps in reverse.
 
     Returns
     -------
     dx : array (..., n, d_model)
-    grads : dict with the keys of :data:`LLAMA_PARAM_NAMES`
+    grads : dict with the keys of :data:`LLAMA_PARAM_NAMES` (then :data:`QKV_BIAS_NAMES` when the
+        forward had them)
     """
     dy = as_upstream(dout, cache.y_shape, cache.y_dtype, "dout")
     g = {}
@@ -182,15 +274,16 @@ def llama_block_backward(dout, cache: LlamaBlockCache):
     # 2. a = Attn(z): z fed the query, the key and the value, so dz sums the three
     dquery, dkey, dvalue, attn_grads = multi_head_attention_backward_formula(dh, cache.attn)
     dz = dquery + dkey + dvalue  # (..., N, D)
-    g.update({f"self_attn.{name}": attn_grads[name] for name in ("W_q", "W_k", "W_v", "W_o")})
+    g.update({f"self_attn.{name}": grad for name, grad in attn_grads.items()})
     # 1. z = RMSNorm_1(x)
     dx_norm, g["input_norm.weight"] = _rms_norm_backward(dz, cache.norm1)
     dx = dh + dx_norm  # (..., N, D)
-    return dx, {name: g[name] for name in LLAMA_PARAM_NAMES}
+    return dx, {name: g[name] for name in LLAMA_PARAM_NAMES + _OPTIONAL_NAMES if name in g}
 
 
 def llama_block_decode_step(x_t, params, num_heads, cache: KVCache, *, num_kv_heads=None, rope_base=10000.0,
-                            eps=1e-6, scale=None, mask=None, positions=None):
+                            eps=1e-6, scale=None, mask=None, positions=None, rope_scaling=None,
+                            sliding_window=None):
     """Decode with a key/value cache: the block's output for the new tokens ``x_t``.
 
     ``x_t`` (..., t, d_model) holds ``t >= 1`` new tokens: a prompt (prefill) or one token.
@@ -204,7 +297,9 @@ def llama_block_decode_step(x_t, params, num_heads, cache: KVCache, *, num_kv_he
     Parameters
     ----------
     x_t : array (..., t, d_model), the new tokens
-    params, num_heads, num_kv_heads, rope_base, eps, scale : as :func:`llama_block_forward`
+    params, num_heads, num_kv_heads, rope_base, eps, scale, rope_scaling, sliding_window : as
+        :func:`llama_block_forward` (the window counts the tokens of the cache, padding included,
+        as transformers' does)
     cache : KVCache of this layer (a cache filled by another layer is refused)
     mask : optional extra mask of the new tokens against every key after this step,
         broadcastable to (..., t, T + t), combined with the causal one (e.g. left padding)
@@ -225,8 +320,11 @@ def llama_block_decode_step(x_t, params, num_heads, cache: KVCache, *, num_kv_he
     if positions is None:
         positions = np.arange(cache.length, cache.length + x_t.shape[-2])  # (t,): the new tokens' positions
     positions = check_decode_positions(positions, x_t)
+    theta = _scaled_frequencies(p, num_heads, rope_base, rope_scaling)
+    window = None if sliding_window is None else check_positive_int(sliding_window, "sliding_window")
     return llama_decode_formula(x_t, p, num_heads, num_kv_heads, cache, eps=eps, scale=scale, mask=mask,
-                                rotary=RotaryHalf(positions[..., None, :], positions[..., None, :], rope_base))
+                                rotary=RotaryHalf(positions[..., None, :], positions[..., None, :], rope_base, theta),
+                                window=window)
 
 
 def check_llama_block_params(x, params, num_heads, num_kv_heads=None):
@@ -234,7 +332,7 @@ def check_llama_block_params(x, params, num_heads, num_kv_heads=None):
     :data:`LLAMA_PARAM_NAMES`, every array real and finite, of matching shapes, cast with ``x``
     to their common dtype. Returns ``(x, p, num_heads, num_kv_heads)``, ``p`` keyed like params."""
     _check_llama_params(params, x.shape[-1])
-    attn = {name: params[f"self_attn.{name}"] for name in ("W_q", "W_k", "W_v", "W_o")}
+    attn = _attention_params({n: a for n, a in params.items() if a is not None})
     checked = check_multi_head_inputs(x, x, x, attn, num_heads, num_kv_heads=_kv_heads(params, num_heads, num_kv_heads))
     attn, h, hkv = checked.params, checked.num_heads, checked.num_kv_heads
     _, W_gate, W_up, W_down = check_swiglu_inputs(x, params["mlp.W_gate"], params["mlp.W_up"], params["mlp.W_down"])
@@ -244,15 +342,27 @@ def check_llama_block_params(x, params, num_heads, num_kv_heads=None):
     p = {**{f"self_attn.{n}": a for n, a in attn.items()}, "mlp.W_gate": W_gate, "mlp.W_up": W_up,
          "mlp.W_down": W_down, **{n: as_real_array(params[n], f"params['{n}']")
                                   for n in ("input_norm.weight", "post_attention_norm.weight")}}
+    d_head = attn["W_q"].shape[-1] // h
+    for n in QK_NORM_NAMES:
+        if params.get(n) is not None:
+            if np.shape(params[n]) != (d_head,):
+                raise ValueError(f"params['{n}'] must have shape ({d_head},), the head width (W_q's"
+                                 f" {attn['W_q'].shape[-1]} columns / num_heads = {h}), got shape {np.shape(params[n])}")
+            p[n] = as_real_array(params[n], f"params['{n}']")
     dtype = common_dtype(x, *p.values())
-    return cast(x, dtype), {n: cast(p[n], dtype) for n in LLAMA_PARAM_NAMES}, h, hkv
+    return cast(x, dtype), {n: cast(p[n], dtype) for n in LLAMA_PARAM_NAMES + _OPTIONAL_NAMES if n in p}, h, hkv
 
 
-def llama_decode_formula(x_t, p, num_heads, num_kv_heads, cache: KVCache, *, eps, scale, mask, rotary):
+def llama_decode_formula(x_t, p, num_heads, num_kv_heads, cache: KVCache, *, eps, scale, mask, rotary, window=None):
     """:func:`llama_block_decode_step` on checked inputs (``p`` as :func:`check_llama_block_params`
     returns it, ``mask`` as :func:`check_decode_mask`, ``rotary`` a :class:`RotaryHalf` at the
-    new tokens' positions)."""
-    attn = {name: p[f"self_attn.{name}"] for name in ("W_q", "W_k", "W_v", "W_o")}
+    new tokens' positions, ``window`` None or Mistral's sliding window)."""
+    attn = _attention_params(p)
+    if window is not None:  # Mistral: the t new tokens, last of the T + t, see the keys i - W < j <= i only
+        t = x_t.shape[-2]
+        band = local_window_mask(t, window - 1, cache.length + t, causal=True)  # (t, T + t)
+        mask = band if mask is None else combine_masks(mask, band)  # (..., t, T + t)
+    rotary = _with_qk_norm(rotary, p, eps)  # Qwen3: each head's q and k normalised before RoPE
     # 1. z = RMSNorm_1(x_t)
     z, _ = rms_norm_formula(x_t, p["input_norm.weight"], eps)  # (..., t, D)
     # 2. attention: queries and keys rotated at the new positions; the rotated keys are cached
@@ -279,11 +389,13 @@ def check_decode_positions(positions, x_t):
     return positions
 
 
-def init_llama_block_params(d_model, num_heads, d_ff, *, num_kv_heads=None, seed=None, dtype=np.float64):
+def init_llama_block_params(d_model, num_heads, d_ff, *, num_kv_heads=None, seed=None, dtype=np.float64,
+                            qkv_bias=False, qk_norm=False, d_head=None):
     """Random weights of Llama's shapes (normal, std 0.02 as transformers' ``initializer_range``;
-    norms at 1)."""
+    norms at 1; with ``qkv_bias``, Qwen2's q, k, v biases at 0; with ``qk_norm``, Qwen3's q and k
+    norms at 1; ``d_head`` the head width, default ``d_model // num_heads``)."""
     hkv = num_heads if num_kv_heads is None else num_kv_heads
-    d_head = d_model // num_heads
+    d_head = d_model // num_heads if d_head is None else d_head
     rng = np.random.default_rng(seed)
     shapes = {"self_attn.W_q": (d_model, num_heads * d_head), "self_attn.W_k": (d_model, hkv * d_head),
               "self_attn.W_v": (d_model, hkv * d_head), "self_attn.W_o": (num_heads * d_head, d_model),
@@ -291,4 +403,9 @@ def init_llama_block_params(d_model, num_heads, d_ff, *, num_kv_heads=None, seed
     params = {name: (0.02 * rng.standard_normal(shape)).astype(dtype) for name, shape in shapes.items()}
     params["input_norm.weight"] = np.ones(d_model, dtype)
     params["post_attention_norm.weight"] = np.ones(d_model, dtype)
-    return {name: params[name] for name in LLAMA_PARAM_NAMES}
+    if qkv_bias:
+        for name, width in zip(QKV_BIAS_NAMES, (num_heads * d_head, hkv * d_head, hkv * d_head)):
+            params[name] = np.zeros(width, dtype)
+    if qk_norm:
+        params.update({name: np.ones(d_head, dtype) for name in QK_NORM_NAMES})
+    return {name: params[name] for name in LLAMA_PARAM_NAMES + _OPTIONAL_NAMES if name in params}

@@ -139,9 +139,11 @@ def _grouped_backward(dout, c: GroupedMultiHeadCache):
     # 3. attention: the sum over the broadcast axis adds the G query heads' gradients per key/value head
     dq, dk, dv = attention_backward_formula(group_heads(dheads, hkv), c.attention)
     dq, dk, dv = ungroup_heads(dq), dk[..., 0, :, :], dv[..., 0, :, :]  # (..., H, Nq, Dk), (..., Hkv, Nk, D)
-    if c.rotary is not None:  # 2b. rotate back
+    rotary_grads = {}
+    if c.rotary is not None:  # 2b. rotate back (a hook with weights, as Qwen3's q/k norms, returns their gradients)
         rotary, rotary_cache = c.rotary
-        dq, dk = rotary.backward(dq, dk, rotary_cache)
+        dq, dk, *rest = rotary.backward(dq, dk, rotary_cache)
+        rotary_grads = rest[0] if rest else {}
     # 2. the backward of a split is a merge; 1. projections
     dquery, grads["W_q"], grads["b_q"] = linear_backward_formula(merge_heads_formula(dq), c.q_proj)
     dkey, grads["W_k"], grads["b_k"] = linear_backward_formula(merge_heads_formula(dk), c.k_proj)
@@ -149,6 +151,7 @@ def _grouped_backward(dout, c: GroupedMultiHeadCache):
     ordered = {n: grads[n] for n in c.param_keys}
     if "head_mask" in grads:
         ordered["head_mask"] = grads["head_mask"]
+    ordered.update(rotary_grads)
     return dquery, dkey, dvalue, ordered
 
 

@@ -60,11 +60,19 @@ def _gpt2(tie=True):
     return model
 
 
-def _llama(tie=False):
+#: Llama 3.x's RoPE scalings, shrunk to the tiny model: at head width 4 and base 500 the wavelengths are
+#: 6.3 (fast: below 256 / 4, kept) and 140 (between 256 / 4 and 256 / 1: interpolated)
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 256}
+LINEAR = {"rope_type": "linear", "factor": 4.0}
+
+
+def _llama(tie=False, rope_scaling=None, head_dim=None):
+    extra = {} if rope_scaling is None else {"rope_scaling": dict(rope_scaling)}
     config = transformers.LlamaConfig(vocab_size=41, hidden_size=16, intermediate_size=24, num_attention_heads=4,
                                       num_key_value_heads=2, num_hidden_layers=2, rms_norm_eps=1e-6, rope_theta=500.0,
                                       max_position_embeddings=64, pad_token_id=0, bos_token_id=None, eos_token_id=None,
-                                      tie_word_embeddings=tie, attn_implementation="sdpa")
+                                      tie_word_embeddings=tie, attn_implementation="sdpa", **extra)
     model = transformers.LlamaForCausalLM(config).double().eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -72,8 +80,28 @@ def _llama(tie=False):
     return model
 
 
+def _qwen(family, tie=False, head_dim=4):
+    extra = {"head_dim": head_dim} if family in ("Qwen3", "Mistral") else {}  # their configs' default is 128
+    if family == "Mistral":
+        extra["sliding_window"] = 3  # shorter than the prompts and the generated text: the window matters
+    config = getattr(transformers, f"{family}Config")(**extra, vocab_size=41, hidden_size=16, intermediate_size=24, num_attention_heads=4,
+                                      num_key_value_heads=2, num_hidden_layers=2, rms_norm_eps=1e-6, rope_theta=500.0,
+                                      max_position_embeddings=64, pad_token_id=0, bos_token_id=None, eos_token_id=None,
+                                      tie_word_embeddings=tie, attn_implementation="sdpa")
+    model = getattr(transformers, f"{family}ForCausalLM")(config).double().eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():  # the biases (zero at init) and q/k norms random too
+            p.mul_(10.0) if "norm" not in name and p.ndim == 2 else p.add_(0.1 * torch.randn_like(p))
+    return model
+
+
 MODELS = {"gpt2": lambda: _gpt2(True), "gpt2-untied": lambda: _gpt2(False),
-          "llama": lambda: _llama(False), "llama-tied": lambda: _llama(True)}
+          "llama": lambda: _llama(False), "llama-tied": lambda: _llama(True),
+          "llama3-rope": lambda: _llama(False, LLAMA3), "llama-linear-rope": lambda: _llama(True, LINEAR),
+          "qwen2": lambda: _qwen("Qwen2"), "qwen2-tied": lambda: _qwen("Qwen2", True),
+          "qwen3": lambda: _qwen("Qwen3"), "qwen3-tied": lambda: _qwen("Qwen3", True),
+          "mistral": lambda: _qwen("Mistral"),
+          "qwen3-wide-heads": lambda: _qwen("Qwen3", head_dim=6)}  # H Dh = 24 != D = 16, as Qwen3-0.6B
 
 
 @pytest.fixture(params=list(MODELS))
@@ -150,15 +178,23 @@ def test_each_decoding_step_against_past_key_values(saved):
         _close(a, b, f"logits of step {i}")
 
 
-def test_llama_in_float64_refuses_a_scaled_rope(llama_in_float64):
-    """The helper computes the default RoPE only: a llama3-scaled model raises rather than being
-    changed silently."""
+def test_scaled_configs_are_read_with_their_scaling(tmp_path):
+    """load_pretrained keeps a Llama 3.x config's scaling (4.x rope_scaling or 5.x rope_parameters)."""
+    for scaling in (LLAMA3, LINEAR):
+        _llama(False, scaling).save_pretrained(tmp_path)
+        _, config = load_pretrained(tmp_path)
+        assert dict(config.rope_scaling) == scaling
+
+
+def test_llama_in_float64_refuses_an_unsupported_scaled_rope(llama_in_float64):
+    """The helper computes the default, llama3 and linear RoPE only: a dynamic-scaled model raises
+    rather than being changed silently (and load_pretrained refuses that type by name)."""
     config = transformers.LlamaConfig(vocab_size=41, hidden_size=16, intermediate_size=24, num_attention_heads=4,
                                       num_key_value_heads=2, num_hidden_layers=1, max_position_embeddings=64,
-                                      rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                                                    "high_freq_factor": 4.0,
-                                                    "original_max_position_embeddings": 32},
+                                      rope_scaling={"rope_type": "dynamic", "factor": 2.0},
                                       attn_implementation="sdpa")
     model = transformers.LlamaForCausalLM(config).double().eval()
-    with pytest.raises(ValueError, match="default RoPE only; this model's rope_type is 'llama3'"):
+    with pytest.raises(ValueError, match="rope_type is 'dynamic'"):
         model(torch.arange(5)[None])
+    with pytest.raises(ValueError, match="rope_type = 'dynamic' is not supported"):
+        ar.LMConfig.from_transformers(config)

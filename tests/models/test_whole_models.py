@@ -19,6 +19,14 @@ CONFIGS = {
                                                   "scale_attn_by_inverse_layer_idx": True}),
     "llama": LLAMA,
     "llama-tied": ar.LMConfig(**{**LLAMA.to_dict(), "tie_word_embeddings": True}),
+    # Llama 3.x: at head width 2 and base 100 the one pair's wavelength 6.3 lies between 16 / 4 and 16 / 1
+    "llama3-rope": ar.LMConfig(**{**LLAMA.to_dict(), "rope_scaling": {
+        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 16}}),
+    "qwen2": ar.LMConfig(**{**LLAMA.to_dict(), "family": "qwen2"}),  # biases on q, k, v
+    "qwen3": ar.LMConfig(**{**LLAMA.to_dict(), "family": "qwen3"}),  # RMSNorm over each head's q and k
+    "qwen3-wide-heads": ar.LMConfig(**{**LLAMA.to_dict(), "family": "qwen3", "head_dim": 4}),  # H Dh = 16 != D
+    "mistral": ar.LMConfig(**{**LLAMA.to_dict(), "family": "mistral", "sliding_window": 2}),  # shorter than T = 5
 }
 
 
@@ -198,8 +206,46 @@ def test_loading_refuses_what_it_does_not_implement(tmp_path):
     llama3 = {"model_type": "llama", "vocab_size": 8, "hidden_size": 4, "num_hidden_layers": 1,
               "num_attention_heads": 2, "intermediate_size": 8,
               "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}
-    with pytest.raises(ValueError, match="rope_type = 'llama3' is not supported"):
-        ar.LMConfig.from_dict(llama3)
+    with pytest.raises(ValueError, match="needs scaling\\['low_freq_factor'\\], which is missing"):
+        ar.LMConfig.from_dict(llama3)  # llama3 and linear are run; a parameter missing is named
+    for rope_type in ("dynamic", "yarn", "longrope"):
+        with pytest.raises(ValueError, match=f"rope_type = '{rope_type}' is not supported"):
+            ar.LMConfig.from_dict({**llama3, "rope_parameters": {"rope_type": rope_type, "factor": 2.0}})
+    with pytest.raises(ValueError, match="does not use here"):
+        ar.LMConfig.from_dict({**llama3, "rope_scaling": {"rope_type": "linear", "factor": 2.0, "beta_fast": 3}})
+    with pytest.raises(ValueError, match="partial_rotary_factor"):
+        ar.LMConfig.from_dict({**llama3, "rope_scaling": {"rope_type": "linear", "factor": 2.0,
+                                                          "partial_rotary_factor": 0.5}})
+    qwen2 = {**llama3, "model_type": "qwen2", "rope_scaling": None}
+    assert ar.LMConfig.from_dict(qwen2).qkv_bias
+    with pytest.raises(ValueError, match="qwen2: use_sliding_window = True is not supported"):
+        ar.LMConfig.from_dict({**qwen2, "use_sliding_window": True, "sliding_window": 4})
+    with pytest.raises(ValueError, match="qwen2: layer_types = \\['full_attention', 'sliding_attention'\\]"):
+        ar.LMConfig.from_dict({**qwen2, "layer_types": ["sliding_attention", "full_attention"]})
+    qwen3 = {**qwen2, "model_type": "qwen3", "head_dim": 2}
+    assert ar.LMConfig.from_dict(qwen3).qk_norm and ar.LMConfig.from_dict(qwen3).head_dim is None  # 4 / 2
+    assert ar.LMConfig.from_dict({**qwen3, "head_dim": 6}).d_head == 6
+    with pytest.raises(ValueError, match="qwen3: head_dim = 3 is not supported"):  # RoPE rotates pairs
+        ar.LMConfig.from_dict({**qwen3, "head_dim": 3})
+    with pytest.raises(ValueError, match="head_dim is for the Llama-like families"):
+        ar.LMConfig(**{**GPT2.to_dict(), "head_dim": 8})
+    with pytest.raises(ValueError, match="qwen3: attention_bias = True"):  # Qwen3's: on o_proj too
+        ar.LMConfig.from_dict({**qwen3, "attention_bias": True})
+    with pytest.raises(ValueError, match="qwen3: use_sliding_window = True"):
+        ar.LMConfig.from_dict({**qwen3, "use_sliding_window": True})
+    mistral = {**qwen2, "model_type": "mistral", "sliding_window": 4096}
+    assert ar.LMConfig.from_dict(mistral).sliding_window == 4096
+    assert ar.LMConfig.from_dict({**mistral, "sliding_window": None}).sliding_window is None
+    assert ar.LMConfig.from_dict({**llama3, "rope_scaling": None, "sliding_window": 4}).sliding_window is None
+    with pytest.raises(ValueError, match="sliding_window is Mistral's"):
+        ar.LMConfig(**{**LLAMA.to_dict(), "sliding_window": 4})
+    with pytest.raises(ValueError, match="sliding_window must be None or a positive integer"):
+        ar.LMConfig(**{**LLAMA.to_dict(), "family": "mistral", "sliding_window": 0})
+    for flag in ("attention_bias", "mlp_bias"):  # Llama's: biases on o_proj too, or in the MLP
+        with pytest.raises(ValueError, match=f"llama: {flag} = True is not supported"):
+            ar.LMConfig.from_dict({**llama3, "rope_scaling": None, flag: True})
+    with pytest.raises(ValueError, match="RoPE type 'dynamic' is not implemented"):
+        ar.LMConfig(**{**LLAMA.to_dict(), "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}})
     with pytest.raises(ValueError, match="model_type 'bert' is not supported"):
         ar.LMConfig.from_dict({"model_type": "bert"})
     with pytest.raises(ValueError, match="activation_function = 'relu'"):
