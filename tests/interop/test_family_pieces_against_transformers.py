@@ -147,7 +147,8 @@ def test_soft_capped_attention_equals_gemma2_eager_attention(monkeypatch, shape,
     module = torch.nn.Module()
     module.num_key_value_groups, module.head_dim = 1, shape[-1]
     tq, tk, tv = _leaf(q), _leaf(k), _leaf(v)
-    theirs, _ = m.eager_attention_forward(module.eval(), tq, tk, tv, torch.tensor(mask), scaling=scaling, softcap=cap)
+    theirs, _ = m.eager_attention_forward(module.eval(), tq, tk, tv, torch.tensor(mask)[None, None],  # (1, 1, N, N): 4.57 slices 4 axes
+                                        scaling=scaling, softcap=cap)
     _close(out, theirs.transpose(1, 2), "soft-capped attention")
     dout = rng.standard_normal(out.shape)
     theirs.backward(torch.tensor(dout).transpose(1, 2))
