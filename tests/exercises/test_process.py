@@ -69,14 +69,20 @@ def test_exit_in_a_students_forward_is_reported():
 
 # -- a time limit per case, that names the case -----------------------------------------------
 
+#: CPython 3.10 does not look for pending signals on the jump back of a loop whose body is a try
+#: statement (3.11 does), so the alarm cannot stop such a loop there: docs/exercises.md says so
+CATCH_ALL_SEES_SIGNALS = sys.version_info >= (3, 11)
+
 def test_an_endless_backward_runs_out_of_time_on_the_case_it_loops_on():
     def endless_on_case_5(dy, cache):
-        if dy.ndim == 4:  # case 5 of the softmax exercise is the first 4-d one
+        if dy.ndim == 4 and CATCH_ALL_SEES_SIGNALS:  # case 5 of the softmax exercise is the first 4-d one
             while True:
                 try:
                     pass
                 except Exception:  # noqa: BLE001  (a student's catch-all does not stop the limit)
                     pass
+        while dy.ndim == 4:  # CPython 3.10: the same loop without the try statement
+            pass
         return softmax_backward(dy, cache)
 
     result = check("softmax_backward", endless_on_case_5, time_limit=0.3)
