@@ -28,7 +28,6 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -170,18 +169,6 @@ def render(rows: list, rounds: int, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    """``text`` into ``path`` through a temporary file in the same folder, renamed into place."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny models, 1 round: checks that it runs")
@@ -200,7 +187,9 @@ def main(argv=None) -> int:
                    + ("" if args.quick or rounds == 5 else f" --rounds {rounds}"))
     print(table, end="")
     if args.out:
-        _write_atomic(args.out, table)
+        from attention_ref._atomic import write_atomic  # the package's one atomic writer
+
+        write_atomic(args.out, table)
     return 0
 
 
