@@ -257,11 +257,12 @@ def claim_002_hull_heads_limit() -> Claim:
     from ...core.softmax import softmax_forward
     s1, s2 = _head_scores()
     best_of_min = int(np.argmax(np.minimum(s1, s2))) + 1
+    best1, best2 = int(np.argmax(s1)) + 1, int(np.argmax(s2)) + 1  # each head's own first key
     share3 = float(softmax_forward(s1)[0][2])  # token 3's weight inside head 1
     return Claim(
-        "002-hull-heads-limit", "with two heads a later layer can prefer the balanced token", str(docs.HULL["cite_heads"]),
-        "(no number)", f"argmax_j min(s1_j, s2_j) = k_{best_of_min}; each head alone still ranks"
-        f" k_{int(np.argmax(s1)) + 1} / k_{int(np.argmax(s2)) + 1} first",
+        "002-hull-heads-limit", "with two heads a later layer can prefer the balanced token",
+        str(docs.HULL["cite_heads"]), "(no number)",
+        f"argmax_j min(s1_j, s2_j) = k_{best_of_min}; each head alone still ranks k_{best1} / k_{best2} first",
         _verdict(best_of_min == 3),
         "Only through a nonlinearity, and not inside the attention layer: a weighted sum"
         " a s1 + b s2 of the two heads' scores is the score of the single query (a, b), which"
