@@ -126,7 +126,7 @@ def claim_004_4_2_output() -> Claim:
         f" multi_head_attention_forward gives {fmt(r.layer_output)}.")
 
 
-#: The rows of "Worked examples (004)", in table order.
+#: The claim functions of :func:`worked_example_claims`, in table order.
 WORKED_EXAMPLE_CLAIMS = (claim_004_4_1_score, claim_004_4_1_alpha, claim_004_4_1_output, claim_004_4_2_projections,
                          claim_004_4_2_heads, claim_004_4_2_concat, claim_004_4_2_wo_shape, claim_004_4_2_output)
 
@@ -178,7 +178,7 @@ def claim_002_saturation() -> Claim:
         " softmax_backward: it multiplies every gradient reaching q and k.")
 
 
-#: The rows of "The sqrt(d_k) scale (002)", in table order.
+#: The claim functions of :func:`scaling_claims`, in table order.
 SCALING_CLAIMS = (claim_002_var, claim_002_var_scaled, claim_002_saturation)
 
 
@@ -273,7 +273,7 @@ def claim_002_hull_heads_limit() -> Claim:
         f" {share3:.2%} of the weight.")
 
 
-#: The rows of "What one head cannot do (002)", in table order.
+#: The claim functions of :func:`hull_claims`, in table order.
 HULL_CLAIMS = (claim_002_hull_min, claim_002_hull_mean, claim_002_hull_single, claim_002_hull_geometry,
                claim_002_hull_heads, claim_002_hull_heads_limit)
 

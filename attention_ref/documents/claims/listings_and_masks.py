@@ -185,7 +185,7 @@ def claim_003_linear() -> Claim:
         " (here phi = elu + 1); the printed formula leaves it out.")
 
 
-#: The rows of "Code listings, masks and other statements", in table order.
+#: The claim functions of :func:`listing_and_mask_claims`, in table order.
 LISTING_AND_MASK_CLAIMS = (claim_004_4_2_dims, claim_004_code_divisible, claim_004_code_mask, claim_000_head_cost,
                            claim_000_low_rank_product, claim_000_window, claim_000_causal, claim_001_scale_factor,
                            claim_001_order, claim_003_sparse, claim_003_linear)

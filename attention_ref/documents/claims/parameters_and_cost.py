@@ -107,7 +107,7 @@ def claim_001_sum_formula() -> Claim:
         " Concat(head_1..head_h) W^O exactly (the difference shown).")
 
 
-#: The rows of "Parameters, heads and the two implementations", in table order.
+#: The claim functions of :func:`parameter_claims`, in table order.
 PARAMETER_CLAIMS = (claim_002_params_single, claim_002_params_multi, claim_001_params, claim_001_head_dim,
                     claim_003_head_dim, claim_000_strategies, claim_001_sum_formula)
 
@@ -238,7 +238,7 @@ def claim_002_mqa() -> Claim:
                  " go from 4 d^2 to 2 d^2 + 2 d d_k. The expressiveness cost is not measured here.")
 
 
-#: The rows of "Cost, low rank and multi-query attention", in table order.
+#: The claim functions of :func:`cost_claims`, in table order.
 COST_CLAIMS = (claim_000_pairs, claim_000_time, claim_000_space, claim_003_cost, claim_001_cost,
                claim_000_low_rank, claim_002_mqa)
 

@@ -151,7 +151,7 @@ def claim_004_add_norm() -> Claim:
                  _verdict(an["max_abs_mean"] < 1e-12 and an["max_var_error"] < 1e-3))
 
 
-#: The rows of "Paths, blockwise and linear attention, positions, Add & Norm", in table order.
+#: The claim functions of :func:`paths_and_variants_claims`, in table order.
 PATHS_AND_VARIANTS_CLAIMS = (claim_000_direct_path, claim_000_strategy_speed, claim_000_blockwise, claim_000_linear,
                              claim_001_rope, claim_002_softmax_sum, claim_002_convex, claim_002_width,
                              claim_003_blockwise, claim_003_checkpointing, claim_004_add_norm)
