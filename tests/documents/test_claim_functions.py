@@ -1,6 +1,7 @@
 """How the claims table is built (issue 31): one function per claim (or per family of rows that
 is one computation looped), named after its row, each group's functions listed once in table
-order beside the group's function, and no function of the claims package longer than a screen."""
+order beside the group's function, no function of the claims package longer than a screen, and
+no module of documents/ sharing its name with another."""
 from __future__ import annotations
 
 import ast
@@ -106,3 +107,14 @@ def test_the_group_functions_only_collect_their_rows():
         body = [n for n in node.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
         assert len(body) == 1 and isinstance(body[0], ast.Return), f.__name__
         assert ast.unparse(body[0].value) == f"rows_of({f.__name__.upper()})", f.__name__
+
+
+def test_the_modules_of_documents_have_names_no_other_module_has():
+    """``claims/worked_examples.py`` beside ``documents/worked_examples.py`` was two modules of one
+    name; a module of ``documents/`` (claims and experiments included) is now the only one of its name
+    in the package."""
+    package = CLAIMS_PACKAGE.parents[1]
+    names = [p.name for p in package.rglob("*.py") if p.name != "__init__.py"]
+    for path in sorted((package / "documents").rglob("*.py")):
+        if path.name != "__init__.py":
+            assert names.count(path.name) == 1, f"{path.relative_to(package)}: another module is named {path.name}"
