@@ -18,13 +18,13 @@ from .listings_and_masks import listing_and_mask_claims, other_claims
 __all__ = ["parameter_claims", "cost_claims", "PARAMETER_CLAIMS", "COST_CLAIMS", "listing_and_mask_claims",
            "other_claims"]
 
-D_MODEL = 512  # the width of 002's and 001's parameter counts (h = 8)
+_D_MODEL = 512  # the width of 002's and 001's parameter counts (h = 8)
 
 
 # -------------------------------------------------------------------- parameter count
 def claim_002_params_single() -> Claim:
     """002: one head has 4 d_model^2 parameters (counted from the layer, with and without biases)."""
-    p, D = docs.PARAMS, D_MODEL
+    p, D = docs.PARAMS, _D_MODEL
     one, one_b = ex.parameter_count(D, 1, bias=False), ex.parameter_count(D, 1, bias=True)
     return Claim("002-params-single", "one head: 4 d_model^2 parameters", str(p["cite"]), p["printed_single"],
                  f"{one:,} at d_model=512 (4 d^2 = {4 * D * D:,}); with biases {one_b:,} = 4 d^2 + 4 d",
@@ -34,7 +34,7 @@ def claim_002_params_single() -> Claim:
 
 def claim_002_params_multi() -> Claim:
     """002: eight heads of width d_model / 8 have as many parameters as one."""
-    p, D = docs.PARAMS, D_MODEL
+    p, D = docs.PARAMS, _D_MODEL
     one, eight = ex.parameter_count(D, 1, bias=False), ex.parameter_count(D, 8, bias=False)
     one_b, eight_b = ex.parameter_count(D, 1, bias=True), ex.parameter_count(D, 8, bias=True)
     return Claim("002-params-multi", "h heads with d_k = d_v = d_model / h: still 4 d_model^2", str(p["cite"]),
@@ -44,7 +44,7 @@ def claim_002_params_multi() -> Claim:
 
 def claim_001_params() -> Claim:
     """001: multi-head has more parameters than single-head, by 001's formulas and by the split design."""
-    readings = ex.params_001_readings(D_MODEL, 8)
+    readings = ex.params_001_readings(_D_MODEL, 8)
     r001, rsplit = readings["001"], readings["split"]
     return Claim(
         "001-params", "multi-head attention has more parameters than single-head", str(docs.PARAMS["cite_001"]),
@@ -93,7 +93,7 @@ def claim_000_strategies() -> Claim:
 def claim_001_sum_formula() -> Claim:
     """001: the sum over heads with the whole W^O (which cannot multiply) or its i-th block (exact)."""
     try:
-        np.ones((5, D_MODEL // 8)) @ np.ones((D_MODEL, D_MODEL))  # head_i (n x d_v) times the whole W^O
+        np.ones((5, _D_MODEL // 8)) @ np.ones((_D_MODEL, _D_MODEL))  # head_i (n x d_v) times the whole W^O
         whole_multiplies = True
     except ValueError:
         whole_multiplies = False
