@@ -197,4 +197,4 @@ def listing_and_mask_claims() -> list[Claim]:
     return rows_of(LISTING_AND_MASK_CLAIMS)
 
 
-other_claims = listing_and_mask_claims  # its 0.1 name (attention_ref.claims_design), until 0.3
+other_claims = listing_and_mask_claims  # its 0.1 name (attention_ref.claims_design; CHANGELOG.md says where it went)

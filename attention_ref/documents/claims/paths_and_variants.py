@@ -163,4 +163,4 @@ def paths_and_variants_claims() -> list[Claim]:
     return rows_of(PATHS_AND_VARIANTS_CLAIMS)
 
 
-more_claims = paths_and_variants_claims  # its 0.1 name (attention_ref.claims_more), until 0.3
+more_claims = paths_and_variants_claims  # its 0.1 name (attention_ref.claims_more; CHANGELOG.md says where it went)
