@@ -5,7 +5,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["Claim", "VERDICTS", "fmt", "readings_verdict", "tiny"]
+__all__ = ["Claim", "VERDICTS", "fmt", "readings_verdict", "rows_of", "tiny"]
 
 VERDICTS = ("holds", "wrong", "ambiguous")
 
@@ -54,3 +54,12 @@ def _readings(truth: dict) -> str:
 
 
 readings_verdict = _readings
+
+
+def rows_of(claim_functions) -> list[Claim]:
+    """The rows of ``claim_functions``, called in order (each returns one Claim or a list of them)."""
+    rows = []
+    for f in claim_functions:
+        out = f()
+        rows += [out] if isinstance(out, Claim) else out
+    return rows

@@ -9,9 +9,11 @@ document's value, our computed value, and a verdict:
   shape cannot multiply, a symbol used with two meanings); the note says which reading
   we compute and why, and shows the other where both are defensible.
 
-The rows are built in :mod:`.worked_examples`, :mod:`.parameters_and_cost` and
-:mod:`.paths_and_variants` of this package from :mod:`attention_ref.documents.worked_examples`
-and :mod:`attention_ref.documents.experiments` (the library's own functions); ``tests/documents/test_claims.py``
+The rows are built in :mod:`.example_claims`, :mod:`.parameters_and_cost`, :mod:`.listings_and_masks`
+and :mod:`.paths_and_variants` of this package from :mod:`attention_ref.documents.worked_examples`
+and :mod:`attention_ref.documents.experiments` (the library's own functions), one function per claim
+(``claim_002_var`` for the row ``002-var``), listed in table order in its group's tuple
+(``SCALING_CLAIMS``) beside the group's function (``scaling_claims``). ``tests/documents/test_claims.py``
 re-derives the numbers independently and checks that ``docs/claims.md`` equals
 :func:`render_markdown`. Regenerate the file with ``python examples/claims.py --write``.
 """
@@ -19,15 +21,16 @@ from __future__ import annotations
 
 from .. import printed_values as docs
 from .claim import VERDICTS, Claim
-from .parameters_and_cost import cost_claims, listing_and_mask_claims, parameter_claims
-from .paths_and_variants import paths_and_variants_claims
 from .example_claims import hull_claims, scaling_claims, worked_example_claims
+from .listings_and_masks import listing_and_mask_claims
+from .parameters_and_cost import cost_claims, parameter_claims
+from .paths_and_variants import paths_and_variants_claims
 
 __all__ = ["all_claims", "claim_groups", "render_markdown", "render_summary", "render_text"]
 
 
 def claim_groups() -> dict:
-    """Group title -> function returning its rows, in table order."""
+    """Group title -> function returning its rows (its claim functions' rows, in order), in table order."""
     return {
         "Worked examples (004)": worked_example_claims,
         "The sqrt(d_k) scale (002)": scaling_claims,
