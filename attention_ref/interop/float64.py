@@ -38,7 +38,8 @@ def _rope_theta(config) -> float:
 def llama_in_float64():
     """Inside the ``with`` block, transformers' ``LlamaRMSNorm`` and ``LlamaRotaryEmbedding`` (and
     the same classes of Qwen2, Qwen3 and Mistral, and ``GPTNeoXRotaryEmbedding``, whose ``inv_freq``
-    has r/2 entries for its r rotated features: the same formula with ``2 * half = r``)
+    has r/2 entries for its r rotated features: the same formula with ``2 * half = r``; and
+    Phi-3's ``Phi3RMSNorm`` and ``Phi3RotaryEmbedding``)
     compute their float32 steps in the model's dtype with the same formulas; both are restored
     on exit, whatever happens. A scaled RoPE (``rope_type`` "llama3" or "linear") gets its
     ``inv_freq`` from transformers' own ``ROPE_INIT_FUNCTIONS`` run with ``torch.float`` read as
@@ -94,6 +95,9 @@ def llama_in_float64():
     from transformers.models.gpt_neox import modeling_gpt_neox  # its partial RoPE: the same formula over r features
 
     classes.append(modeling_gpt_neox.GPTNeoXRotaryEmbedding)
+    from transformers.models.phi3 import modeling_phi3  # Llama's two float32 steps
+
+    classes += [modeling_phi3.Phi3RMSNorm, modeling_phi3.Phi3RotaryEmbedding]
     originals = [cls.forward for cls in classes]
     for cls in classes:
         cls.forward = rms_norm if cls.__name__.endswith("RMSNorm") else rotary

@@ -139,6 +139,14 @@ MAPPINGS = {
         Rule("mlp.dense_4h_to_h.weight", ("mlp.W_2",), "transpose"),
         Rule("mlp.dense_4h_to_h.bias", ("mlp.b_2",), "as is"),
     ],
+    "transformers Phi3DecoderLayer (layers.<i>.)": [
+        Rule("input_layernorm.weight", ("input_norm.weight",), "as is"),
+        Rule("self_attn.qkv_proj.weight", ("self_attn.W_qkv",), "transpose"),  # [q | k | v] kept fused
+        Rule("self_attn.o_proj.weight", ("self_attn.W_o",), "transpose"),
+        Rule("post_attention_layernorm.weight", ("post_attention_norm.weight",), "as is"),
+        Rule("mlp.gate_up_proj.weight", ("mlp.W_gate_up",), "transpose"),  # [gate | up] kept fused
+        Rule("mlp.down_proj.weight", ("mlp.W_down",), "transpose"),
+    ],
     "transformers GPT2LMHeadModel (whole model; blocks: transformer.h.<i>. as GPT2Block)": [
         Rule("transformer.wte.weight", ("wte",), "as is"),
         Rule("transformer.wpe.weight", ("wpe",), "as is"),
@@ -173,6 +181,8 @@ WHOLE_MODELS = {
               "model.layers.{i}.", "transformers Qwen3DecoderLayer (layers.<i>.)"),
     "mistral": ("transformers LlamaForCausalLM (whole model; blocks: model.layers.<i>. as LlamaDecoderLayer)",
                 "model.layers.{i}.", "transformers LlamaDecoderLayer (layers.<i>.)"),
+    "phi3": ("transformers LlamaForCausalLM (whole model; blocks: model.layers.<i>. as LlamaDecoderLayer)",
+             "model.layers.{i}.", "transformers Phi3DecoderLayer (layers.<i>.)"),
     "gpt_neox": ("transformers GPTNeoXForCausalLM (whole model; blocks: gpt_neox.layers.<i>. as GPTNeoXLayer)",
                  "gpt_neox.layers.{i}.", "transformers GPTNeoXLayer (layers.<i>.)"),
 }

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 
 from ..models.config import LLAMA_LIKE, LMConfig
-from ..models.params import LAYER_PREFIX, gpt_neox_block_shapes, param_names
+from ..models.params import LAYER_PREFIX, gpt_neox_block_shapes, param_names, phi3_block_shapes
 from .safetensors import open_regular, read_safetensors
 
 __all__ = ["read_config", "read_state_dir", "expected_shapes", "MAX_JSON_BYTES"]
@@ -27,18 +27,23 @@ MAX_JSON_BYTES = 50_000_000
 
 _LLAMA_POSITIVE = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 _POSITIVE = {"gpt2": ("vocab_size", "n_embd", "n_layer", "n_head", "n_positions"),
-             **dict.fromkeys(LLAMA_LIKE, _LLAMA_POSITIVE), "gpt_neox": _LLAMA_POSITIVE}
+             **dict.fromkeys(LLAMA_LIKE, _LLAMA_POSITIVE), "gpt_neox": _LLAMA_POSITIVE,
+             "phi3": _LLAMA_POSITIVE}
 _OPTIONAL_POSITIVE = {"gpt2": ("n_inner",),
                       **dict.fromkeys(LLAMA_LIKE, ("num_key_value_heads", "head_dim", "max_position_embeddings",
                                                    "sliding_window")),
-                      "gpt_neox": ("max_position_embeddings",)}
+                      "gpt_neox": ("max_position_embeddings",),
+                      "phi3": ("num_key_value_heads", "head_dim", "max_position_embeddings", "sliding_window")}
 _FLAGS = {"gpt2": ("tie_word_embeddings", "scale_attn_weights", "scale_attn_by_inverse_layer_idx",
                    "add_cross_attention"),
           **dict.fromkeys(LLAMA_LIKE, ("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window")),
-          "gpt_neox": ("tie_word_embeddings", "attention_bias", "use_parallel_residual")}
+          "gpt_neox": ("tie_word_embeddings", "attention_bias", "use_parallel_residual"),
+          "phi3": ("tie_word_embeddings",)}
 _NUMBERS = {"gpt2": ("layer_norm_epsilon",), **dict.fromkeys(LLAMA_LIKE, ("rms_norm_eps", "rope_theta")),
-            "gpt_neox": ("layer_norm_eps", "rotary_emb_base", "rope_theta", "rotary_pct", "partial_rotary_factor")}
-_STRINGS = {"gpt2": ("activation_function",), **dict.fromkeys(LLAMA_LIKE, ("hidden_act",)), "gpt_neox": ("hidden_act",)}
+            "gpt_neox": ("layer_norm_eps", "rotary_emb_base", "rope_theta", "rotary_pct", "partial_rotary_factor"),
+            "phi3": ("rms_norm_eps", "rope_theta", "partial_rotary_factor")}
+_STRINGS = {"gpt2": ("activation_function",), **dict.fromkeys(LLAMA_LIKE, ("hidden_act",)), "gpt_neox": ("hidden_act",),
+            "phi3": ("hidden_act",)}
 
 
 def _read_json(path: Path, what: str):
@@ -186,6 +191,9 @@ def expected_shapes(config: LMConfig) -> dict:
     elif config.family == "gpt_neox":
         block = gpt_neox_block_shapes(D, F)
         top = {"embed_in": (V, D), "final_layer_norm.gamma": (D,), "final_layer_norm.beta": (D,)}
+    elif config.family == "phi3":
+        block = phi3_block_shapes(config)
+        top = {"embed_tokens": (V, D), "norm.weight": (D,)}
     else:
         block = {"input_norm.weight": (D,), "post_attention_norm.weight": (D,), "self_attn.W_q": (D, d_q),
                  "self_attn.W_k": (D, d_kv), "self_attn.W_v": (D, d_kv), "self_attn.W_o": (d_q, D),

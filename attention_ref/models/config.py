@@ -21,7 +21,7 @@ __all__ = ["LMConfig", "FAMILIES", "LLAMA_LIKE", "GPT_NEOX_ACTIVATIONS"]
 #: ``mistral`` sliding-window attention.
 LLAMA_LIKE = ("llama", "qwen2", "qwen3", "mistral")
 #: The model families this package runs whole: transformers' ``model_type``.
-FAMILIES = ("gpt2",) + LLAMA_LIKE + ("gpt_neox",)
+FAMILIES = ("gpt2",) + LLAMA_LIKE + ("gpt_neox", "phi3")
 #: GPT-NeoX's ``hidden_act`` values computed here: the exact (erf) GELU
 GPT_NEOX_ACTIVATIONS = ("gelu",)
 
@@ -101,7 +101,7 @@ class LMConfig:
             if self.family == "gpt2":
                 raise ValueError("head_dim is for the Llama-like families; GPT-2's heads are d_model / num_heads wide")
         if self.sliding_window is not None:
-            if self.family != "mistral":
+            if self.family not in ("mistral", "phi3"):
                 raise ValueError(f"sliding_window is Mistral's; a {self.family} model has none here")
             value = self.sliding_window
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -173,6 +173,11 @@ class LMConfig:
         return tuple(scales)
 
     @property
+    def fused_projections(self) -> bool:
+        """The q, k, v projections and the MLP's gate and up are each one fused weight (Phi-3)."""
+        return self.family == "phi3"
+
+    @property
     def qkv_bias(self) -> bool:
         """The q, k and v projections have biases (Qwen2)."""
         return self.family == "qwen2"
@@ -200,6 +205,8 @@ class LMConfig:
             return _llama(d, family)
         if family == "gpt_neox":
             return _gpt_neox(d)
+        if family == "phi3":
+            return _phi3(d)
         raise ValueError(f"model_type {family!r} is not supported: this package runs {FAMILIES} whole")
 
 
@@ -256,7 +263,7 @@ def _llama(d, family="llama"):
                     num_heads=H, num_kv_heads=d.get("num_key_value_heads") or H, d_ff=d["intermediate_size"],
                     max_positions=d.get("max_position_embeddings", 2048), eps=d.get("rms_norm_eps", 1e-6),
                     rope_theta=float(theta), rope_scaling=scaling,
-                    sliding_window=d.get("sliding_window") if family == "mistral" else None, head_dim=head_dim,
+                    sliding_window=d.get("sliding_window") if family in ("mistral", "phi3") else None, head_dim=head_dim,
                     tie_word_embeddings=d.get("tie_word_embeddings", False),
                     pad_token_id=pad if isinstance(pad, int) and 0 <= pad < d["vocab_size"] else None)
 
@@ -285,3 +292,18 @@ def _gpt_neox(d):
                     max_positions=d.get("max_position_embeddings", 2048), eps=d.get("layer_norm_eps", 1e-5),
                     rope_theta=float(theta), tie_word_embeddings=d.get("tie_word_embeddings", False),
                     rotary_pct=float(pct), use_parallel_residual=d.get("use_parallel_residual", True))
+
+
+def _phi3(d):
+    """Phi-3: Llama with fused ``qkv_proj`` and ``gate_up_proj`` (the params keep them fused) and
+    Mistral's sliding window (``sliding_window``, Phi-3-mini-4k: 2047). Its 128k models' ``longrope``
+    (4.x: ``su``, ``yarn``) and a ``partial_rotary_factor`` other than 1 are refused by name."""
+    family = "phi3"
+    pct = d.get("partial_rotary_factor", 1.0)  # 4.x: a field of its own; 5.x: in rope_parameters
+    if pct != 1.0:
+        _refuse("partial_rotary_factor", pct, family)
+    rope = d.get("rope_parameters") or d.get("rope_scaling") or {}
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type != "default":
+        _refuse("the RoPE scaling rope_type", rope_type, family)  # "longrope" (128k models), "su", "yarn"
+    return _llama(d, family)

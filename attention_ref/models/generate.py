@@ -30,6 +30,7 @@ from ..nn.rms_norm import rms_norm_formula
 from ..variants.kv_cache import KVCache
 from .config import LMConfig
 from .logits_processing import check_logits_settings, processed_logits
+from .phi3 import phi3_block_as_llama
 from .params import TOKEN_TABLE, block_params, check_lm_params, head_weight
 
 __all__ = ["LMDecoder", "generate"]
@@ -52,6 +53,8 @@ class LMDecoder:
         self.blocks = [block_params(self.params, config, layer) for layer in range(config.num_layers)]
         if config.family == "gpt2":  # the block's groups (ln1, self_attn, ln2, ffn), as its formula takes them
             self.blocks = [split_params(block, ENCODER_GROUPS) for block in self.blocks]
+        if config.family == "phi3":  # Llama's block names: the fused weights split once, not at every step
+            self.blocks = [phi3_block_as_llama(block, config)[0] for block in self.blocks]
         if config.family == "gpt_neox":  # the fused QKV split once, not at every step
             self.blocks = [(block, gpt_neox_attention_params(block, config.num_heads)[0]) for block in self.blocks]
         self.caches = [KVCache() for _ in range(config.num_layers)]

@@ -53,8 +53,9 @@ MODELS = {"pythia": lambda: _neox(0.25), "sequential-half-rotary": lambda: _neox
 
 
 def _named(model):
-    """named_parameters() under the file's names (5.x's lm_head.weight is embed_out.weight)."""
-    return {("embed_out.weight" if k == "lm_head.weight" else k): p for k, p in model.named_parameters()}
+    """named_parameters() under the file's names (GPT-NeoX: 5.x's lm_head.weight is embed_out.weight)."""
+    neox = model.config.model_type == "gpt_neox"
+    return {("embed_out.weight" if neox and k == "lm_head.weight" else k): p for k, p in model.named_parameters()}
 
 
 @pytest.fixture(params=list(MODELS))

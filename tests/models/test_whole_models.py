@@ -30,6 +30,9 @@ CONFIGS = {
     "qwen3": ar.LMConfig(**{**LLAMA.to_dict(), "family": "qwen3"}),  # RMSNorm over each head's q and k
     "qwen3-wide-heads": ar.LMConfig(**{**LLAMA.to_dict(), "family": "qwen3", "head_dim": 4}),  # H Dh = 16 != D
     "mistral": ar.LMConfig(**{**LLAMA.to_dict(), "family": "mistral", "sliding_window": 2}),  # shorter than T = 5
+    "phi3": ar.LMConfig(**{**LLAMA.to_dict(), "family": "phi3"}),  # fused qkv and gate_up params
+    "phi3-sliding-window-tied": ar.LMConfig(**{**LLAMA.to_dict(), "family": "phi3", "sliding_window": 2,
+                                               "tie_word_embeddings": True}),
     "gpt_neox": NEOX,
     "gpt_neox-sequential-tied": ar.LMConfig(**{**NEOX.to_dict(), "use_parallel_residual": False,
                                                "tie_word_embeddings": True, "rotary_pct": 1.0}),
