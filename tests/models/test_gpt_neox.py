@@ -72,7 +72,10 @@ def test_load_pretrained_round_trip(tmp_path, spelling):
     (tmp_path / "config.json").write_text(json.dumps(spelling))
     state = to_transformers(params, config)
     assert "embed_out.weight" in state and state["gpt_neox.layers.1.attention.query_key_value.weight"].shape == (24, 8)
-    write_safetensors(state, tmp_path / "model.safetensors")
+    buffers = {"gpt_neox.layers.0.attention.bias": np.tril(np.ones((1, 1, 32, 32), bool)),  # Pythia's files hold
+               "gpt_neox.layers.0.attention.masked_bias": np.array(-1e9, np.float32),  # old transformers' buffers:
+               "gpt_neox.layers.0.attention.rotary_emb.inv_freq": np.ones(1, np.float32)}  # not parameters, unread
+    write_safetensors({**state, **buffers}, tmp_path / "model.safetensors")
     loaded, loaded_config = load_pretrained(tmp_path)
     assert loaded_config == config and sorted(loaded) == sorted(params)
     for k in params:
