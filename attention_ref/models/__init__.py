@@ -2,8 +2,8 @@
 logits and back, their loss, and generation with one key/value cache per layer.
 
 ``config`` (:class:`LMConfig`, read from transformers' ``config.json``), ``params`` (one flat
-dict named like transformers' modules, random initialisation), ``gpt2`` and ``llama`` (the
-forward and backward of each family, numbered steps), ``lm`` (:func:`lm_forward` and
+dict named like transformers' modules, random initialisation), ``gpt2``, ``llama``, ``gpt_neox``
+and ``phi3`` (the forward and backward of each family, numbered steps), ``lm`` (:func:`lm_forward` and
 :func:`lm_backward` for either, :func:`lm_loss`), ``logits_processing`` (transformers' logits
 processors as pure functions, :func:`left_pad`), ``generate`` (:class:`LMDecoder`, :func:`generate`). May import from ``core``, ``fast``, ``variants`` and ``nn``.
 """
