@@ -26,7 +26,7 @@ from ..core.linear import LinearCache
 from ..fast.dispatch import linear_backward, linear_formula
 from ..nn.embedding import embedding_backward, embedding_formula
 from ..nn.gpt_neox_block import gpt_neox_block_backward, gpt_neox_block_formula
-from ..nn.layer_norm import _layer_norm_backward, layer_norm_formula
+from ..nn.layer_norm import layer_norm_backward, layer_norm_formula
 from .config import LMConfig
 from .params import add_head_gradient, block_params, check_lm_inputs, head_weight, param_names
 
@@ -91,7 +91,7 @@ def gpt_neox_lm_backward(dlogits, cache: GPTNeoXLMCache):
     # 4. logits = h W_head
     dh, dW_head, _ = linear_backward(dlogits, cache.head)  # (..., T, D), (D, V)
     # 3. h = LayerNorm_f(x)
-    dx, g["final_layer_norm.gamma"], g["final_layer_norm.beta"] = _layer_norm_backward(dh, cache.norm)
+    dx, g["final_layer_norm.gamma"], g["final_layer_norm.beta"] = layer_norm_backward(dh, cache.norm)
     # 2. the blocks in reverse
     for layer in reversed(range(config.num_layers)):
         dx, block_grads = gpt_neox_block_backward(dx, cache.blocks[layer])  # (..., T, D)

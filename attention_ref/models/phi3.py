@@ -32,7 +32,7 @@ from .._checks import as_upstream
 from ..core.linear import LinearCache
 from ..fast.dispatch import linear_backward, linear_formula
 from ..nn.embedding import embedding_backward, embedding_formula
-from ..nn.fused_qkv import _fused_qkv_split_backward, fused_qkv_split_formula
+from ..nn.fused_qkv import fused_qkv_split_backward, fused_qkv_split_formula
 from ..nn.llama_block import llama_block_backward, llama_block_formula
 from ..nn.rms_norm import rms_norm_backward, rms_norm_formula
 from .config import LMConfig
@@ -69,8 +69,8 @@ def phi3_block_as_llama(p, config: LMConfig):
 def _fused_gradients(g, qkv):
     """The splits' backward: Llama's block gradients ``g`` as the fused params' (columns side by side)."""
     return {"input_norm.weight": g["input_norm.weight"],
-            "self_attn.W_qkv": _fused_qkv_split_backward((g["self_attn.W_q"], g["self_attn.W_k"], g["self_attn.W_v"]),
-                                                         qkv),  # (D, (H + 2 Hkv) Dh)
+            "self_attn.W_qkv": fused_qkv_split_backward((g["self_attn.W_q"], g["self_attn.W_k"], g["self_attn.W_v"]),
+                                                        qkv),  # (D, (H + 2 Hkv) Dh)
             "self_attn.W_o": g["self_attn.W_o"], "post_attention_norm.weight": g["post_attention_norm.weight"],
             "mlp.W_gate_up": np.concatenate([g["mlp.W_gate"], g["mlp.W_up"]], axis=-1),  # (D, 2 F)
             "mlp.W_down": g["mlp.W_down"]}
