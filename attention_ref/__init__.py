@@ -120,6 +120,8 @@ from .models.config import FAMILIES, LMConfig
 from .models.params import block_params, init_lm_params, param_names
 from .models.gpt2 import GPT2LMCache, gpt2_lm_backward, gpt2_lm_forward
 from .models.llama import LlamaLMCache, llama_lm_backward, llama_lm_forward
+from .models.gpt_neox import GPTNeoXLMCache, gpt_neox_lm_backward, gpt_neox_lm_forward
+from .models.phi3 import Phi3LMCache, phi3_lm_backward, phi3_lm_forward
 from .models.lm import lm_backward, lm_forward, lm_loss
 from .models.logits_processing import (
     apply_min_new_tokens,

@@ -2,12 +2,14 @@
 
 Run from the repository root::
 
-    python benchmarks/bench_decode.py              # both models, 5 rounds, prints a markdown table
+    python benchmarks/bench_decode.py              # every model, 5 rounds, prints a markdown table
     python benchmarks/bench_decode.py --quick      # tiny models, 1 round: checks that it runs
     python benchmarks/bench_decode.py --rounds 3 --out table.md   # also writes the table to a file
 
-What is timed: GPT-2 small (124M) and a SmolLM-135M-shaped Llama (30 layers, 9 query heads, 3
-key/value heads), both with random weights built from their configs
+What is timed: GPT-2 small (124M), a SmolLM-135M-shaped Llama (30 layers, 9 query heads, 3
+key/value heads), a Pythia-160M-shaped GPT-NeoX (12 layers, 12 heads, rotary_pct 0.25, untied
+head) and a 134M Phi-3-shaped model (Phi-3-mini's vocabulary, fused projections and 2047-token
+window, 768 wide, 12 layers), all with random weights built from their configs
 (:func:`attention_ref.init_lm_params`, seed 0, float32), a 16-token prompt, 32 greedy tokens
 (``generate(ids, params, config, 32)`` against transformers' ``model.generate(ids,
 max_new_tokens=32, do_sample=False)`` on the same weights). Tokens per second are the 32 new
@@ -45,6 +47,18 @@ MODELS = {
         "num_attention_heads": 9, "num_key_value_heads": 3, "intermediate_size": 1536,
         "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
         "tie_word_embeddings": True, "hidden_act": "silu"},
+    "Pythia-160M-shaped GPT-NeoX": {
+        "model_type": "gpt_neox", "vocab_size": 50304, "hidden_size": 768, "num_hidden_layers": 12,
+        "num_attention_heads": 12, "intermediate_size": 3072, "rotary_pct": 0.25, "rotary_emb_base": 10000,
+        "max_position_embeddings": 2048, "layer_norm_eps": 1e-5, "use_parallel_residual": True,
+        "tie_word_embeddings": False, "hidden_act": "gelu"},
+    # Phi-3-mini's vocabulary, layout and 4k window at 768 wide and 12 layers: 134.2M parameters
+    "Phi-3-shaped 134M (12 layers, 768 wide)": {
+        "model_type": "phi3", "vocab_size": 32064, "hidden_size": 768, "num_hidden_layers": 12,
+        "num_attention_heads": 12, "num_key_value_heads": 12, "intermediate_size": 2048,
+        "max_position_embeddings": 4096, "original_max_position_embeddings": 4096, "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0, "sliding_window": 2047, "tie_word_embeddings": False, "hidden_act": "silu",
+        "pad_token_id": 32000},
 }
 QUICK = {
     "tiny GPT-2": {"model_type": "gpt2", "vocab_size": 300, "n_embd": 32, "n_layer": 2, "n_head": 4,
@@ -53,6 +67,15 @@ QUICK = {
                    "num_attention_heads": 6, "num_key_value_heads": 2, "intermediate_size": 64,
                    "max_position_embeddings": 128, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
                    "tie_word_embeddings": True, "hidden_act": "silu"},
+    "tiny GPT-NeoX": {"model_type": "gpt_neox", "vocab_size": 300, "hidden_size": 32, "num_hidden_layers": 2,
+                      "num_attention_heads": 4, "intermediate_size": 64, "rotary_pct": 0.25,
+                      "rotary_emb_base": 10000, "max_position_embeddings": 128, "layer_norm_eps": 1e-5,
+                      "use_parallel_residual": True, "tie_word_embeddings": False, "hidden_act": "gelu"},
+    "tiny Phi-3": {"model_type": "phi3", "vocab_size": 300, "hidden_size": 36, "num_hidden_layers": 2,
+                   "num_attention_heads": 6, "num_key_value_heads": 2, "intermediate_size": 64,
+                   "max_position_embeddings": 128, "original_max_position_embeddings": 128, "rms_norm_eps": 1e-5,
+                   "rope_theta": 10000.0, "sliding_window": 20, "tie_word_embeddings": False, "hidden_act": "silu",
+                   "pad_token_id": 0},
 }
 
 
@@ -86,8 +109,12 @@ def worker(library: str, config_dict: dict) -> dict:
         family = config_dict["model_type"]
         hf_config = transformers.AutoConfig.for_model(**config_dict)
         cls = transformers.GPT2LMHeadModel if family == "gpt2" else transformers.LlamaForCausalLM
+        cls = transformers.GPTNeoXForCausalLM if family == "gpt_neox" else cls
+        cls = transformers.Phi3ForCausalLM if family == "phi3" else cls
         model = cls(hf_config).eval().float()
         state = {k: torch.from_numpy(v) for k, v in to_transformers(params, config).items()}
+        if "embed_out.weight" in state and "embed_out.weight" not in model.state_dict():  # GPT-NeoX, 5.x's name
+            state["lm_head.weight"] = state.pop("embed_out.weight")
         missing, unexpected = model.load_state_dict(state, strict=False)
         if unexpected or [k for k in missing if not k.endswith(("lm_head.weight", "attn.bias", "masked_bias"))]:
             raise RuntimeError(f"weights do not map: missing {missing}, unexpected {unexpected}")

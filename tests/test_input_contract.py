@@ -170,7 +170,11 @@ def _cross_entropy(rng):
 _LM = {"gpt2": ar.LMConfig(family="gpt2", vocab_size=7, d_model=4, num_layers=1, num_heads=2, num_kv_heads=2,
                            d_ff=8, max_positions=8, eps=1e-5),
        "llama": ar.LMConfig(family="llama", vocab_size=7, d_model=4, num_layers=1, num_heads=2, num_kv_heads=1,
-                            d_ff=8, max_positions=8, eps=1e-6)}
+                            d_ff=8, max_positions=8, eps=1e-6),
+       "gpt_neox": ar.LMConfig(family="gpt_neox", vocab_size=7, d_model=8, num_layers=1, num_heads=2, num_kv_heads=2,
+                               d_ff=8, max_positions=8, eps=1e-5, rotary_pct=0.5),
+       "phi3": ar.LMConfig(family="phi3", vocab_size=7, d_model=4, num_layers=1, num_heads=2, num_kv_heads=1,
+                           d_ff=8, max_positions=8, eps=1e-6)}
 
 
 def _lm(family, backward):
@@ -197,6 +201,7 @@ BACKWARDS = {
     "embedding_backward": _embedding, "cross_entropy_backward": _cross_entropy,
     "gpt2_lm_backward": _lm("gpt2", ar.gpt2_lm_backward), "llama_lm_backward": _lm("llama", ar.llama_lm_backward),
     "lm_backward": _lm("llama", ar.lm_backward),
+    "gpt_neox_lm_backward": _lm("gpt_neox", ar.gpt_neox_lm_backward), "phi3_lm_backward": _lm("phi3", ar.phi3_lm_backward),
 }
 #: The two without a cache (a split and a merge are permutations): tested on their own below.
 CACHELESS = {"split_heads_backward", "merge_heads_backward"}

@@ -8,6 +8,7 @@ step                             what transformers does                         
 ===============================  =================================================  ========================================
 Llama's RMSNorm                  ``hidden_states.to(torch.float32)``                :func:`llama_in_float64` (same formula)
 Llama's RoPE angles              ``inv_freq[...].float() @ position_ids.float()``   :func:`llama_in_float64` (same formula)
+GPT-NeoX's partial RoPE angles   ``inv_freq`` (r/2,) in float32, ``.float()``       :func:`llama_in_float64` (same formula)
 Llama 3.x's scaled ``inv_freq``  ``ROPE_INIT_FUNCTIONS``' ``torch.float`` arange    :func:`llama_in_float64` (its own function,
                                                                                     ``torch.float`` read as float64)
 eager attention's softmax        ``softmax(..., dtype=torch.float32)`` (Llama)      ``attn_implementation="sdpa"``
@@ -36,7 +37,9 @@ def _rope_theta(config) -> float:
 @contextlib.contextmanager
 def llama_in_float64():
     """Inside the ``with`` block, transformers' ``LlamaRMSNorm`` and ``LlamaRotaryEmbedding`` (and
-    the same classes of Qwen2, Qwen3 and Mistral)
+    the same classes of Qwen2, Qwen3 and Mistral, and ``GPTNeoXRotaryEmbedding``, whose ``inv_freq``
+    has r/2 entries for its r rotated features: the same formula with ``2 * half = r``; and
+    Phi-3's ``Phi3RMSNorm`` and ``Phi3RotaryEmbedding``)
     compute their float32 steps in the model's dtype with the same formulas; both are restored
     on exit, whatever happens. A scaled RoPE (``rope_type`` "llama3" or "linear") gets its
     ``inv_freq`` from transformers' own ``ROPE_INIT_FUNCTIONS`` run with ``torch.float`` read as
@@ -89,6 +92,12 @@ def llama_in_float64():
     for module, prefix in (("qwen2", "Qwen2"), ("qwen3", "Qwen3"), ("mistral", "Mistral")):
         family = importlib.import_module(f"transformers.models.{module}.modeling_{module}")
         classes += [getattr(family, f"{prefix}RMSNorm"), getattr(family, f"{prefix}RotaryEmbedding")]
+    from transformers.models.gpt_neox import modeling_gpt_neox  # its partial RoPE: the same formula over r features
+
+    classes.append(modeling_gpt_neox.GPTNeoXRotaryEmbedding)
+    from transformers.models.phi3 import modeling_phi3  # Llama's two float32 steps
+
+    classes += [modeling_phi3.Phi3RMSNorm, modeling_phi3.Phi3RotaryEmbedding]
     originals = [cls.forward for cls in classes]
     for cls in classes:
         cls.forward = rms_norm if cls.__name__.endswith("RMSNorm") else rotary

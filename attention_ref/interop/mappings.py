@@ -125,6 +125,28 @@ MAPPINGS = {
         Rule("mlp.up_proj.weight", ("mlp.W_up",), "transpose"),
         Rule("mlp.down_proj.weight", ("mlp.W_down",), "transpose"),
     ],
+    "transformers GPTNeoXLayer (layers.<i>.)": [
+        Rule("input_layernorm.weight", ("input_layernorm.gamma",), "as is"),
+        Rule("input_layernorm.bias", ("input_layernorm.beta",), "as is"),
+        Rule("attention.query_key_value.weight", ("attention.W_qkv",), "transpose"),  # per-head order kept
+        Rule("attention.query_key_value.bias", ("attention.b_qkv",), "as is"),
+        Rule("attention.dense.weight", ("attention.W_dense",), "transpose"),
+        Rule("attention.dense.bias", ("attention.b_dense",), "as is"),
+        Rule("post_attention_layernorm.weight", ("post_attention_layernorm.gamma",), "as is"),
+        Rule("post_attention_layernorm.bias", ("post_attention_layernorm.beta",), "as is"),
+        Rule("mlp.dense_h_to_4h.weight", ("mlp.W_1",), "transpose"),
+        Rule("mlp.dense_h_to_4h.bias", ("mlp.b_1",), "as is"),
+        Rule("mlp.dense_4h_to_h.weight", ("mlp.W_2",), "transpose"),
+        Rule("mlp.dense_4h_to_h.bias", ("mlp.b_2",), "as is"),
+    ],
+    "transformers Phi3DecoderLayer (layers.<i>.)": [
+        Rule("input_layernorm.weight", ("input_norm.weight",), "as is"),
+        Rule("self_attn.qkv_proj.weight", ("self_attn.W_qkv",), "transpose"),  # [q | k | v] kept fused
+        Rule("self_attn.o_proj.weight", ("self_attn.W_o",), "transpose"),
+        Rule("post_attention_layernorm.weight", ("post_attention_norm.weight",), "as is"),
+        Rule("mlp.gate_up_proj.weight", ("mlp.W_gate_up",), "transpose"),  # [gate | up] kept fused
+        Rule("mlp.down_proj.weight", ("mlp.W_down",), "transpose"),
+    ],
     "transformers GPT2LMHeadModel (whole model; blocks: transformer.h.<i>. as GPT2Block)": [
         Rule("transformer.wte.weight", ("wte",), "as is"),
         Rule("transformer.wpe.weight", ("wpe",), "as is"),
@@ -136,6 +158,13 @@ MAPPINGS = {
         Rule("model.embed_tokens.weight", ("embed_tokens",), "as is"),
         Rule("model.norm.weight", ("norm.weight",), "as is"),
         Rule("lm_head.weight", ("lm_head.W",), "transpose", optional=True),  # tied: absent
+    ],
+    "transformers GPTNeoXForCausalLM (whole model; blocks: gpt_neox.layers.<i>. as GPTNeoXLayer)": [
+        Rule("gpt_neox.embed_in.weight", ("embed_in",), "as is"),
+        Rule("gpt_neox.final_layer_norm.weight", ("final_layer_norm.gamma",), "as is"),
+        Rule("gpt_neox.final_layer_norm.bias", ("final_layer_norm.beta",), "as is"),
+        # the file's name in 4.x and 5.x (5.x's named_parameters() call it lm_head.weight)
+        Rule("embed_out.weight", ("lm_head.W",), "transpose", optional=True),  # tied: absent
     ],
 }
 
@@ -152,6 +181,10 @@ WHOLE_MODELS = {
               "model.layers.{i}.", "transformers Qwen3DecoderLayer (layers.<i>.)"),
     "mistral": ("transformers LlamaForCausalLM (whole model; blocks: model.layers.<i>. as LlamaDecoderLayer)",
                 "model.layers.{i}.", "transformers LlamaDecoderLayer (layers.<i>.)"),
+    "phi3": ("transformers LlamaForCausalLM (whole model; blocks: model.layers.<i>. as LlamaDecoderLayer)",
+             "model.layers.{i}.", "transformers Phi3DecoderLayer (layers.<i>.)"),
+    "gpt_neox": ("transformers GPTNeoXForCausalLM (whole model; blocks: gpt_neox.layers.<i>. as GPTNeoXLayer)",
+                 "gpt_neox.layers.{i}.", "transformers GPTNeoXLayer (layers.<i>.)"),
 }
 
 

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 
 from ..models.config import LLAMA_LIKE, LMConfig
-from ..models.params import LAYER_PREFIX, param_names
+from ..models.params import LAYER_PREFIX, gpt_neox_block_shapes, param_names, phi3_block_shapes
 from .safetensors import open_regular, read_safetensors
 
 __all__ = ["read_config", "read_state_dir", "expected_shapes", "MAX_JSON_BYTES"]
@@ -27,15 +27,23 @@ MAX_JSON_BYTES = 50_000_000
 
 _LLAMA_POSITIVE = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 _POSITIVE = {"gpt2": ("vocab_size", "n_embd", "n_layer", "n_head", "n_positions"),
-             **dict.fromkeys(LLAMA_LIKE, _LLAMA_POSITIVE)}
+             **dict.fromkeys(LLAMA_LIKE, _LLAMA_POSITIVE), "gpt_neox": _LLAMA_POSITIVE,
+             "phi3": _LLAMA_POSITIVE}
 _OPTIONAL_POSITIVE = {"gpt2": ("n_inner",),
                       **dict.fromkeys(LLAMA_LIKE, ("num_key_value_heads", "head_dim", "max_position_embeddings",
-                                                   "sliding_window"))}
+                                                   "sliding_window")),
+                      "gpt_neox": ("max_position_embeddings",),
+                      "phi3": ("num_key_value_heads", "head_dim", "max_position_embeddings", "sliding_window")}
 _FLAGS = {"gpt2": ("tie_word_embeddings", "scale_attn_weights", "scale_attn_by_inverse_layer_idx",
                    "add_cross_attention"),
-          **dict.fromkeys(LLAMA_LIKE, ("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window"))}
-_NUMBERS = {"gpt2": ("layer_norm_epsilon",), **dict.fromkeys(LLAMA_LIKE, ("rms_norm_eps", "rope_theta"))}
-_STRINGS = {"gpt2": ("activation_function",), **dict.fromkeys(LLAMA_LIKE, ("hidden_act",))}
+          **dict.fromkeys(LLAMA_LIKE, ("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window")),
+          "gpt_neox": ("tie_word_embeddings", "attention_bias", "use_parallel_residual"),
+          "phi3": ("tie_word_embeddings",)}
+_NUMBERS = {"gpt2": ("layer_norm_epsilon",), **dict.fromkeys(LLAMA_LIKE, ("rms_norm_eps", "rope_theta")),
+            "gpt_neox": ("layer_norm_eps", "rotary_emb_base", "rope_theta", "rotary_pct", "partial_rotary_factor"),
+            "phi3": ("rms_norm_eps", "rope_theta", "partial_rotary_factor")}
+_STRINGS = {"gpt2": ("activation_function",), **dict.fromkeys(LLAMA_LIKE, ("hidden_act",)), "gpt_neox": ("hidden_act",),
+            "phi3": ("hidden_act",)}
 
 
 def _read_json(path: Path, what: str):
@@ -84,12 +92,18 @@ def _check_fields(d: dict, path: Path) -> None:
         if not (isinstance(theta, (int, float)) and not isinstance(theta, bool) and math.isfinite(theta) and theta > 0):
             raise ValueError(f"{path}: field '{name}.rope_theta' must be a positive number, found {theta!r}"
                              f" ({_kind(theta)})")
+        factor = (d.get(name) or {}).get("partial_rotary_factor", 1.0)  # GPT-NeoX's rotary_pct in 5.x
+        if not (isinstance(factor, (int, float)) and not isinstance(factor, bool) and 0 < factor <= 1):
+            raise ValueError(f"{path}: field '{name}.partial_rotary_factor' must be a number in (0, 1], found"
+                             f" {factor!r} ({_kind(factor)})")
     pad = d.get("pad_token_id")
     if pad is not None and not (isinstance(pad, int) and not isinstance(pad, bool)):
         raise ValueError(f"{path}: field 'pad_token_id' must be an integer or null, found {pad!r} ({_kind(pad)})")
     width, heads = (d["n_embd"], d["n_head"]) if family == "gpt2" else (d["hidden_size"], d["num_attention_heads"])
     if family == "gpt2" and width % heads:
         raise ValueError(f"{path}: field 'n_embd' = {width} must be a multiple of 'n_head' = {heads}")
+    if family == "gpt_neox" and width % heads:
+        raise ValueError(f"{path}: field 'hidden_size' = {width} must be a multiple of 'num_attention_heads' = {heads}")
 
 
 def read_config(folder) -> LMConfig:
@@ -174,6 +188,12 @@ def expected_shapes(config: LMConfig) -> dict:
                  "ffn.b_1": (F,), "ffn.W_2": (F, D), "ffn.b_2": (D,), "self_attn.W_o": (D, D), "self_attn.b_o": (D,)}
         block.update({f"self_attn.{w}_{x}": (D, D) if w == "W" else (D,) for w in "Wb" for x in "qkv"})
         top = {"wte": (V, D), "wpe": (P, D), "ln_f.gamma": (D,), "ln_f.beta": (D,)}
+    elif config.family == "gpt_neox":
+        block = gpt_neox_block_shapes(D, F)
+        top = {"embed_in": (V, D), "final_layer_norm.gamma": (D,), "final_layer_norm.beta": (D,)}
+    elif config.family == "phi3":
+        block = phi3_block_shapes(config)
+        top = {"embed_tokens": (V, D), "norm.weight": (D,)}
     else:
         block = {"input_norm.weight": (D,), "post_attention_norm.weight": (D,), "self_attn.W_q": (D, d_q),
                  "self_attn.W_k": (D, d_kv), "self_attn.W_v": (D, d_kv), "self_attn.W_o": (d_q, D),

@@ -68,7 +68,7 @@ def _check_shapes(params, config, state, sources, folder):
     for i in range(config.num_layers):
         theirs.update({f"{LAYER_PREFIX[config.family]}.{i}.{ours}": layer_prefix.format(i=i) + rule.theirs
                        for rule in MAPPINGS[block_table] for ours in rule.ours})
-    base = "transformer." if config.family == "gpt2" else "model."
+    base = _BASE.get(config.family, "model.")
     for name, shape in expected_shapes(config).items():
         if name not in params:
             continue
@@ -86,10 +86,16 @@ def _check_shapes(params, config, state, sources, folder):
                              f" max_positions={config.max_positions}) makes it {shape} as our {name!r}")
 
 
+#: the base model's prefix in each family's LM (Llama-like: "model.")
+_BASE = {"gpt2": "transformer.", "gpt_neox": "gpt_neox."}
+
+
 def _strip_base(state, family):
     """A bare base model's state (``GPT2Model``: ``wte.weight``; ``LlamaModel``: ``embed_tokens.weight``)
     under the LM's names (``transformer.``, ``model.``)."""
-    base = "transformer." if family == "gpt2" else "model."
+    base = _BASE.get(family, "model.")
+    if family == "gpt_neox" and "lm_head.weight" in state and "embed_out.weight" not in state:
+        state = {("embed_out.weight" if k == "lm_head.weight" else k): v for k, v in state.items()}  # 5.x's name
     if any(k.startswith(base) for k in state):
         return state
     return {k if k.startswith("lm_head.") else base + k: v for k, v in state.items()}

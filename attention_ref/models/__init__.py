@@ -2,8 +2,8 @@
 logits and back, their loss, and generation with one key/value cache per layer.
 
 ``config`` (:class:`LMConfig`, read from transformers' ``config.json``), ``params`` (one flat
-dict named like transformers' modules, random initialisation), ``gpt2`` and ``llama`` (the
-forward and backward of each family, numbered steps), ``lm`` (:func:`lm_forward` and
+dict named like transformers' modules, random initialisation), ``gpt2``, ``llama``, ``gpt_neox``
+and ``phi3`` (the forward and backward of each family, numbered steps), ``lm`` (:func:`lm_forward` and
 :func:`lm_backward` for either, :func:`lm_loss`), ``logits_processing`` (transformers' logits
 processors as pure functions, :func:`left_pad`), ``generate`` (:class:`LMDecoder`, :func:`generate`). May import from ``core``, ``fast``, ``variants`` and ``nn``.
 """
@@ -11,6 +11,8 @@ from .config import FAMILIES, LMConfig
 from .params import block_params, init_lm_params, param_names
 from .gpt2 import GPT2LMCache, gpt2_lm_backward, gpt2_lm_forward
 from .llama import LlamaLMCache, llama_lm_backward, llama_lm_forward
+from .gpt_neox import GPTNeoXLMCache, gpt_neox_lm_backward, gpt_neox_lm_forward
+from .phi3 import Phi3LMCache, phi3_lm_backward, phi3_lm_forward
 from .lm import lm_backward, lm_forward, lm_loss
 from .logits_processing import (apply_min_new_tokens, apply_repetition_penalty, apply_temperature, apply_top_k,
                                 apply_top_p, left_pad, process_logits)
@@ -19,6 +21,8 @@ from .generate import LMDecoder, generate
 __all__ = ["FAMILIES", "LMConfig", "block_params", "init_lm_params", "param_names",
            "GPT2LMCache", "gpt2_lm_backward", "gpt2_lm_forward",
            "LlamaLMCache", "llama_lm_backward", "llama_lm_forward",
+           "GPTNeoXLMCache", "gpt_neox_lm_backward", "gpt_neox_lm_forward",
+           "Phi3LMCache", "phi3_lm_backward", "phi3_lm_forward",
            "lm_backward", "lm_forward", "lm_loss",
            "apply_repetition_penalty", "apply_min_new_tokens", "apply_temperature", "apply_top_k", "apply_top_p",
            "process_logits", "left_pad", "LMDecoder", "generate"]

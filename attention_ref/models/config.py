@@ -14,14 +14,16 @@ from dataclasses import asdict, dataclass
 
 from ..nn.rope_scaling import ROPE_TYPES, rope_frequencies
 
-__all__ = ["LMConfig", "FAMILIES", "LLAMA_LIKE"]
+__all__ = ["LMConfig", "FAMILIES", "LLAMA_LIKE", "GPT_NEOX_ACTIVATIONS"]
 
 #: The families built as Llama is (RMSNorm, RoPE, grouped heads, SwiGLU), each adding its own piece:
 #: ``qwen2`` biases on the q, k, v projections, ``qwen3`` an RMSNorm over each head's q and k,
 #: ``mistral`` sliding-window attention.
 LLAMA_LIKE = ("llama", "qwen2", "qwen3", "mistral")
 #: The model families this package runs whole: transformers' ``model_type``.
-FAMILIES = ("gpt2",) + LLAMA_LIKE
+FAMILIES = ("gpt2",) + LLAMA_LIKE + ("gpt_neox", "phi3")
+#: GPT-NeoX's ``hidden_act`` values computed here: the exact (erf) GELU
+GPT_NEOX_ACTIVATIONS = ("gelu",)
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,9 @@ class LMConfig:
     pad_token_id : Llama's embedding row that gets no gradient (transformers' ``padding_idx``)
     scale_attn_weights, scale_attn_by_inverse_layer_idx : GPT-2's attention scaling
         (scores times ``1/sqrt(d_head)``, then times ``1/(layer + 1)``)
+    rotary_pct : GPT-NeoX's rotated fraction of each head (``int(d_head * rotary_pct)`` features,
+        even); 1.0 for the other families
+    use_parallel_residual : GPT-NeoX's ``y = x + attn(LN_1(x)) + mlp(LN_2(x))`` (False: sequential)
     """
 
     family: str
@@ -66,6 +71,8 @@ class LMConfig:
     pad_token_id: int | None = None
     scale_attn_weights: bool = True
     scale_attn_by_inverse_layer_idx: bool = False
+    rotary_pct: float = 1.0
+    use_parallel_residual: bool = True
 
     def __post_init__(self):
         if self.family not in FAMILIES:
@@ -83,13 +90,18 @@ class LMConfig:
             raise ValueError(f"eps must be positive, got {self.eps!r}")
         if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
             raise ValueError(f"pad_token_id = {self.pad_token_id} is not a token id in [0, {self.vocab_size})")
+        if self.family == "gpt_neox":
+            self._check_gpt_neox()
+        elif self.rotary_pct != 1.0 or self.use_parallel_residual is not True:
+            raise ValueError(f"rotary_pct and use_parallel_residual are GPT-NeoX's; a {self.family} model keeps"
+                             f" 1.0 and True, got {self.rotary_pct!r} and {self.use_parallel_residual!r}")
         if self.head_dim is not None:
             if isinstance(self.head_dim, bool) or not isinstance(self.head_dim, int) or self.head_dim < 1:
                 raise ValueError(f"head_dim must be None or a positive integer, got {self.head_dim!r}")
             if self.family == "gpt2":
                 raise ValueError("head_dim is for the Llama-like families; GPT-2's heads are d_model / num_heads wide")
         if self.sliding_window is not None:
-            if self.family != "mistral":
+            if self.family not in ("mistral", "phi3"):
                 raise ValueError(f"sliding_window is Mistral's; a {self.family} model has none here")
             value = self.sliding_window
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -106,11 +118,39 @@ class LMConfig:
                                  " config's own field, and a partial_rotary_factor is not Llama's")
             self.rope_frequencies()  # refuses an unknown type or a missing parameter, by name
 
+    def _check_gpt_neox(self):
+        """GPT-NeoX's own fields: as many key/value heads as heads, D a multiple of H, an even
+        rotated width from 2 to d_head, no RoPE scaling, head_dim or window."""
+        if self.num_kv_heads != self.num_heads or self.d_model % self.num_heads:
+            raise ValueError(f"gpt_neox: num_kv_heads = {self.num_kv_heads} must equal num_heads = {self.num_heads}"
+                             f" and d_model = {self.d_model} be a multiple of it")
+        for name in ("head_dim", "rope_scaling", "sliding_window"):
+            if getattr(self, name) is not None:
+                raise ValueError(f"gpt_neox: {name} = {getattr(self, name)!r} is not supported (a gpt_neox model"
+                                 " has none here)")
+        pct = self.rotary_pct
+        if isinstance(pct, bool) or not isinstance(pct, (int, float)) or not 0 < pct <= 1:
+            raise ValueError(f"gpt_neox: rotary_pct must be a number in (0, 1], got {pct!r}")
+        r = self.rotary_dim
+        if r < 2 or r % 2:
+            raise ValueError(f"gpt_neox: rotary_pct = {pct} rotates int({self.d_head} * {pct}) = {r} features of"
+                             " each head; an even number of at least 2 is needed (RoPE rotates pairs)")
+        if not isinstance(self.use_parallel_residual, bool):
+            raise ValueError(f"use_parallel_residual must be True or False, got {self.use_parallel_residual!r}")
+
+    @property
+    def rotary_dim(self) -> int:
+        """The rotated features of each head: ``int(d_head * rotary_pct)`` (all of them but for GPT-NeoX)."""
+        return int(self.d_head * self.rotary_pct)
+
     def rope_frequencies(self):
         """RoPE's frequencies ``theta_i`` (Dh/2,), float64, scaled by :attr:`rope_scaling`
-        (:func:`attention_ref.nn.rope_scaling.rope_frequencies`); None for GPT-2."""
+        (:func:`attention_ref.nn.rope_scaling.rope_frequencies`); None for GPT-2. GPT-NeoX:
+        (r/2,), ``base^(-2i/r)`` over the :attr:`rotary_dim` rotated features."""
         if self.family == "gpt2":
             return None
+        if self.family == "gpt_neox":
+            return rope_frequencies(self.rotary_dim, self.rope_theta, None)
         scaling = None if self.rope_scaling is None else dict(self.rope_scaling)
         return rope_frequencies(self.d_head, self.rope_theta, scaling)
 
@@ -131,6 +171,11 @@ class LMConfig:
                 base = d_head ** -0.5 if self.scale_attn_weights else 1.0
                 scales.append(base / (layer + 1) if self.scale_attn_by_inverse_layer_idx else base)
         return tuple(scales)
+
+    @property
+    def fused_projections(self) -> bool:
+        """The q, k, v projections and the MLP's gate and up are each one fused weight (Phi-3)."""
+        return self.family == "phi3"
 
     @property
     def qkv_bias(self) -> bool:
@@ -158,6 +203,10 @@ class LMConfig:
             return _gpt2(d)
         if family in LLAMA_LIKE:
             return _llama(d, family)
+        if family == "gpt_neox":
+            return _gpt_neox(d)
+        if family == "phi3":
+            return _phi3(d)
         raise ValueError(f"model_type {family!r} is not supported: this package runs {FAMILIES} whole")
 
 
@@ -214,6 +263,47 @@ def _llama(d, family="llama"):
                     num_heads=H, num_kv_heads=d.get("num_key_value_heads") or H, d_ff=d["intermediate_size"],
                     max_positions=d.get("max_position_embeddings", 2048), eps=d.get("rms_norm_eps", 1e-6),
                     rope_theta=float(theta), rope_scaling=scaling,
-                    sliding_window=d.get("sliding_window") if family == "mistral" else None, head_dim=head_dim,
+                    sliding_window=d.get("sliding_window") if family in ("mistral", "phi3") else None, head_dim=head_dim,
                     tie_word_embeddings=d.get("tie_word_embeddings", False),
                     pad_token_id=pad if isinstance(pad, int) and 0 <= pad < d["vocab_size"] else None)
+
+
+def _gpt_neox(d):
+    """GPT-NeoX / Pythia: 4.x writes ``rotary_pct``, ``rotary_emb_base`` and ``rope_scaling``; 5.x
+    writes ``rope_parameters`` (``rope_theta``, ``partial_rotary_factor``, ``rope_type``)."""
+    family = "gpt_neox"
+    act = d.get("hidden_act", "gelu")
+    if act not in GPT_NEOX_ACTIVATIONS:
+        _refuse("hidden_act", act, family)  # e.g. "gelu_new", "gelu_fast", "relu": only the exact GELU here
+    if d.get("attention_bias", True) is not True:
+        _refuse("attention_bias", d["attention_bias"], family)  # the fused QKV and dense have biases here
+    rope = d.get("rope_parameters") or d.get("rope_scaling") or {}
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type != "default":
+        _refuse("the RoPE scaling rope_type", rope_type, family)  # e.g. "linear", "dynamic"
+    extra = sorted(set(rope) - {"rope_type", "type", "rope_theta", "partial_rotary_factor"})
+    if extra:
+        _refuse("rope parameters", extra, family)
+    pct = rope.get("partial_rotary_factor", d.get("rotary_pct", 0.25))
+    theta = rope.get("rope_theta", d.get("rotary_emb_base", d.get("rope_theta", 10000.0)))
+    D, H = d["hidden_size"], d["num_attention_heads"]
+    return LMConfig(family=family, vocab_size=d["vocab_size"], d_model=D, num_layers=d["num_hidden_layers"],
+                    num_heads=H, num_kv_heads=H, d_ff=d["intermediate_size"],
+                    max_positions=d.get("max_position_embeddings", 2048), eps=d.get("layer_norm_eps", 1e-5),
+                    rope_theta=float(theta), tie_word_embeddings=d.get("tie_word_embeddings", False),
+                    rotary_pct=float(pct), use_parallel_residual=d.get("use_parallel_residual", True))
+
+
+def _phi3(d):
+    """Phi-3: Llama with fused ``qkv_proj`` and ``gate_up_proj`` (the params keep them fused) and
+    Mistral's sliding window (``sliding_window``, Phi-3-mini-4k: 2047). Its 128k models' ``longrope``
+    (4.x: ``su``, ``yarn``) and a ``partial_rotary_factor`` other than 1 are refused by name."""
+    family = "phi3"
+    pct = d.get("partial_rotary_factor", 1.0)  # 4.x: a field of its own; 5.x: in rope_parameters
+    if pct != 1.0:
+        _refuse("partial_rotary_factor", pct, family)
+    rope = d.get("rope_parameters") or d.get("rope_scaling") or {}
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type != "default":
+        _refuse("the RoPE scaling rope_type", rope_type, family)  # "longrope" (128k models), "su", "yarn"
+    return _llama(d, family)

@@ -22,6 +22,7 @@ from .._token_checks import as_attention_mask, as_token_ids
 from ..fast.dispatch import linear_formula
 from ..nn.encoder_block import ENCODER_GROUPS
 from ..nn.gpt2_block import gpt2_decode_formula
+from ..nn.gpt_neox_block import PartialRotaryHalf, gpt_neox_attention_params, gpt_neox_decode_formula
 from ..nn.layer_norm import layer_norm_formula
 from ..nn.llama_block import RotaryHalf, llama_decode_formula
 from ..nn.residual import split_params
@@ -29,6 +30,7 @@ from ..nn.rms_norm import rms_norm_formula
 from ..variants.kv_cache import KVCache
 from .config import LMConfig
 from .logits_processing import check_logits_settings, processed_logits
+from .phi3 import phi3_block_as_llama
 from .params import TOKEN_TABLE, block_params, check_lm_params, head_weight
 
 __all__ = ["LMDecoder", "generate"]
@@ -51,6 +53,10 @@ class LMDecoder:
         self.blocks = [block_params(self.params, config, layer) for layer in range(config.num_layers)]
         if config.family == "gpt2":  # the block's groups (ln1, self_attn, ln2, ffn), as its formula takes them
             self.blocks = [split_params(block, ENCODER_GROUPS) for block in self.blocks]
+        if config.family == "phi3":  # Llama's block names: the fused weights split once, not at every step
+            self.blocks = [phi3_block_as_llama(block, config)[0] for block in self.blocks]
+        if config.family == "gpt_neox":  # the fused QKV split once, not at every step
+            self.blocks = [(block, gpt_neox_attention_params(block, config.num_heads)[0]) for block in self.blocks]
         self.caches = [KVCache() for _ in range(config.num_layers)]
         self.keys_mask = None
         self.positions = None
@@ -100,6 +106,15 @@ class LMDecoder:
                                         mask=mask)  # (B, t, D)
             x = x[:, -1:] if last_only else x  # (B, 1, D) with last_only: the head sees the last position only
             h, _ = layer_norm_formula(x, params["ln_f.gamma"], params["ln_f.beta"], config.eps)  # (B, t, D)
+        elif config.family == "gpt_neox":
+            at = positions[:, None, :]  # (B, 1, t): the same positions for every head
+            rotary = PartialRotaryHalf(at, at, config.rope_frequencies())
+            for (block, attn), cache in zip(self.blocks, self.caches):
+                x = gpt_neox_decode_formula(x, block, attn, config.num_heads, cache, eps=config.eps, mask=mask,
+                                            rotary=rotary, parallel=config.use_parallel_residual)  # (B, t, D)
+            x = x[:, -1:] if last_only else x  # (B, 1, D) with last_only
+            h, _ = layer_norm_formula(x, params["final_layer_norm.gamma"], params["final_layer_norm.beta"],
+                                      config.eps)  # (B, t, D)
         else:
             at = positions[:, None, :]  # (B, 1, t): the same positions for every head
             rotary = RotaryHalf(at, at, float(config.rope_theta), config.rope_frequencies())

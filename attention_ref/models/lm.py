@@ -7,10 +7,13 @@ from ..nn.cross_entropy import cross_entropy_backward, cross_entropy_forward, ne
 from .config import LLAMA_LIKE, LMConfig
 from .gpt2 import GPT2LMCache, gpt2_lm_backward, gpt2_lm_forward
 from .llama import LlamaLMCache, llama_lm_backward, llama_lm_forward
+from .gpt_neox import GPTNeoXLMCache, gpt_neox_lm_backward, gpt_neox_lm_forward
+from .phi3 import Phi3LMCache, phi3_lm_backward, phi3_lm_forward
 
 __all__ = ["lm_forward", "lm_backward", "lm_loss"]
 
-_FORWARD = {"gpt2": gpt2_lm_forward, **dict.fromkeys(LLAMA_LIKE, llama_lm_forward)}
+_FORWARD = {"gpt2": gpt2_lm_forward, **dict.fromkeys(LLAMA_LIKE, llama_lm_forward), "gpt_neox": gpt_neox_lm_forward,
+            "phi3": phi3_lm_forward}
 
 
 def lm_forward(ids, params, config: LMConfig, attention_mask=None):
@@ -29,6 +32,10 @@ def lm_backward(dlogits, cache):
         return gpt2_lm_backward(dlogits, cache)
     if isinstance(cache, LlamaLMCache):
         return llama_lm_backward(dlogits, cache)
+    if isinstance(cache, GPTNeoXLMCache):
+        return gpt_neox_lm_backward(dlogits, cache)
+    if isinstance(cache, Phi3LMCache):
+        return phi3_lm_backward(dlogits, cache)
     raise TypeError(f"cache must be what lm_forward returned, got {type(cache).__name__}")
 
 

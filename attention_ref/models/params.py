@@ -6,6 +6,14 @@ GPT-2: ``wte`` (V, D), ``wpe`` (P, D), ``h.<i>.<block name>`` (the names of
 Llama: ``embed_tokens`` (V, D), ``layers.<i>.<block name>`` (:data:`attention_ref.LLAMA_PARAM_NAMES`,
 Qwen2's ``self_attn.b_q``, ``.b_k``, ``.b_v``, Qwen3's ``self_attn.q_norm.weight``, ``.k_norm.weight``), ``norm.weight``, and ``lm_head.W`` (D, V) unless tied.
 
+GPT-NeoX: ``embed_in`` (V, D), ``layers.<i>.<block name>`` (:data:`attention_ref.nn.gpt_neox_block.GPT_NEOX_PARAM_NAMES`:
+the fused ``attention.W_qkv`` in transformers' per-head column order), ``final_layer_norm.gamma``,
+``.beta``, and ``lm_head.W`` (D, V) unless tied (transformers' ``embed_out``).
+
+Phi-3: Llama's names with the fused ``layers.<i>.self_attn.W_qkv`` (D, (H + 2 Hkv) Dh), columns
+``[q | k | v]``, and ``layers.<i>.mlp.W_gate_up`` (D, 2 F), columns ``[gate | up]``, in place of
+``W_q``, ``W_k``, ``W_v`` and ``W_gate``, ``W_up`` (:data:`PHI3_PARAM_NAMES`).
+
 Gradients come back as a dict with the same keys and shapes, so an optimiser steps over both.
 """
 from __future__ import annotations
@@ -16,30 +24,40 @@ from .._checks import as_real_array, cast, common_dtype
 from .._token_checks import as_attention_mask, as_token_ids
 from ..nn.encoder_block import ENCODER_GROUPS
 from ..nn.gpt2_block import init_gpt2_block_params
+from ..nn.gpt_neox_block import GPT_NEOX_PARAM_NAMES, init_gpt_neox_block_params
 from ..nn.llama_block import LLAMA_PARAM_NAMES, QK_NORM_NAMES, QKV_BIAS_NAMES, init_llama_block_params
 from .config import LLAMA_LIKE, LMConfig
 
-__all__ = ["param_names", "tensor_shapes", "block_params", "init_lm_params", "check_lm_params", "check_lm_inputs", "head_weight",
+__all__ = ["PHI3_PARAM_NAMES", "param_names", "tensor_shapes", "block_params", "init_lm_params", "check_lm_params", "check_lm_inputs", "head_weight",
            "add_head_gradient", "TOKEN_TABLE", "LAYER_PREFIX"]
 
 #: The token table's name and a layer's prefix in each family.
-TOKEN_TABLE = {"gpt2": "wte", **dict.fromkeys(LLAMA_LIKE, "embed_tokens")}
-LAYER_PREFIX = {"gpt2": "h", **dict.fromkeys(LLAMA_LIKE, "layers")}
+TOKEN_TABLE = {"gpt2": "wte", **dict.fromkeys(LLAMA_LIKE, "embed_tokens"), "gpt_neox": "embed_in",
+               "phi3": "embed_tokens"}
+LAYER_PREFIX = {"gpt2": "h", **dict.fromkeys(LLAMA_LIKE, "layers"), "gpt_neox": "layers", "phi3": "layers"}
+#: Phi-3's block: Llama's with the q, k, v projections fused, and the MLP's gate and up
+PHI3_PARAM_NAMES = ("input_norm.weight", "self_attn.W_qkv", "self_attn.W_o", "post_attention_norm.weight",
+                    "mlp.W_gate_up", "mlp.W_down")
 _GPT2_BLOCK = tuple(f"{group}.{name}" for group, names in ENCODER_GROUPS.items() for name in names)
 
 
 def _block_names(config: LMConfig):
     if config.family == "gpt2":
         return _GPT2_BLOCK
+    if config.family == "gpt_neox":
+        return GPT_NEOX_PARAM_NAMES
+    if config.family == "phi3":
+        return PHI3_PARAM_NAMES
     return LLAMA_PARAM_NAMES + (QKV_BIAS_NAMES if config.qkv_bias else ()) + (QK_NORM_NAMES if config.qk_norm else ())
 
 
 def param_names(config: LMConfig) -> tuple:
     """Every key of a model's params, in the order of the forward."""
-    names = ["wte", "wpe"] if config.family == "gpt2" else ["embed_tokens"]
+    names = ["wte", "wpe"] if config.family == "gpt2" else [TOKEN_TABLE[config.family]]
     prefix = LAYER_PREFIX[config.family]
     names += [f"{prefix}.{i}.{n}" for i in range(config.num_layers) for n in _block_names(config)]
-    names += ["ln_f.gamma", "ln_f.beta"] if config.family == "gpt2" else ["norm.weight"]
+    names += {"gpt2": ["ln_f.gamma", "ln_f.beta"], "gpt_neox": ["final_layer_norm.gamma", "final_layer_norm.beta"]
+              }.get(config.family, ["norm.weight"])
     return tuple(names + ([] if config.tie_word_embeddings else ["lm_head.W"]))
 
 
@@ -60,6 +78,12 @@ def tensor_shapes(config: LMConfig) -> dict:
         block.update({f"self_attn.{w}": (D, D) for w in ("W_q", "W_k", "W_v", "W_o")})
         block.update({f"self_attn.{b}": (D,) for b in ("b_q", "b_k", "b_v", "b_o")})
         outer = {"wte": (V, D), "wpe": (config.max_positions, D), "ln_f.gamma": (D,), "ln_f.beta": (D,)}
+    elif config.family == "gpt_neox":
+        block = gpt_neox_block_shapes(D, F)
+        outer = {"embed_in": (V, D), "final_layer_norm.gamma": (D,), "final_layer_norm.beta": (D,)}
+    elif config.family == "phi3":
+        block = phi3_block_shapes(config)
+        outer = {"embed_tokens": (V, D), "norm.weight": (D,)}
     else:
         block = {"input_norm.weight": (D,), "self_attn.W_q": (D, Dq), "self_attn.W_k": (D, Dkv),
                  "self_attn.W_v": (D, Dkv), "self_attn.W_o": (Dq, D), "post_attention_norm.weight": (D,),
@@ -71,6 +95,20 @@ def tensor_shapes(config: LMConfig) -> dict:
     shapes = {**outer, "lm_head.W": (D, V)}
     shapes.update({f"{prefix}.{i}.{n}": shape for i in range(config.num_layers) for n, shape in block.items()})
     return {n: shapes[n] for n in param_names(config)}
+
+
+def gpt_neox_block_shapes(D, F) -> dict:
+    """GPT-NeoX's block tensors' shapes (width D, MLP width F), keyed like its params."""
+    norms = {f"{n}.{g}": (D,) for n in ("input_layernorm", "post_attention_layernorm") for g in ("gamma", "beta")}
+    return {**norms, "attention.W_qkv": (D, 3 * D), "attention.b_qkv": (3 * D,), "attention.W_dense": (D, D),
+            "attention.b_dense": (D,), "mlp.W_1": (D, F), "mlp.b_1": (F,), "mlp.W_2": (F, D), "mlp.b_2": (D,)}
+
+
+def phi3_block_shapes(config) -> dict:
+    """Phi-3's block tensors' shapes, keyed like its params."""
+    D, F, Dq, Dkv = config.d_model, config.d_ff, config.num_heads * config.d_head, config.num_kv_heads * config.d_head
+    return {"input_norm.weight": (D,), "self_attn.W_qkv": (D, Dq + 2 * Dkv), "self_attn.W_o": (Dq, D),
+            "post_attention_norm.weight": (D,), "mlp.W_gate_up": (D, 2 * F), "mlp.W_down": (F, D)}
 
 
 def check_lm_params(params, config: LMConfig) -> dict:
@@ -142,18 +180,28 @@ def init_lm_params(config: LMConfig, *, seed=None, dtype=np.float64) -> dict:
         params["wte"] = (0.02 * rng.standard_normal((V, D))).astype(dtype)
         params["wpe"] = (0.01 * rng.standard_normal((config.max_positions, D))).astype(dtype)
     else:
-        params["embed_tokens"] = (0.02 * rng.standard_normal((V, D))).astype(dtype)
+        params[TOKEN_TABLE[config.family]] = (0.02 * rng.standard_normal((V, D))).astype(dtype)
     for i in range(config.num_layers):
         seed_i = int(rng.integers(2**31))
         if config.family == "gpt2":
             block = init_gpt2_block_params(D, config.num_heads, config.d_ff, seed=seed_i, dtype=dtype)
+        elif config.family == "gpt_neox":
+            block = init_gpt_neox_block_params(D, config.num_heads, config.d_ff, seed=seed_i, dtype=dtype)
         else:
             block = init_llama_block_params(D, config.num_heads, config.d_ff, num_kv_heads=config.num_kv_heads,
                                             seed=seed_i, dtype=dtype, qkv_bias=config.qkv_bias,
                                             qk_norm=config.qk_norm, d_head=config.d_head)
+        if config.family == "phi3":  # Llama's weights, fused as Phi-3 stores them
+            block = {"input_norm.weight": block["input_norm.weight"], "post_attention_norm.weight":
+                     block["post_attention_norm.weight"], "self_attn.W_o": block["self_attn.W_o"],
+                     "mlp.W_down": block["mlp.W_down"],
+                     "self_attn.W_qkv": np.concatenate([block[f"self_attn.W_{n}"] for n in "qkv"], axis=1),
+                     "mlp.W_gate_up": np.concatenate([block["mlp.W_gate"], block["mlp.W_up"]], axis=1)}
         params.update({f"{LAYER_PREFIX[config.family]}.{i}.{k}": v for k, v in block.items()})
     if config.family == "gpt2":
         params["ln_f.gamma"], params["ln_f.beta"] = np.ones(D, dtype), np.zeros(D, dtype)
+    elif config.family == "gpt_neox":
+        params["final_layer_norm.gamma"], params["final_layer_norm.beta"] = np.ones(D, dtype), np.zeros(D, dtype)
     else:
         params["norm.weight"] = np.ones(D, dtype)
     if not config.tie_word_embeddings:

@@ -23,7 +23,8 @@ import numpy as np
 
 from .._checks import as_real_array, as_upstream, check_positive_int, require_ndim
 
-__all__ = ["QKV_LAYOUTS", "FusedQKVCache", "fused_qkv_split_forward", "fused_qkv_split_backward"]
+__all__ = ["QKV_LAYOUTS", "FusedQKVCache", "fused_qkv_split_forward", "fused_qkv_split_backward",
+           "fused_qkv_split_formula"]
 
 #: "per_head": [q_0 k_0 v_0 q_1 k_1 v_1 ...] (GPT-NeoX); "blocks": [q | k | v] (Phi-3)
 QKV_LAYOUTS = ("per_head", "blocks")
@@ -67,7 +68,13 @@ def fused_qkv_split_forward(qkv, num_heads, num_kv_heads=None, layout="per_head"
     if width % (H + 2 * Hkv):
         raise ValueError(f"qkv's last dimension {width} is not (num_heads + 2 num_kv_heads) * head_dim ="
                          f" {H + 2 * Hkv} * head_dim (qkv has shape {qkv.shape})")
-    Dh = width // (H + 2 * Hkv)
+    return fused_qkv_split_formula(qkv, H, Hkv, layout)
+
+
+def fused_qkv_split_formula(qkv, H, Hkv, layout):
+    """:func:`fused_qkv_split_forward` on checked inputs (GPT-NeoX's block splits its weight and
+    bias with it, checked once by the block)."""
+    Dh = qkv.shape[-1] // (H + 2 * Hkv)
     lead = qkv.shape[:-1]
     if layout == "per_head":
         heads = qkv.reshape(lead + (H, 3, Dh))  # (..., H, 3, Dh): [q_h, k_h, v_h] per head
@@ -94,8 +101,15 @@ def fused_qkv_split_backward(dqkv_parts, cache: FusedQKVCache):
     if not isinstance(dqkv_parts, (tuple, list)) or len(dqkv_parts) != 3:
         raise TypeError("dqkv_parts must be the three gradients (dq, dk, dv)")
     lead, Dh = shape[:-1], shape[-1] // (H + 2 * Hkv)
-    dq, dk, dv = (as_upstream(g, lead + (n * Dh,), dtype, name)
-                  for g, n, name in zip(dqkv_parts, (H, Hkv, Hkv), ("dq", "dk", "dv")))
+    return _fused_qkv_split_backward(tuple(as_upstream(g, lead + (n * Dh,), dtype, name) for g, n, name
+                                           in zip(dqkv_parts, (H, Hkv, Hkv), ("dq", "dk", "dv"))), cache)
+
+
+def _fused_qkv_split_backward(dqkv_parts, cache: FusedQKVCache):
+    """Unchecked backward, for the blocks (their gradients have the forward's shapes already)."""
+    layout, H, Hkv, shape, dtype = cache
+    lead, Dh = shape[:-1], shape[-1] // (H + 2 * Hkv)
+    dq, dk, dv = dqkv_parts
     if layout == "per_head":
         parts = [g.reshape(lead + (H, 1, Dh)) for g in (dq, dk, dv)]  # (..., H, 1, Dh) each
         return np.concatenate(parts, axis=-2).reshape(shape)  # (..., H, 3, Dh) -> (..., 3 H Dh)

@@ -23,7 +23,7 @@ from .._checks import as_real_array, as_upstream, check_positive_int, require_nd
 from ..variants.rope import ROPE_LAYOUTS, RopeCache, rotate
 from .rope_scaling import _check_positions, _rotate_by, rope_frequencies
 
-__all__ = ["PartialRotaryCache", "partial_rotary_forward", "partial_rotary_backward"]
+__all__ = ["PartialRotaryCache", "partial_rotary_forward", "partial_rotary_backward", "partial_rotary_formula"]
 
 
 class PartialRotaryCache(NamedTuple):
@@ -67,6 +67,13 @@ def partial_rotary_forward(x, rotary_dim, positions=None, base=None, scaling=Non
         scaling = {k: v for k, v in scaling.items() if k != "partial_rotary_factor"}
     theta = rope_frequencies(rotary_dim, base, scaling)  # (r/2,)
     positions = _check_positions(positions, x)
+    return partial_rotary_formula(x, theta, positions, layout)
+
+
+def partial_rotary_formula(x, theta, positions, layout="half"):
+    """:func:`partial_rotary_forward` on checked inputs: ``theta`` (r/2,) the frequencies of the
+    ``r = 2 len(theta)`` rotated features, ``positions`` broadcastable to ``x.shape[:-1]``."""
+    d, rotary_dim = x.shape[-1], 2 * len(theta)
     # 1. split, 2. rotate the first r features, 3. join
     y_rot, rope = _rotate_by(x[..., :rotary_dim], positions, theta, layout)  # (..., N, r)
     x_pass = np.broadcast_to(x[..., rotary_dim:], y_rot.shape[:-1] + (d - rotary_dim,))  # (..., N, D - r)
@@ -83,8 +90,12 @@ def partial_rotary_backward(dy, cache: PartialRotaryCache):
     -------
     dx : array (..., n, d), shaped like the forward output
     """
-    rope, shape = cache
-    dy = as_upstream(dy, shape, rope.cos.dtype, "dy")
+    return _partial_rotary_backward(as_upstream(dy, cache.x_shape, cache.rope.cos.dtype, "dy"), cache)
+
+
+def _partial_rotary_backward(dy, cache: PartialRotaryCache):
+    """Unchecked backward, for the blocks."""
+    rope = cache.rope
     r = 2 * rope.cos.shape[-1]
     dx_rot = rotate(dy[..., :r], rope.cos, -rope.sin, rope.layout)  # (..., N, r): R^T dy_rot
     return np.concatenate([dx_rot, dy[..., r:]], axis=-1)  # (..., N, D)

@@ -13,6 +13,9 @@ GPT2 = ar.LMConfig(family="gpt2", vocab_size=11, d_model=8, num_layers=2, num_he
                    max_positions=16, eps=1e-5)
 LLAMA = ar.LMConfig(family="llama", vocab_size=13, d_model=8, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=12,
                     max_positions=64, eps=1e-6, rope_theta=100.0, tie_word_embeddings=False, pad_token_id=0)
+#: GPT-NeoX (Pythia): parallel residual, rotary on half of each head's 4 features, untied head (as Pythia)
+NEOX = ar.LMConfig(family="gpt_neox", vocab_size=11, d_model=8, num_layers=2, num_heads=2, num_kv_heads=2, d_ff=12,
+                   max_positions=64, eps=1e-5, rope_theta=100.0, tie_word_embeddings=False, rotary_pct=0.5)
 CONFIGS = {
     "gpt2": GPT2,
     "gpt2-untied-scaled-by-layer": ar.LMConfig(**{**GPT2.to_dict(), "tie_word_embeddings": False,
@@ -27,6 +30,12 @@ CONFIGS = {
     "qwen3": ar.LMConfig(**{**LLAMA.to_dict(), "family": "qwen3"}),  # RMSNorm over each head's q and k
     "qwen3-wide-heads": ar.LMConfig(**{**LLAMA.to_dict(), "family": "qwen3", "head_dim": 4}),  # H Dh = 16 != D
     "mistral": ar.LMConfig(**{**LLAMA.to_dict(), "family": "mistral", "sliding_window": 2}),  # shorter than T = 5
+    "phi3": ar.LMConfig(**{**LLAMA.to_dict(), "family": "phi3"}),  # fused qkv and gate_up params
+    "phi3-sliding-window-tied": ar.LMConfig(**{**LLAMA.to_dict(), "family": "phi3", "sliding_window": 2,
+                                               "tie_word_embeddings": True}),
+    "gpt_neox": NEOX,
+    "gpt_neox-sequential-tied": ar.LMConfig(**{**NEOX.to_dict(), "use_parallel_residual": False,
+                                               "tie_word_embeddings": True, "rotary_pct": 1.0}),
 }
 
 
