@@ -585,7 +585,7 @@ def test_fork_from_another_thread_during_a_large_call_gives_a_working_child(blas
                 break  # one failure is enough; a hung child costs its whole timeout
         return {"blas_before": before, "rounds": rounds}
     '''
-    result = _run_child(body, timeout=240, fractions=[0.05, 0.25, 0.45, 0.65, 0.85], child_timeout_s=20)
+    result = _run_child(body, timeout=420, fractions=[0.05, 0.25, 0.45, 0.65, 0.85], child_timeout_s=60)
     _check_fork_rounds(result)
 
 
@@ -653,7 +653,7 @@ def test_fork_in_a_signal_handler_during_a_large_call_gives_a_working_child(blas
                 break
         return {"blas_before": before, "rounds": rounds}
     '''
-    result = _run_child(body, timeout=240, fractions=[0.05, 0.25, 0.45, 0.65, 0.85], child_timeout_s=20)
+    result = _run_child(body, timeout=420, fractions=[0.05, 0.25, 0.45, 0.65, 0.85], child_timeout_s=60)
     _check_fork_rounds(result)
 
 
