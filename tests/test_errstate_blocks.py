@@ -153,11 +153,11 @@ print(json.dumps(report))
     " signals_land_here() and __exit__; seen in ~1 of 100 interrupts of multi-head calls"
     " (the report names the frame where each landed)"))
 def test_ctrl_c_at_any_moment_of_a_call_leaves_the_users_seterr_as_it_was():
-    """Guards every block at once: 40 interrupts at random moments of each kind of call. The
+    """Guards every block at once: 25 interrupts at random moments of each kind of call. The
     property is that no interrupt changed the settings; that some landed inside a call at all
     is asserted too (a call is timed first and the timer drawn within that time, so a slower,
     loaded machine only makes more of them land inside)."""
-    proc = subprocess.run([sys.executable, "-c", _CHILD, "40"], capture_output=True, text=True, timeout=300,
+    proc = subprocess.run([sys.executable, "-c", _CHILD, "25"], capture_output=True, text=True, timeout=300,
                           cwd=_PACKAGE.parent)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
