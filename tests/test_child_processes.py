@@ -53,7 +53,7 @@ def test_the_benchmark_worker_ends_with_the_driver(signum):
         assert all(_alive(w) for w in workers)
         driver.send_signal(signum)
         driver.wait(timeout=30)
-        deadline = time.monotonic() + 3.0
+        deadline = time.monotonic() + 30.0  # a bound for a loaded machine; the wait ends once the workers are gone
         while any(_alive(w) for w in workers) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not any(_alive(w) for w in workers), f"worker outlived the driver's {signal.Signals(signum).name}"

@@ -291,7 +291,10 @@ def main():
     summary = {"blas_before": before, "call_ms": {n: round(1000 * s) for n, s in call_s.items()},
                "rounds": 0, "interrupted": 0, "completed": 0, "late": 0, "signals": 0}
     start = time.monotonic()
-    while summary["interrupted"] < P["interrupts"] and time.monotonic() - start < P["budget_s"]:
+    # until P["interrupts"] landed or the time budget is spent, and in any case until
+    # P["min_interrupts"] landed: a slow, loaded machine makes the run longer, never emptier
+    while summary["interrupted"] < P["min_interrupts"] or (
+            summary["interrupted"] < P["interrupts"] and time.monotonic() - start < P["budget_s"]):
         summary["rounds"] += 1
         name = rng.choice(sorted(runs))
         delays = DELAYS(call_s[name], rng)
@@ -338,7 +341,7 @@ def main():
 
 @needs_thread_signals
 def test_random_single_and_double_ctrl_c_leave_blas_and_later_calls_as_before(blas_before):
-    """Guards failures 1 and 2: 200 random single and double SIGINTs (the second 0.5-20 ms
+    """Guards failures 1 and 2: 100 random single and double SIGINTs (the second 0.5-20 ms
     after the first, landing in its clean-up) inside large forward+backward calls. After each
     KeyboardInterrupt, BLAS's thread counts and NumPy's error settings are as before, and
     later small and large calls work (no "cannot schedule new futures after shutdown") and
@@ -348,12 +351,13 @@ def test_random_single_and_double_ctrl_c_leave_blas_and_later_calls_as_before(bl
             first = rng.uniform(0.0, call_s)
             return [first] if rng.random() < 0.5 else [first, rng.uniform(0.0005, 0.02)]
     ''') + _CTRL_C_ROUNDS
-    result = _run_child(body, timeout=150, seed=20240601, interrupts=200, budget_s=50)
+    result = _run_child(body, timeout=300, seed=20240601, interrupts=100, min_interrupts=3, budget_s=25)
     _no_error(result)
     assert result["blas_before"] == blas_before
-    # how many land in the time budget depends on the machine's speed (200 in ~40 s on a quiet
+    # how many land in the time budget depends on the machine's speed (100 in ~20 s on a quiet
     # 2-core machine, 7 on a loaded CI leg where one call took 2.5 s): the check is that none
-    # broke anything, so only a handful must have landed at all
+    # broke anything; the child goes on past the budget until 3 have landed, so this holds under
+    # any load (only the subprocess's timeout, a hang, can end it sooner)
     assert result["interrupted"] >= 3, result
 
 
@@ -371,9 +375,9 @@ def test_second_ctrl_c_right_after_the_first_leaves_later_calls_working(blas_bef
             first = rng.uniform(0.0, call_s)
             return [first] + [rng.choice(SPACINGS) for _ in range(rng.choice([1, 1, 2]))]
     ''') + _CTRL_C_ROUNDS
-    result = _run_child(body, timeout=120, seed=7, interrupts=100, budget_s=30)
+    result = _run_child(body, timeout=300, seed=7, interrupts=50, min_interrupts=3, budget_s=15)
     _no_error(result)
-    assert result["interrupted"] >= 3, result  # a count that depends on the machine's speed: see above
+    assert result["interrupted"] >= 3, result  # the child goes on until 3 landed, at any speed: see above
 
 
 @needs_thread_signals
@@ -410,7 +414,10 @@ def test_ctrl_c_the_moment_blas_threads_change_leaves_them_as_before(blas_before
         summary = {"blas_before": before, "rounds": 0, "at_change": 0, "at_random": 0,
                    "interrupted": 0, "late": 0}
         start = time.monotonic()
-        while summary["rounds"] < P["rounds"] and time.monotonic() - start < P["budget_s"]:
+        # P["rounds"] rounds or the time budget, and in any case until one interrupt landed
+        # (a loaded machine makes the run longer, never emptier)
+        while summary["interrupted"] < 1 or (
+                summary["rounds"] < P["rounds"] and time.monotonic() - start < P["budget_s"]):
             summary["rounds"] += 1
             name = rng.choice(sorted(runs))
             # which change of the counts (1: the first, a limit set; 2: the next, restored),
@@ -468,7 +475,7 @@ def test_ctrl_c_the_moment_blas_threads_change_leaves_them_as_before(blas_before
         summary["seconds"] = round(time.monotonic() - start, 1)
         return summary
     """
-    result = _run_child(body, timeout=120, seed=11, rounds=100, budget_s=30)
+    result = _run_child(body, timeout=300, seed=11, rounds=50, budget_s=15)
     _no_error(result)
     assert result["interrupted"] >= 1, result
 
@@ -578,7 +585,7 @@ def test_fork_from_another_thread_during_a_large_call_gives_a_working_child(blas
                 break  # one failure is enough; a hung child costs its whole timeout
         return {"blas_before": before, "rounds": rounds}
     '''
-    result = _run_child(body, timeout=240, fractions=[0.05, 0.25, 0.45, 0.65, 0.85], child_timeout_s=20)
+    result = _run_child(body, timeout=420, fractions=[0.05, 0.25, 0.45, 0.65, 0.85], child_timeout_s=60)
     _check_fork_rounds(result)
 
 
@@ -646,7 +653,7 @@ def test_fork_in_a_signal_handler_during_a_large_call_gives_a_working_child(blas
                 break
         return {"blas_before": before, "rounds": rounds}
     '''
-    result = _run_child(body, timeout=240, fractions=[0.05, 0.25, 0.45, 0.65, 0.85], child_timeout_s=20)
+    result = _run_child(body, timeout=420, fractions=[0.05, 0.25, 0.45, 0.65, 0.85], child_timeout_s=60)
     _check_fork_rounds(result)
 
 

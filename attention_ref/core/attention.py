@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._checks import as_upstream, unbroadcast
+from .._checks import as_upstream, signals_land_here, unbroadcast
 from .._pair_checks import check_attention_inputs, check_scale, check_scores_finite
 from .masks import apply_mask
 from .softmax import _softmax
@@ -82,6 +82,7 @@ def _attention_backward(dout, cache: AttentionCache):
         # 2. masking: dS passes through S + mask unchanged (blocked keys have P = 0, so dS = 0)
         dq = dS @ k * scale  # 1. S = q k^T / sqrt(d_k): dq = dS k / sqrt(d_k), (..., Nq, Dk)
         dk = dS.swapaxes(-1, -2) @ q * scale  # 1.        dk = dS^T q / sqrt(d_k), (..., Nk, Dk)
+        signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
     return unbroadcast(dq, q.shape), unbroadcast(dk, k.shape), unbroadcast(dv, v.shape)
 
 

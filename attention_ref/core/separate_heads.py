@@ -115,6 +115,7 @@ def multi_head_attention_separate_heads_backward(dout, cache: SeparateHeadsCache
         with np.errstate(under="ignore"):  # products with a weight far below 1 may round to 0
             dQ = np.einsum("...qk,...kd->...qd", dS, c.K) / math.sqrt(c.K.shape[-1])  # dQ = dS K / sqrt(d_k)
             dK = np.einsum("...qk,...qd->...kd", dS, c.Q) / math.sqrt(c.K.shape[-1])  # dK = dS^T Q / sqrt(d_k)
+            signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
         for name, d_proj, proj in (("q", dQ, c.q_proj), ("k", dK, c.k_proj), ("v", dV, c.v_proj)):
             shape = proj.x.shape[:-1] + (proj.W.shape[1],)  # the projection's own batch axes
             dx, dW, db = _linear_backward(unbroadcast(d_proj, shape), proj)

@@ -32,16 +32,19 @@ def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
     m[m == -np.inf] = 0  # a row of only -inf: subtract 0, so exp gives 0, never nan
     with np.errstate(over="ignore", under="ignore"):  # x - m past the range is -inf, far below 0 tiny: exp gives 0
         e = np.exp(x - m)
-        signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
         s = e.sum(axis=axis, keepdims=True)
         s[s == 0] = 1  # a row of only -inf: 0 / 1 = 0 instead of 0 / 0
-        return e / s
+        y = e / s
+        signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
+    return y
 
 
 def _softmax_backward(dy: np.ndarray, y: np.ndarray, axis: int) -> np.ndarray:
     """The vector-Jacobian product ``dx_i = y_i (dy_i - sum_j dy_j y_j)``."""
     with np.errstate(under="ignore"):  # a weight far below 1 times dy rounds to 0, as it should
-        return y * (dy - (dy * y).sum(axis=axis, keepdims=True))
+        dx = y * (dy - (dy * y).sum(axis=axis, keepdims=True))
+        signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
+    return dx
 
 
 def softmax_forward(x, axis=-1):

@@ -27,6 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .._checks import signals_land_here
 from ..gradcheck import first_write, parameter_names
 from .catalogue import EXERCISES
 from .diagnosis import (
@@ -497,6 +498,7 @@ def _reproduces(e, mistake, runs) -> bool:
             with np.errstate(all="ignore"), warnings.catch_warnings():  # a mistake may overflow
                 warnings.simplefilter("ignore")
                 predicted = _flatten(e.returns, e.run(mistake.backward, dout, copy.deepcopy(cache)), keys)
+                signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
         except Exception:  # noqa: BLE001  (a product of the wrong shapes: not this attempt's mistake)
             return False
         if isinstance(predicted, str) or not _matches(got, predicted):

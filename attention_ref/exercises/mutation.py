@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._atomic import write_atomic
+from .._checks import signals_land_here
 from .bugs import BUGS
 from .catalogue import EXERCISES
 from .checker import _right, check
@@ -262,6 +263,7 @@ def _wrong_on(e, fn, draws) -> bool:
             with np.errstate(all="ignore"), warnings.catch_warnings(), _time_limit(2.0):
                 warnings.simplefilter("ignore")
                 got = _flat(e.run(fn, dout.copy(), copy.deepcopy(cache)))
+                signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
         except (Exception, _OutOfTime):  # noqa: BLE001  (a mutant may raise anything)
             return True
         if len(got) != len(truth):
@@ -281,6 +283,7 @@ def verdict(m: Mutant, draws) -> dict:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             caught = not check(m.exercise, m.function, time_limit=2.0).ok
+            signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
     return {"origin": m.origin, "index": m.index, "change": m.change, "wrong": wrong, "caught": caught}
 
 

@@ -36,6 +36,7 @@ def _softmax_rows(x: np.ndarray) -> None:
         s = x.sum(axis=-1, keepdims=True)
         s[s == 0] = 1  # all -inf row: 0 / 1 = 0 instead of 0 / 0
         x /= s
+        signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
 
 
 def softmax_in_place(x: np.ndarray) -> np.ndarray:
@@ -53,7 +54,9 @@ def softmax_in_place(x: np.ndarray) -> np.ndarray:
 def softmax_backward_in_place(dP: np.ndarray, P: np.ndarray, D: np.ndarray) -> np.ndarray:
     """``dS = P * (dP - D)`` written over ``dP`` (a fresh array nobody else holds)."""
     with np.errstate(under="ignore"):  # a weight far below 1 times dP may round to 0, as it should
-        return _softmax_backward_in_place(dP, P, D)
+        dS = _softmax_backward_in_place(dP, P, D)
+        signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
+    return dS
 
 
 def _softmax_backward_in_place(dP, P, D):

@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._checks import as_real_array, check_positive_int, require_ndim
+from .._checks import as_real_array, check_positive_int, require_ndim, signals_land_here
 from .._token_checks import as_attention_mask, as_token_ids
 
 __all__ = [
@@ -132,6 +132,7 @@ def _repetition_penalty(logits, ids, penalty, keep):
         penalised = np.where(logits < 0, logits * penalty, logits / penalty)  # (B, V); penalty a Python float
         out = np.where(seen, penalised, logits)  # (B, V)
         overflowed = np.isposinf(out).any()
+        signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
     if overflowed:
         raise FloatingPointError(f"logits / penalty overflows {logits.dtype} (penalty = {penalty:g}, largest logit"
                                  f" {float(logits.max()):.3g}); use a larger penalty")
@@ -180,6 +181,7 @@ def _temperature(logits, temperature):
     with np.errstate(over="ignore", under="ignore"):  # checked on the next line; underflow to 0 is harmless
         out = logits / temperature  # (..., V); a Python float, float32 stays float32
         overflowed = np.isposinf(out).any()
+        signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
     if overflowed:
         raise FloatingPointError(f"logits / temperature overflows {logits.dtype} (temperature = {temperature:g},"
                                  f" largest logit {float(logits.max()):.3g}); use a larger temperature or greedy"
@@ -240,6 +242,7 @@ def _top_p(logits, top_p, min_tokens_to_keep):
     with np.errstate(over="ignore", under="ignore"):
         e = np.exp(ascending - ascending[..., -1:])  # (..., V): the row maximum is the last
         cumulative = np.cumsum(e / e.sum(axis=-1, keepdims=True), axis=-1)  # (..., V)
+        signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
     remove_sorted = cumulative <= 1.0 - top_p  # (..., V)
     remove_sorted[..., max(logits.shape[-1] - min_tokens_to_keep, 0):] = False  # the largest are kept
     remove = np.empty_like(remove_sorted)
@@ -342,6 +345,7 @@ def processed_logits(logits, ids, keep, num_new_tokens, settings: LogitsSettings
         if settings.temperature != 1.0 and shift:
             with np.errstate(over="ignore", under="ignore"):  # a score sent to -inf has probability 0, as meant
                 out = (out - out.max(axis=-1, keepdims=True)) / settings.temperature  # (B, V), each row's max 0
+                signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
         elif settings.temperature != 1.0:
             out = _temperature(out, settings.temperature)
         if settings.top_k:

@@ -59,6 +59,7 @@ def cross_entropy_forward(logits, targets, ignore_index=-100):
         log_p = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))  # (..., V)
         signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
         p = np.exp(log_p)  # (..., V), for the backward; far below the maximum: 0
+        signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
     # 2. the target's negative log-probability, kept rows only
     nll = -np.take_along_axis(log_p, t[..., None], axis=-1)[..., 0]  # (...,)
     # 3. mean over the kept rows
@@ -77,6 +78,7 @@ def cross_entropy_backward(dloss, cache: CrossEntropyCache):
     np.put_along_axis(onehot, cache.targets[..., None], 1.0, axis=-1)
     with np.errstate(under="ignore"):  # a probability far below 1, scaled, may round to 0: harmless
         dz = (cache.p - onehot) * (dloss / max(cache.count, 1))  # (..., V)
+        signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
     return np.where(cache.kept[..., None], dz, 0).astype(cache.p.dtype, copy=False)  # (..., V)
 
 

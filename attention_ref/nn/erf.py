@@ -25,6 +25,8 @@ import math
 
 import numpy as np
 
+from .._checks import signals_land_here
+
 __all__ = ["erf", "ERF_SERIES_LIMIT"]
 
 #: |x| below which the series is used; above it, the continued fraction for erfc
@@ -39,7 +41,9 @@ def _exp_minus_square(u):
     """``exp(-u^2)`` without the rounding error of ``u^2`` in the exponent."""
     z = np.round(u * 16.0) / 16.0  # z^2 is exact
     with np.errstate(under="ignore"):  # a tail far out is 0, as it should be
-        return np.exp(-z * z) * np.exp(-(u - z) * (u + z))
+        tail = np.exp(-z * z) * np.exp(-(u - z) * (u + z))
+        signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
+    return tail
 
 
 def erf(x) -> np.ndarray:

@@ -30,7 +30,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._checks import as_real_array, as_upstream, common_dtype
+from .._checks import as_real_array, as_upstream, common_dtype, signals_land_here
 from .._pair_checks import check_linear_inputs
 from ..core.linear import LinearCache
 from ..fast.dispatch import linear_backward_formula, linear_formula
@@ -133,7 +133,9 @@ def _gelu_exact_backward(da, h):
     """Unchecked backward of the exact form: ``da * (Phi(h) + h phi(h))``."""
     with np.errstate(under="ignore"):  # the density far out is 0, as it should be
         phi = np.exp(-0.5 * np.minimum(h * h, _EXP_UNDERFLOW)) * _INV_SQRT_2PI  # the normal density
-        return da * (0.5 * (1.0 + erf(h * _INV_SQRT2)) + h * phi)
+        dh = da * (0.5 * (1.0 + erf(h * _INV_SQRT2)) + h * phi)
+        signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
+    return dh
 
 
 _ACT = {"relu": (relu_forward, _relu_backward),  # (forward -> (a, cache), unchecked backward(da, h))

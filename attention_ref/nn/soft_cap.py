@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._checks import as_real_array, as_upstream, check_positive_real
+from .._checks import as_real_array, as_upstream, check_positive_real, signals_land_here
 
 __all__ = ["SoftCapCache", "soft_cap_forward", "soft_cap_backward"]
 
@@ -42,6 +42,7 @@ def soft_cap_forward(x, cap):
     # 1. t = tanh(x / cap) (tanh saturates to +-1, never overflows); 2. y = cap * t
     with np.errstate(over="ignore", under="ignore"):  # x / cap past the dtype's range: tanh is +-1 there anyway
         t = np.tanh(x / cap)  # (...)
+        signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
     return cap * t, SoftCapCache(t)
 
 

@@ -75,7 +75,9 @@ class FlashAttentionCache(NamedTuple):
     def lse(self) -> np.ndarray:
         """Row log-sum-exp ``m + log(l)`` (..., Nq); +inf for a query with no allowed key."""
         with np.errstate(over="ignore"):
-            return self.row_max + self.log_row_sum
+            lse = self.row_max + self.log_row_sum
+            signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
+        return lse
 
 
 def _key_blocks(qs, qe, n_q, n_k, block, causal, window):
@@ -266,6 +268,7 @@ def flash_attention_forward(q, k, v, mask=None, causal=False, block_size=128, *,
                 signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
                 l = alpha * l + p.sum(axis=-1)
                 acc = alpha[..., None] * acc + p @ v[..., ks:ke, :]  # (..., Bq, Dv)
+                signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
             m = m_new
         # 4. normalise; a row with l = 0 (no allowed key) keeps out = 0, m = 0, log(l) = +inf
         seen = l > 0
@@ -328,6 +331,8 @@ def flash_attention_backward(dout, cache: FlashAttentionCache):
                 # 1. S = (q / sqrt(d_k)) k^T
                 dq_blk += ds @ k[..., ks:ke, :]  # (..., Bq, Dk)
                 dk[..., ks:ke, :] += ds.swapaxes(-1, -2) @ q_blk  # (..., Bk, Dk), q_blk holds the scale
+                signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
         with np.errstate(under="ignore"):
             dq[..., qs:qe, :] = dq_blk * scale
+            signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
     return unbroadcast(dq, q.shape), unbroadcast(dk, k.shape), unbroadcast(dv, v.shape)
