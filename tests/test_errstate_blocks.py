@@ -146,12 +146,6 @@ print(json.dumps(report))
 
 
 @pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs signal.setitimer and SIGALRM (POSIX)")
-@pytest.mark.xfail(strict=False, reason=(
-    "NumPy's own np.errstate has windows no block of ours can close: a signal pending from the"
-    " arithmetic just before a block is raised in errstate.__enter__ after it set the state and"
-    " before it kept the token (so __exit__ never runs), or one arriving in the few bytecodes between"
-    " signals_land_here() and __exit__; seen in ~1 of 100 interrupts of multi-head calls"
-    " (the report names the frame where each landed)"))
 def test_ctrl_c_at_any_moment_of_a_call_leaves_the_users_seterr_as_it_was():
     """Guards every block at once: 25 interrupts at random moments of each kind of call. The
     property is that no interrupt changed the settings; that some landed inside a call at all
@@ -161,5 +155,11 @@ def test_ctrl_c_at_any_moment_of_a_call_leaves_the_users_seterr_as_it_was():
                           cwd=_PACKAGE.parent)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert not report["changed"], f"np.seterr changed by a KeyboardInterrupt: {report['changed']}"
+    # NumPy's own np.errstate has windows no block of ours can close: a signal pending from the
+    # arithmetic just before a block is raised inside errstate.__enter__ after it set the state and
+    # before the with statement holds __exit__, or one lands inside __exit__ before it restores (seen
+    # in about 1 of 300 interrupts). Those land in NumPy's _ufunc_config.py, and the report names the
+    # innermost frame of each landing; any other landing that changed the settings is ours.
+    ours = [c for c in report["changed"] if "_ufunc_config.py" not in c[2][-1]]
+    assert not ours, f"np.seterr changed by a KeyboardInterrupt outside NumPy's errstate: {ours}"
     assert all(n > 0 for n in report["interrupted"].values()), report
