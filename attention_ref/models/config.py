@@ -14,14 +14,19 @@ from dataclasses import asdict, dataclass
 
 from ..nn.rope_scaling import ROPE_TYPES, rope_frequencies
 
-__all__ = ["LMConfig", "FAMILIES", "LLAMA_LIKE"]
+__all__ = ["LMConfig", "FAMILIES", "LLAMA_LIKE", "GEMMA"]
 
 #: The families built as Llama is (RMSNorm, RoPE, grouped heads, SwiGLU), each adding its own piece:
 #: ``qwen2`` biases on the q, k, v projections, ``qwen3`` an RMSNorm over each head's q and k,
 #: ``mistral`` sliding-window attention.
 LLAMA_LIKE = ("llama", "qwen2", "qwen3", "mistral")
+#: Gemma 3 (text; transformers' ``Gemma3ForCausalLM``): (1 + w) RMSNorms before and after each
+#: sub-layer, per-head q/k norms, GeGLU, embeddings times sqrt(D), sliding and global layers.
+GEMMA = ("gemma3_text",)
 #: The model families this package runs whole: transformers' ``model_type``.
-FAMILIES = ("gpt2",) + LLAMA_LIKE
+FAMILIES = ("gpt2",) + LLAMA_LIKE + GEMMA
+#: Gemma 3's two kinds of layer (``layer_types``)
+GEMMA_LAYER_TYPES = ("sliding_attention", "full_attention")
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,11 @@ class LMConfig:
     pad_token_id : Llama's embedding row that gets no gradient (transformers' ``padding_idx``)
     scale_attn_weights, scale_attn_by_inverse_layer_idx : GPT-2's attention scaling
         (scores times ``1/sqrt(d_head)``, then times ``1/(layer + 1)``)
+    layer_types : Gemma 3's kind of each layer, ``"sliding_attention"`` (keys within
+        :attr:`sliding_window`, RoPE base :attr:`rope_local_theta`, no scaling) or
+        ``"full_attention"`` (every earlier key, :attr:`rope_theta` and :attr:`rope_scaling`)
+    rope_local_theta : Gemma 3's RoPE base of the sliding layers (``rope_local_base_freq``)
+    query_pre_attn_scalar : Gemma 3's scores are scaled by ``query_pre_attn_scalar ** -0.5``
     """
 
     family: str
@@ -66,6 +76,9 @@ class LMConfig:
     pad_token_id: int | None = None
     scale_attn_weights: bool = True
     scale_attn_by_inverse_layer_idx: bool = False
+    layer_types: tuple | None = None
+    rope_local_theta: float | None = None
+    query_pre_attn_scalar: float | None = None
 
     def __post_init__(self):
         if self.family not in FAMILIES:
@@ -89,7 +102,7 @@ class LMConfig:
             if self.family == "gpt2":
                 raise ValueError("head_dim is for the Llama-like families; GPT-2's heads are d_model / num_heads wide")
         if self.sliding_window is not None:
-            if self.family != "mistral":
+            if self.family not in ("mistral",) + GEMMA:
                 raise ValueError(f"sliding_window is Mistral's; a {self.family} model has none here")
             value = self.sliding_window
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -105,6 +118,37 @@ class LMConfig:
                 raise ValueError("rope_scaling holds the scaling's type and parameters only: rope_theta is the"
                                  " config's own field, and a partial_rotary_factor is not Llama's")
             self.rope_frequencies()  # refuses an unknown type or a missing parameter, by name
+        self._check_gemma()
+
+    def _check_gemma(self):
+        """Gemma 3's fields: all present for ``gemma3_text``, none for another family."""
+        fields = ("layer_types", "rope_local_theta", "query_pre_attn_scalar")
+        if self.family not in GEMMA:
+            given = [name for name in fields if getattr(self, name) is not None]
+            if given:
+                raise ValueError(f"{given} are Gemma 3's; a {self.family} model has none here")
+            return
+        if self.sliding_window is None:
+            raise ValueError("a gemma3_text model needs its sliding_window")
+        for name in ("rope_local_theta", "query_pre_attn_scalar"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
+                raise ValueError(f"{name} must be a positive number, got {value!r}")
+        kinds = self.layer_types
+        if not isinstance(kinds, (tuple, list)) or len(kinds) != self.num_layers or any(
+                kind not in GEMMA_LAYER_TYPES for kind in kinds):
+            raise ValueError(f"layer_types must list one of {GEMMA_LAYER_TYPES} for each of the {self.num_layers}"
+                             f" layers, got {kinds!r}")
+        object.__setattr__(self, "layer_types", tuple(kinds))
+
+    def gemma_layers(self):
+        """Gemma 3: each layer's ``(theta, window)``: RoPE's frequencies (Dh/2,), float64 (sliding
+        layers: base :attr:`rope_local_theta`, unscaled; global layers: :meth:`rope_frequencies`)
+        and its sliding window (None on global layers)."""
+        local = rope_frequencies(self.d_head, self.rope_local_theta, None)
+        full = self.rope_frequencies()
+        return [(local, self.sliding_window) if kind == "sliding_attention" else (full, None)
+                for kind in self.layer_types]
 
     def rope_frequencies(self):
         """RoPE's frequencies ``theta_i`` (Dh/2,), float64, scaled by :attr:`rope_scaling`
@@ -124,7 +168,9 @@ class LMConfig:
         """The attention scores' factor of each layer (None: ``1/sqrt(d_head)``)."""
         scales = []
         for layer in range(self.num_layers):
-            if self.family != "gpt2" or (self.scale_attn_weights and not self.scale_attn_by_inverse_layer_idx):
+            if self.family in GEMMA:
+                scales.append(float(self.query_pre_attn_scalar) ** -0.5)
+            elif self.family != "gpt2" or (self.scale_attn_weights and not self.scale_attn_by_inverse_layer_idx):
                 scales.append(None)
             else:
                 d_head = self.d_model // self.num_heads
@@ -158,6 +204,8 @@ class LMConfig:
             return _gpt2(d)
         if family in LLAMA_LIKE:
             return _llama(d, family)
+        if family in GEMMA:
+            return _gemma3(d, family)
         raise ValueError(f"model_type {family!r} is not supported: this package runs {FAMILIES} whole")
 
 
@@ -217,3 +265,75 @@ def _llama(d, family="llama"):
                     sliding_window=d.get("sliding_window") if family == "mistral" else None, head_dim=head_dim,
                     tie_word_embeddings=d.get("tie_word_embeddings", False),
                     pad_token_id=pad if isinstance(pad, int) and 0 <= pad < d["vocab_size"] else None)
+
+
+def _gemma3_rope(d, family):
+    """``(rope_theta, scaling of the global layers, rope_local_base_freq)`` from transformers 5.x's
+    ``rope_parameters`` per layer type or 4.x's ``rope_theta``, ``rope_scaling`` and
+    ``rope_local_base_freq``; a type this package does not compute is refused by name."""
+    per_type = d.get("rope_parameters") or {}
+    if "full_attention" in per_type or "sliding_attention" in per_type:
+        full, local = per_type.get("full_attention") or {}, per_type.get("sliding_attention") or {}
+        theta, local_theta = full.get("rope_theta", 1_000_000.0), local.get("rope_theta", 10_000.0)
+    else:  # 4.x: rope_scaling applies to the global layers, the local ones are plain
+        full = d.get("rope_scaling") or per_type or {}
+        local = {}
+        theta = d.get("rope_theta", full.get("rope_theta", 1_000_000.0))
+        local_theta = d.get("rope_local_base_freq", 10_000.0)
+    local_type = local.get("rope_type", local.get("type", "default"))
+    if local_type != "default":
+        _refuse("the sliding layers' RoPE rope_type", local_type, family)
+    full_type = full.get("rope_type", full.get("type", "default"))
+    if full_type not in ROPE_TYPES:
+        _refuse("the RoPE scaling rope_type", full_type, family)  # e.g. "dynamic", "yarn"
+    for part in (full, local):
+        if part.get("partial_rotary_factor", 1.0) != 1.0:
+            _refuse("the RoPE partial_rotary_factor", part["partial_rotary_factor"], family)
+    scaling = None
+    if full_type != "default":
+        scaling = {k: v for k, v in full.items() if k not in ("type", "rope_theta", "partial_rotary_factor")}
+        scaling["rope_type"] = full_type
+    for name, value in (("rope_theta", theta), ("rope_local_base_freq", local_theta)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+            raise ValueError(f"{family}: {name} must be a positive number, got {value!r}")
+    return float(theta), scaling, float(local_theta)
+
+
+def _gemma3(d, family="gemma3_text"):
+    act = d.get("hidden_activation") or d.get("hidden_act") or "gelu_pytorch_tanh"
+    if act != "gelu_pytorch_tanh":
+        _refuse("hidden_activation", act, family)  # GeGLU's tanh GELU only
+    for flag in ("attention_bias", "use_bidirectional_attention"):
+        if d.get(flag):
+            _refuse(flag, True, family)
+    for cap in ("attn_logit_softcapping", "final_logit_softcapping"):  # Gemma 2's soft caps: not Gemma 3's
+        if d.get(cap) is not None:
+            _refuse(cap, d[cap], family)
+    layers = d["num_hidden_layers"]
+    kinds = d.get("layer_types")
+    if kinds is None:  # as transformers builds them: every pattern-th layer global
+        pattern = d.get("sliding_window_pattern", d.get("_sliding_window_pattern", 6))
+        if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1:
+            raise ValueError(f"{family}: sliding_window_pattern must be a positive integer, got {pattern!r}")
+        kinds = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)]
+    unknown = sorted({str(kind) for kind in kinds} - set(GEMMA_LAYER_TYPES))
+    if unknown:
+        _refuse("layer_types", unknown, family)
+    theta, scaling, local_theta = _gemma3_rope(d, family)
+    D, H = d["hidden_size"], d["num_attention_heads"]
+    head_dim = d.get("head_dim") or D // H
+    if head_dim * H == D:
+        head_dim = None
+    elif head_dim % 2:
+        _refuse("head_dim", head_dim, family)  # RoPE rotates pairs
+    scalar = d.get("query_pre_attn_scalar", 256)
+    pad = d.get("pad_token_id")
+    if isinstance(pad, int) and -d["vocab_size"] <= pad < 0:
+        pad += d["vocab_size"]
+    return LMConfig(family=family, vocab_size=d["vocab_size"], d_model=D, num_layers=layers, num_heads=H,
+                    num_kv_heads=d.get("num_key_value_heads") or H, d_ff=d["intermediate_size"],
+                    max_positions=d.get("max_position_embeddings", 131072), eps=d.get("rms_norm_eps", 1e-6),
+                    rope_theta=theta, rope_scaling=scaling, sliding_window=d.get("sliding_window", 4096),
+                    head_dim=head_dim, tie_word_embeddings=d.get("tie_word_embeddings", True),
+                    pad_token_id=pad if isinstance(pad, int) and 0 <= pad < d["vocab_size"] else None,
+                    layer_types=tuple(kinds), rope_local_theta=local_theta, query_pre_attn_scalar=scalar)

@@ -16,21 +16,24 @@ from .._checks import as_real_array, cast, common_dtype
 from .._token_checks import as_attention_mask, as_token_ids
 from ..nn.encoder_block import ENCODER_GROUPS
 from ..nn.gpt2_block import init_gpt2_block_params
+from ..nn.gemma_block import GEMMA_PARAM_NAMES, init_gemma_block_params
 from ..nn.llama_block import LLAMA_PARAM_NAMES, QK_NORM_NAMES, QKV_BIAS_NAMES, init_llama_block_params
-from .config import LLAMA_LIKE, LMConfig
+from .config import GEMMA, LLAMA_LIKE, LMConfig
 
 __all__ = ["param_names", "tensor_shapes", "block_params", "init_lm_params", "check_lm_params", "check_lm_inputs", "head_weight",
            "add_head_gradient", "TOKEN_TABLE", "LAYER_PREFIX"]
 
 #: The token table's name and a layer's prefix in each family.
-TOKEN_TABLE = {"gpt2": "wte", **dict.fromkeys(LLAMA_LIKE, "embed_tokens")}
-LAYER_PREFIX = {"gpt2": "h", **dict.fromkeys(LLAMA_LIKE, "layers")}
+TOKEN_TABLE = {"gpt2": "wte", **dict.fromkeys(LLAMA_LIKE, "embed_tokens"), **dict.fromkeys(GEMMA, "embed_tokens")}
+LAYER_PREFIX = {"gpt2": "h", **dict.fromkeys(LLAMA_LIKE, "layers"), **dict.fromkeys(GEMMA, "layers")}
 _GPT2_BLOCK = tuple(f"{group}.{name}" for group, names in ENCODER_GROUPS.items() for name in names)
 
 
 def _block_names(config: LMConfig):
     if config.family == "gpt2":
         return _GPT2_BLOCK
+    if config.family in GEMMA:
+        return GEMMA_PARAM_NAMES
     return LLAMA_PARAM_NAMES + (QKV_BIAS_NAMES if config.qkv_bias else ()) + (QK_NORM_NAMES if config.qk_norm else ())
 
 
@@ -65,7 +68,8 @@ def tensor_shapes(config: LMConfig) -> dict:
                  "self_attn.W_v": (D, Dkv), "self_attn.W_o": (Dq, D), "post_attention_norm.weight": (D,),
                  "mlp.W_gate": (D, F), "mlp.W_up": (D, F), "mlp.W_down": (F, D),
                  "self_attn.b_q": (Dq,), "self_attn.b_k": (Dkv,), "self_attn.b_v": (Dkv,),  # Qwen2's biases
-                 "self_attn.q_norm.weight": (Dh,), "self_attn.k_norm.weight": (Dh,)}  # Qwen3's norms
+                 "self_attn.q_norm.weight": (Dh,), "self_attn.k_norm.weight": (Dh,),  # Qwen3's norms
+                 "pre_feedforward_norm.weight": (D,), "post_feedforward_norm.weight": (D,)}  # Gemma 3's
         outer = {"embed_tokens": (V, D), "norm.weight": (D,)}
     prefix = LAYER_PREFIX[config.family]
     shapes = {**outer, "lm_head.W": (D, V)}
@@ -147,6 +151,9 @@ def init_lm_params(config: LMConfig, *, seed=None, dtype=np.float64) -> dict:
         seed_i = int(rng.integers(2**31))
         if config.family == "gpt2":
             block = init_gpt2_block_params(D, config.num_heads, config.d_ff, seed=seed_i, dtype=dtype)
+        elif config.family in GEMMA:
+            block = init_gemma_block_params(D, config.num_heads, config.d_ff, num_kv_heads=config.num_kv_heads,
+                                            d_head=config.d_head, seed=seed_i, dtype=dtype)
         else:
             block = init_llama_block_params(D, config.num_heads, config.d_ff, num_kv_heads=config.num_kv_heads,
                                             seed=seed_i, dtype=dtype, qkv_bias=config.qkv_bias,
@@ -154,6 +161,8 @@ def init_lm_params(config: LMConfig, *, seed=None, dtype=np.float64) -> dict:
         params.update({f"{LAYER_PREFIX[config.family]}.{i}.{k}": v for k, v in block.items()})
     if config.family == "gpt2":
         params["ln_f.gamma"], params["ln_f.beta"] = np.ones(D, dtype), np.zeros(D, dtype)
+    elif config.family in GEMMA:
+        params["norm.weight"] = np.zeros(D, dtype)  # Gemma's (1 + w) norm: w = 0 is the identity gain
     else:
         params["norm.weight"] = np.ones(D, dtype)
     if not config.tie_word_embeddings:
