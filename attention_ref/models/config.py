@@ -280,6 +280,9 @@ def _gemma3_rope(d, family):
         local = {}
         theta = d.get("rope_theta", full.get("rope_theta", 1_000_000.0))
         local_theta = d.get("rope_local_base_freq", 10_000.0)
+    for name, part in (("the global layers' RoPE parameters", full), ("the sliding layers' RoPE parameters", local)):
+        if not isinstance(part, Mapping):
+            raise ValueError(f"{family}: {name} must be an object, got {part!r}")
     local_type = local.get("rope_type", local.get("type", "default"))
     if local_type != "default":
         _refuse("the sliding layers' RoPE rope_type", local_type, family)
