@@ -27,6 +27,12 @@ CONFIGS = {
     "qwen3": ar.LMConfig(**{**LLAMA.to_dict(), "family": "qwen3"}),  # RMSNorm over each head's q and k
     "qwen3-wide-heads": ar.LMConfig(**{**LLAMA.to_dict(), "family": "qwen3", "head_dim": 4}),  # H Dh = 16 != D
     "mistral": ar.LMConfig(**{**LLAMA.to_dict(), "family": "mistral", "sliding_window": 2}),  # shorter than T = 5
+    # Gemma 3: sliding layers (window 2, local base 10) around a global one (base 100, linear scaling), heads
+    # 3 wide (H Dh = 12 != D), scores by query_pre_attn_scalar ** -0.5, tied head
+    "gemma3": ar.LMConfig(**{**LLAMA.to_dict(), "family": "gemma3_text", "num_layers": 3, "head_dim": 4,
+                             "sliding_window": 2, "tie_word_embeddings": True, "query_pre_attn_scalar": 3.0,
+                             "layer_types": ("sliding_attention", "full_attention", "sliding_attention"),
+                             "rope_local_theta": 10.0, "rope_scaling": {"rope_type": "linear", "factor": 2.0}}),
 }
 
 
