@@ -2,12 +2,13 @@
 
 Run from the repository root::
 
-    python benchmarks/bench_decode.py              # both models, 5 rounds, prints a markdown table
+    python benchmarks/bench_decode.py              # every model, 5 rounds, prints a markdown table
     python benchmarks/bench_decode.py --quick      # tiny models, 1 round: checks that it runs
     python benchmarks/bench_decode.py --rounds 3 --out table.md   # also writes the table to a file
 
-What is timed: GPT-2 small (124M) and a SmolLM-135M-shaped Llama (30 layers, 9 query heads, 3
-key/value heads), both with random weights built from their configs
+What is timed: GPT-2 small (124M), a SmolLM-135M-shaped Llama (30 layers, 9 query heads, 3
+key/value heads) and a Gemma-3-270M-shaped Gemma 3 (18 layers, every sixth global, the others
+sliding over 512 keys; 4 query heads of 256, 1 key/value head; vocabulary 262144), all with random weights built from their configs
 (:func:`attention_ref.init_lm_params`, seed 0, float32), a 16-token prompt, 32 greedy tokens
 (``generate(ids, params, config, 32)`` against transformers' ``model.generate(ids,
 max_new_tokens=32, do_sample=False)`` on the same weights). Tokens per second are the 32 new
@@ -36,6 +37,7 @@ PROMPT, NEW_TOKENS = 16, 32
 ONE_THREAD = {k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                                "BLIS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")}
 
+_GEMMA3_LAYERS = ["sliding_attention"] * 5 + ["full_attention"]  # Gemma 3's pattern: every sixth layer global
 #: transformers' config.json of each model (random weights: only the shapes matter).
 MODELS = {
     "GPT-2 small": {"model_type": "gpt2", "vocab_size": 50257, "n_embd": 768, "n_layer": 12, "n_head": 12,
@@ -45,6 +47,12 @@ MODELS = {
         "num_attention_heads": 9, "num_key_value_heads": 3, "intermediate_size": 1536,
         "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
         "tie_word_embeddings": True, "hidden_act": "silu"},
+    "Gemma-3-270M-shaped": {
+        "model_type": "gemma3_text", "vocab_size": 262144, "hidden_size": 640, "num_hidden_layers": 18,
+        "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256, "intermediate_size": 2048,
+        "sliding_window": 512, "query_pre_attn_scalar": 256, "max_position_embeddings": 32768, "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0, "layer_types": _GEMMA3_LAYERS * 3,
+        "tie_word_embeddings": True, "hidden_activation": "gelu_pytorch_tanh"},
 }
 QUICK = {
     "tiny GPT-2": {"model_type": "gpt2", "vocab_size": 300, "n_embd": 32, "n_layer": 2, "n_head": 4,
@@ -53,6 +61,12 @@ QUICK = {
                    "num_attention_heads": 6, "num_key_value_heads": 2, "intermediate_size": 64,
                    "max_position_embeddings": 128, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
                    "tie_word_embeddings": True, "hidden_act": "silu"},
+    "tiny Gemma 3": {"model_type": "gemma3_text", "vocab_size": 300, "hidden_size": 32, "num_hidden_layers": 6,
+                     "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 16, "intermediate_size": 64,
+                     "sliding_window": 8, "query_pre_attn_scalar": 16, "max_position_embeddings": 128,
+                     "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+                     "layer_types": _GEMMA3_LAYERS, "tie_word_embeddings": True,
+                     "hidden_activation": "gelu_pytorch_tanh"},
 }
 
 
@@ -86,6 +100,7 @@ def worker(library: str, config_dict: dict) -> dict:
         family = config_dict["model_type"]
         hf_config = transformers.AutoConfig.for_model(**config_dict)
         cls = transformers.GPT2LMHeadModel if family == "gpt2" else transformers.LlamaForCausalLM
+        cls = transformers.Gemma3ForCausalLM if family == "gemma3_text" else cls
         model = cls(hf_config).eval().float()
         state = {k: torch.from_numpy(v) for k, v in to_transformers(params, config).items()}
         missing, unexpected = model.load_state_dict(state, strict=False)
