@@ -11,6 +11,7 @@ from .config import FAMILIES, LMConfig
 from .params import block_params, init_lm_params, param_names
 from .gpt2 import GPT2LMCache, gpt2_lm_backward, gpt2_lm_forward
 from .llama import LlamaLMCache, llama_lm_backward, llama_lm_forward
+from .gemma import GemmaLMCache, gemma_lm_backward, gemma_lm_forward
 from .lm import lm_backward, lm_forward, lm_loss
 from .logits_processing import (apply_min_new_tokens, apply_repetition_penalty, apply_temperature, apply_top_k,
                                 apply_top_p, left_pad, process_logits)
@@ -19,6 +20,7 @@ from .generate import LMDecoder, generate
 __all__ = ["FAMILIES", "LMConfig", "block_params", "init_lm_params", "param_names",
            "GPT2LMCache", "gpt2_lm_backward", "gpt2_lm_forward",
            "LlamaLMCache", "llama_lm_backward", "llama_lm_forward",
+           "GemmaLMCache", "gemma_lm_backward", "gemma_lm_forward",
            "lm_backward", "lm_forward", "lm_loss",
            "apply_repetition_penalty", "apply_min_new_tokens", "apply_temperature", "apply_top_k", "apply_top_p",
            "process_logits", "left_pad", "LMDecoder", "generate"]
