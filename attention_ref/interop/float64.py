@@ -18,6 +18,10 @@ Gemma 3's RoPE (both kinds)      float32 ``inv_freq`` and angles                
                                                                                     default and linear types only)
 Gemma 3's ``embed_scale``        a float32 buffer ``sqrt(D)``, cast to the          :func:`gemma3_in_float64`: ``sqrt(D)``
                                  weights' dtype (float32-rounded in float64)        rounded to the weights' dtype
+Gemma 2's RMSNorm, RoPE and      as Gemma 3's (5.x: a float32 ``embed_scale``       :func:`gemma2_in_float64` (same formulas)
+``embed_scale``                  buffer; 4.57: ``normalizer`` in the hidden dtype)
+Gemma 2's eager attention        ``softmax(..., dtype=torch.float32)`` (sdpa has    :func:`gemma2_in_float64`: the same
+                                 no soft cap: the tests run eager)                  steps with the softmax in the model's dtype
 ===============================  =================================================  ========================================
 
 :func:`llama_in_float64` is what this package's tests use; it needs torch and transformers,
@@ -27,7 +31,7 @@ from __future__ import annotations
 
 import contextlib
 
-__all__ = ["llama_in_float64", "gemma3_in_float64"]
+__all__ = ["llama_in_float64", "gemma3_in_float64", "gemma2_in_float64"]
 
 
 def _rope_theta(config) -> float:
@@ -149,3 +153,58 @@ def gemma3_in_float64():
     finally:
         for cls, forward in zip(classes, originals):
             cls.forward = forward
+
+
+@contextlib.contextmanager
+def gemma2_in_float64():
+    """Inside the ``with`` block, transformers' ``Gemma2RMSNorm``, ``Gemma2RotaryEmbedding`` (default
+    RoPE only; another type raises), ``Gemma2TextScaledWordEmbedding`` (5.x) and Gemma 2's
+    ``eager_attention_forward`` compute in the model's dtype with the same formulas (the
+    attention: ``q k^T`` times the scaling, the soft cap ``cap * tanh(S / cap)``, the additive
+    mask, the softmax in the model's dtype instead of float32, ``P v``); all restored on exit."""
+    import torch
+    from transformers.models.gemma2 import modeling_gemma2 as m
+
+    def rms_norm(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * (1.0 + self.weight)
+
+    def rotary(self, x, position_ids):
+        rope = getattr(self.config, "rope_parameters", None) or getattr(self.config, "rope_scaling", None) or {}
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        if rope_type != "default":
+            raise ValueError(f"gemma2_in_float64() computes the default RoPE only; this model's rope_type is"
+                             f" {rope_type!r}")
+        dim = getattr(self.config, "head_dim", None) or self.config.hidden_size // self.config.num_attention_heads
+        inv_freq = 1.0 / _rope_theta(self.config) ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+        freqs = position_ids[:, :, None].to(torch.float64) * inv_freq[None, None, :]  # (B, N, Dh/2)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+
+    def embed(self, input_ids):
+        scale = torch.tensor(self.embedding_dim ** 0.5, dtype=self.weight.dtype)
+        return torch.nn.functional.embedding(input_ids, self.weight, self.padding_idx) * scale
+
+    def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, softcap=None, **kwargs):
+        if scaling is None:
+            scaling = module.head_dim ** -0.5
+        key, value = m.repeat_kv(key, module.num_key_value_groups), m.repeat_kv(value, module.num_key_value_groups)
+        weights = torch.matmul(query, key.transpose(2, 3)) * scaling
+        if softcap is not None:
+            weights = torch.tanh(weights / softcap) * softcap
+        if attention_mask is not None:
+            weights = weights + attention_mask[:, :, :, : key.shape[-2]]
+        weights = torch.nn.functional.softmax(weights, dim=-1)  # in the model's dtype
+        return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
+
+    patches = [(m.Gemma2RMSNorm, "forward", rms_norm), (m.Gemma2RotaryEmbedding, "forward", rotary),
+               (m, "eager_attention_forward", attention)]
+    if hasattr(m, "Gemma2TextScaledWordEmbedding"):  # 5.x; 4.57 casts its normaliser to the hidden dtype already
+        patches.append((m.Gemma2TextScaledWordEmbedding, "forward", embed))
+    originals = [getattr(owner, name) for owner, name, _ in patches]
+    for owner, name, new in patches:
+        setattr(owner, name, new)
+    try:
+        yield
+    finally:
+        for (owner, name, _), old in zip(patches, originals):
+            setattr(owner, name, old)

@@ -125,6 +125,19 @@ MAPPINGS = {
         Rule("mlp.up_proj.weight", ("mlp.W_up",), "transpose"),
         Rule("mlp.down_proj.weight", ("mlp.W_down",), "transpose"),
     ],
+    "transformers Gemma2DecoderLayer (layers.<i>.)": [
+        Rule("input_layernorm.weight", ("input_norm.weight",), "as is"),
+        Rule("self_attn.q_proj.weight", ("self_attn.W_q",), "transpose"),
+        Rule("self_attn.k_proj.weight", ("self_attn.W_k",), "transpose"),
+        Rule("self_attn.v_proj.weight", ("self_attn.W_v",), "transpose"),
+        Rule("self_attn.o_proj.weight", ("self_attn.W_o",), "transpose"),
+        Rule("post_attention_layernorm.weight", ("post_attention_norm.weight",), "as is"),
+        Rule("pre_feedforward_layernorm.weight", ("pre_feedforward_norm.weight",), "as is"),
+        Rule("post_feedforward_layernorm.weight", ("post_feedforward_norm.weight",), "as is"),
+        Rule("mlp.gate_proj.weight", ("mlp.W_gate",), "transpose"),
+        Rule("mlp.up_proj.weight", ("mlp.W_up",), "transpose"),
+        Rule("mlp.down_proj.weight", ("mlp.W_down",), "transpose"),
+    ],
     "transformers Gemma3DecoderLayer (layers.<i>.)": [
         Rule("input_layernorm.weight", ("input_norm.weight",), "as is"),
         Rule("self_attn.q_proj.weight", ("self_attn.W_q",), "transpose"),
@@ -168,6 +181,8 @@ WHOLE_MODELS = {
     "mistral": ("transformers LlamaForCausalLM (whole model; blocks: model.layers.<i>. as LlamaDecoderLayer)",
                 "model.layers.{i}.", "transformers LlamaDecoderLayer (layers.<i>.)"),
     # Gemma3ForCausalLM: Llama's outer names (model.embed_tokens, model.norm, lm_head; the norm's weight is w of 1 + w)
+    "gemma2": ("transformers LlamaForCausalLM (whole model; blocks: model.layers.<i>. as LlamaDecoderLayer)",
+               "model.layers.{i}.", "transformers Gemma2DecoderLayer (layers.<i>.)"),
     "gemma3_text": ("transformers LlamaForCausalLM (whole model; blocks: model.layers.<i>. as LlamaDecoderLayer)",
                     "model.layers.{i}.", "transformers Gemma3DecoderLayer (layers.<i>.)"),
 }

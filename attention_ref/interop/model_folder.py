@@ -40,7 +40,7 @@ _STRINGS = {"gpt2": ("activation_function",), **dict.fromkeys(LLAMA_LIKE, ("hidd
 _POSITIVE.update(dict.fromkeys(GEMMA, _LLAMA_POSITIVE))
 _OPTIONAL_POSITIVE.update(dict.fromkeys(GEMMA, ("num_key_value_heads", "head_dim", "max_position_embeddings",
                                                 "sliding_window", "sliding_window_pattern")))
-_FLAGS.update(dict.fromkeys(GEMMA, ("tie_word_embeddings", "attention_bias", "use_bidirectional_attention")))
+_FLAGS.update(dict.fromkeys(GEMMA, ("tie_word_embeddings", "attention_bias")))  # use_bidirectional_attention: null in Gemma 2
 _NUMBERS.update(dict.fromkeys(GEMMA, ("rms_norm_eps", "rope_theta", "rope_local_base_freq", "query_pre_attn_scalar")))
 _STRINGS.update(dict.fromkeys(GEMMA, ("hidden_activation",)))
 

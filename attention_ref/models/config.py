@@ -20,9 +20,10 @@ __all__ = ["LMConfig", "FAMILIES", "LLAMA_LIKE", "GEMMA"]
 #: ``qwen2`` biases on the q, k, v projections, ``qwen3`` an RMSNorm over each head's q and k,
 #: ``mistral`` sliding-window attention.
 LLAMA_LIKE = ("llama", "qwen2", "qwen3", "mistral")
-#: Gemma 3 (text; transformers' ``Gemma3ForCausalLM``): (1 + w) RMSNorms before and after each
-#: sub-layer, per-head q/k norms, GeGLU, embeddings times sqrt(D), sliding and global layers.
-GEMMA = ("gemma3_text",)
+#: Gemma 2 and Gemma 3 (text; transformers' ``Gemma2ForCausalLM``, ``Gemma3ForCausalLM``): (1 + w)
+#: RMSNorms before and after each sub-layer, GeGLU, embeddings times sqrt(D), sliding and global
+#: layers; Gemma 2 soft-caps its attention scores and final logits, Gemma 3 normalises each head's q and k.
+GEMMA = ("gemma2", "gemma3_text")
 #: The model families this package runs whole: transformers' ``model_type``.
 FAMILIES = ("gpt2",) + LLAMA_LIKE + GEMMA
 #: Gemma 3's two kinds of layer (``layer_types``)
@@ -56,7 +57,10 @@ class LMConfig:
         :attr:`sliding_window`, RoPE base :attr:`rope_local_theta`, no scaling) or
         ``"full_attention"`` (every earlier key, :attr:`rope_theta` and :attr:`rope_scaling`)
     rope_local_theta : Gemma 3's RoPE base of the sliding layers (``rope_local_base_freq``)
-    query_pre_attn_scalar : Gemma 3's scores are scaled by ``query_pre_attn_scalar ** -0.5``
+    query_pre_attn_scalar : Gemma's scores are scaled by ``query_pre_attn_scalar ** -0.5``
+    attn_softcap, final_softcap : Gemma 2's ``attn_logit_softcapping`` (the scaled scores become
+        ``cap * tanh(S / cap)`` before the mask) and ``final_logit_softcapping`` (the same on the
+        logits); None: no cap
     """
 
     family: str
@@ -79,6 +83,8 @@ class LMConfig:
     layer_types: tuple | None = None
     rope_local_theta: float | None = None
     query_pre_attn_scalar: float | None = None
+    attn_softcap: float | None = None
+    final_softcap: float | None = None
 
     def __post_init__(self):
         if self.family not in FAMILIES:
@@ -122,12 +128,19 @@ class LMConfig:
 
     def _check_gemma(self):
         """Gemma 3's fields: all present for ``gemma3_text``, none for another family."""
-        fields = ("layer_types", "rope_local_theta", "query_pre_attn_scalar")
+        fields = ("layer_types", "rope_local_theta", "query_pre_attn_scalar", "attn_softcap", "final_softcap")
         if self.family not in GEMMA:
             given = [name for name in fields if getattr(self, name) is not None]
             if given:
-                raise ValueError(f"{given} are Gemma 3's; a {self.family} model has none here")
+                raise ValueError(f"{given} are Gemma's; a {self.family} model has none here")
             return
+        caps = [name for name in fields[3:] if getattr(self, name) is not None]
+        if caps and self.family != "gemma2":
+            raise ValueError(f"{caps} are Gemma 2's soft caps; a {self.family} model has none here")
+        for name in caps:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+                raise ValueError(f"{name} must be None or a positive number, got {value!r}")
         if self.sliding_window is None:
             raise ValueError("a gemma3_text model needs its sliding_window")
         for name in ("rope_local_theta", "query_pre_attn_scalar"):
@@ -185,8 +198,8 @@ class LMConfig:
 
     @property
     def qk_norm(self) -> bool:
-        """Each head's query and key are RMS-normalised before RoPE (Qwen3)."""
-        return self.family == "qwen3"
+        """Each head's query and key are RMS-normalised before RoPE (Qwen3; Gemma 3 with (1 + w))."""
+        return self.family in ("qwen3", "gemma3_text")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -204,6 +217,8 @@ class LMConfig:
             return _gpt2(d)
         if family in LLAMA_LIKE:
             return _llama(d, family)
+        if family == "gemma2":
+            return _gemma2(d)
         if family in GEMMA:
             return _gemma3(d, family)
         raise ValueError(f"model_type {family!r} is not supported: this package runs {FAMILIES} whole")
@@ -340,3 +355,31 @@ def _gemma3(d, family="gemma3_text"):
                     head_dim=head_dim, tie_word_embeddings=d.get("tie_word_embeddings", True),
                     pad_token_id=pad if isinstance(pad, int) and 0 <= pad < d["vocab_size"] else None,
                     layer_types=tuple(kinds), rope_local_theta=local_theta, query_pre_attn_scalar=scalar)
+
+
+def _gemma2(d):
+    """Gemma 2: Gemma 3's reading (layer types, head_dim, query_pre_attn_scalar) with one RoPE base
+    for every layer (no scaling) and the two soft caps."""
+    family = "gemma2"
+    for cap in ("attn_logit_softcapping", "final_logit_softcapping"):
+        value = d.get(cap)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not 0 < value < float("inf")):
+            raise ValueError(f"{family}: {cap} must be null or a positive number, got {value!r}")
+    rope = d.get("rope_parameters") or d.get("rope_scaling") or {}
+    if not isinstance(rope, Mapping):
+        raise ValueError(f"{family}: rope_parameters must be an object, got {rope!r}")
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type != "default":
+        _refuse("the RoPE scaling rope_type", rope_type, family)
+    theta = d.get("rope_theta", rope.get("rope_theta", 10000.0))
+    as_gemma3 = {k: v for k, v in d.items() if k not in ("attn_logit_softcapping", "final_logit_softcapping",
+                                                          "rope_parameters", "rope_scaling", "rope_theta")}
+    as_gemma3.update(rope_theta=theta, rope_local_base_freq=theta)  # one base for both kinds of layer
+    if "layer_types" not in d:  # transformers' Gemma 2 alternates, sliding first
+        as_gemma3["layer_types"] = ["sliding_attention" if not i % 2 else "full_attention"
+                                    for i in range(d["num_hidden_layers"])]
+    config = _gemma3(as_gemma3, family)
+    return LMConfig(**{**config.to_dict(), "max_positions": d.get("max_position_embeddings", 8192),
+                       "attn_softcap": d.get("attn_logit_softcapping"),
+                       "final_softcap": d.get("final_logit_softcapping")})

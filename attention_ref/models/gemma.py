@@ -1,4 +1,4 @@
-"""Gemma 3 (text) as a whole language model: token ids to logits, and every gradient back.
+"""Gemma 2 and Gemma 3 (text) as whole language models: token ids to logits, and every gradient back.
 
 Symbols: B batch (any leading axes), T positions, D width, V vocabulary, L layers.
 
@@ -14,10 +14,14 @@ Forward, numbered so the backward can walk it in reverse:
                                                          ``rope_local_base_freq``; global layers: every
                                                          earlier key, ``rope_theta`` (and its scaling)
 4. ``h = GRMS_f(x)``                                     ``(1 + w) * x / rms(x)``
-5. ``logits = h W_head``                                 W_head = embed_tokens^T (tied, Gemma's default)
+5. ``z = h W_head``                                      W_head = embed_tokens^T (tied, Gemma's default)
                                                          or lm_head.W
+6. ``logits = cap tanh(z / cap)``                        Gemma 2's ``final_logit_softcapping`` (when set)
 
-Backward: the five steps in reverse; step 2's gradient is ``de = dx * sqrt(D)``; the token
+Gemma 2's blocks soft-cap their attention scores (``attn_logit_softcapping``) and have no q/k
+norms; one RoPE base serves both kinds of layer.
+
+Backward: the steps in reverse; step 6's is ``dz = dlogits (1 - t^2)``, ``t = tanh(z / cap)``; step 2's gradient is ``de = dx * sqrt(D)``; the token
 table's gradient is the scatter-add of the lookup (the ``pad_token_id`` row gets none), plus the
 head's ``dlogits^T h`` when tied.
 """
@@ -37,7 +41,7 @@ from ..nn.rms_norm import _rms_norm_backward, rms_norm_formula
 from .config import LMConfig
 from .params import add_head_gradient, block_params, check_lm_inputs, head_weight, param_names
 
-__all__ = ["GemmaLMCache", "gemma_lm_forward", "gemma_lm_backward", "embedding_normalizer"]
+__all__ = ["GemmaLMCache", "gemma_lm_forward", "gemma_lm_backward", "embedding_normalizer", "final_soft_cap"]
 
 
 class GemmaLMCache(NamedTuple):
@@ -49,6 +53,7 @@ class GemmaLMCache(NamedTuple):
     blocks: list  # step 3, one GemmaBlockCache per layer
     norm: object  # step 4, RMSNormCache (gain 1 + w)
     head: object  # step 5, LinearCache
+    t: np.ndarray | None  # step 6, tanh(z / cap), or None without a final cap
     param_keys: tuple
     logits_shape: tuple
     dtype: np.dtype
@@ -61,13 +66,13 @@ def embedding_normalizer(config: LMConfig, dtype) -> np.ndarray:
 
 
 def gemma_lm_forward(ids, params, config: LMConfig, attention_mask=None):
-    """Logits of a Gemma 3 text model for the token ``ids`` (..., T).
+    """Logits of a Gemma 2 or Gemma 3 text model for the token ``ids`` (..., T).
 
     Parameters
     ----------
     ids : integer array (..., T), token ids in ``[0, vocab_size)``; positions 0 .. T-1
     params : dict with the keys of :func:`attention_ref.models.param_names` (Gemma 3's)
-    config : LMConfig with ``family`` ``"gemma3_text"``
+    config : LMConfig with ``family`` ``"gemma2"`` or ``"gemma3_text"``
     attention_mask : optional (..., T) of 0/1, 0 for padding: no query attends to a padding key
 
     Returns
@@ -86,15 +91,28 @@ def gemma_lm_forward(ids, params, config: LMConfig, attention_mask=None):
     blocks = []
     for layer, ((theta, window), scale) in enumerate(zip(config.gemma_layers(), config.head_scale)):
         x, block = gemma_block_formula(x, block_params(params, config, layer), config.num_heads, config.num_kv_heads,
-                                       eps=config.eps, mask=mask, scale=scale, theta=theta, window=window)
+                                       eps=config.eps, mask=mask, scale=scale, theta=theta, window=window,
+                                       cap=config.attn_softcap)
         blocks.append(block)
     # 4. the final (1 + w) RMSNorm
     h, norm = rms_norm_formula(x, 1.0 + params["norm.weight"], config.eps)  # (..., T, D)
     # 5. the LM head
     W_head = head_weight(params, config)  # (D, V)
     logits, head = linear_formula(h, W_head, None), LinearCache(h, W_head, False)  # (..., T, V)
-    return logits, GemmaLMCache(config, tok_cache, normalizer, blocks, norm, head, param_names(config),
+    # 6. Gemma 2's final soft cap
+    logits, t = final_soft_cap(logits, config)
+    return logits, GemmaLMCache(config, tok_cache, normalizer, blocks, norm, head, t, param_names(config),
                                 logits.shape, logits.dtype)
+
+
+def final_soft_cap(z, config: LMConfig):
+    """Step 6: ``(cap * t, t)`` with ``t = tanh(z / cap)`` for Gemma 2's ``final_softcap``, else
+    ``(z, None)``."""
+    if config.final_softcap is None:
+        return z, None
+    cap = float(config.final_softcap)  # a Python float: float32 stays float32
+    t = np.tanh(z / cap)  # (..., V); tanh saturates, never overflows
+    return cap * t, t
 
 
 def gemma_lm_backward(dlogits, cache: GemmaLMCache):
@@ -102,8 +120,10 @@ def gemma_lm_backward(dlogits, cache: GemmaLMCache):
     config = cache.config
     dlogits = as_upstream(dlogits, cache.logits_shape, cache.dtype, "dlogits")
     g = {}
-    # 5. logits = h W_head
-    dh, dW_head, _ = linear_backward(dlogits, cache.head)  # (..., T, D), (D, V)
+    # 6. logits = cap tanh(z / cap): dz = dlogits (1 - t^2)
+    dz = dlogits if cache.t is None else dlogits * (1.0 - cache.t * cache.t)  # (..., T, V)
+    # 5. z = h W_head
+    dh, dW_head, _ = linear_backward(dz, cache.head)  # (..., T, D), (D, V)
     # 4. h = GRMS_f(x): dw is the gain's gradient
     dx, g["norm.weight"] = _rms_norm_backward(dh, cache.norm)  # (..., T, D)
     # 3. the blocks in reverse

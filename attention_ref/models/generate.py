@@ -29,7 +29,7 @@ from ..nn.residual import split_params
 from ..nn.rms_norm import rms_norm_formula
 from ..variants.kv_cache import KVCache
 from .config import GEMMA, LMConfig
-from .gemma import embedding_normalizer
+from .gemma import embedding_normalizer, final_soft_cap
 from .logits_processing import check_logits_settings, processed_logits
 from .params import TOKEN_TABLE, block_params, check_lm_params, head_weight
 
@@ -109,9 +109,10 @@ class LMDecoder:
                                                             config.head_scale):
                 x = gemma_decode_formula(x, block, config.num_heads, config.num_kv_heads, cache, eps=config.eps,
                                          scale=scale, mask=mask, rotary=RotaryHalf(at, at, 1.0, theta),
-                                         window=window)  # (B, t, D)
+                                         window=window, cap=config.attn_softcap)  # (B, t, D)
             x = x[:, -1:] if last_only else x  # (B, 1, D) with last_only
             h, _ = rms_norm_formula(x, 1.0 + params["norm.weight"], config.eps)  # (B, t, D): (1 + w) gain
+            return final_soft_cap(linear_formula(h, head_weight(params, config), None), config)[0]  # Gemma 2's cap
         else:
             at = positions[:, None, :]  # (B, 1, t): the same positions for every head
             rotary = RotaryHalf(at, at, float(config.rope_theta), config.rope_frequencies())

@@ -16,7 +16,7 @@ from .._checks import as_real_array, cast, common_dtype
 from .._token_checks import as_attention_mask, as_token_ids
 from ..nn.encoder_block import ENCODER_GROUPS
 from ..nn.gpt2_block import init_gpt2_block_params
-from ..nn.gemma_block import GEMMA_PARAM_NAMES, init_gemma_block_params
+from ..nn.gemma_block import GEMMA2_PARAM_NAMES, GEMMA_PARAM_NAMES, init_gemma_block_params
 from ..nn.llama_block import LLAMA_PARAM_NAMES, QK_NORM_NAMES, QKV_BIAS_NAMES, init_llama_block_params
 from .config import GEMMA, LLAMA_LIKE, LMConfig
 
@@ -33,7 +33,7 @@ def _block_names(config: LMConfig):
     if config.family == "gpt2":
         return _GPT2_BLOCK
     if config.family in GEMMA:
-        return GEMMA_PARAM_NAMES
+        return GEMMA_PARAM_NAMES if config.qk_norm else GEMMA2_PARAM_NAMES
     return LLAMA_PARAM_NAMES + (QKV_BIAS_NAMES if config.qkv_bias else ()) + (QK_NORM_NAMES if config.qk_norm else ())
 
 
@@ -153,7 +153,7 @@ def init_lm_params(config: LMConfig, *, seed=None, dtype=np.float64) -> dict:
             block = init_gpt2_block_params(D, config.num_heads, config.d_ff, seed=seed_i, dtype=dtype)
         elif config.family in GEMMA:
             block = init_gemma_block_params(D, config.num_heads, config.d_ff, num_kv_heads=config.num_kv_heads,
-                                            d_head=config.d_head, seed=seed_i, dtype=dtype)
+                                            d_head=config.d_head, seed=seed_i, dtype=dtype, qk_norm=config.qk_norm)
         else:
             block = init_llama_block_params(D, config.num_heads, config.d_ff, num_kv_heads=config.num_kv_heads,
                                             seed=seed_i, dtype=dtype, qkv_bias=config.qkv_bias,

@@ -1,4 +1,4 @@
-"""Gemma 3 (text) whole against transformers' Gemma3ForCausalLM: tiny configs with random weights
+"""Gemma 2 and Gemma 3 (text) whole against transformers' Gemma2ForCausalLM and Gemma3ForCausalLM: tiny configs with random weights
 in float64 (every (1 + w) norm's w random, so no gain is the identity), written by
 ``save_pretrained`` and read by ``load_pretrained``; logits, the loss and every parameter's
 gradient at 1e-10 relative; ``generate`` token for token on a left-padded batch; each decoding
@@ -7,7 +7,9 @@ step's logits against transformers' own cache; the ``to_transformers`` round tri
 transformers' float32 steps inside the float64 model are run with the same formulas in float64
 by ``attention_ref.interop.gemma3_in_float64()`` (RMSNorm, RoPE of both kinds of layer, and the
 embedding scale, a float32-rounded buffer); the attention is ``sdpa`` (softmax in the model's
-dtype); the loss is compared as in the Llama tests (our float64 cross-entropy at 1e-10, the
+dtype). Gemma 2 runs eager attention (sdpa has no soft cap), its float32 softmax, RMSNorm, RoPE and
+embedding scale replaced by the same formulas in float64 by ``gemma2_in_float64()``; its caps are
+shrunk (scores 0.5, logits 1.0) so that tanh bends what it caps. The loss is compared as in the Llama tests (our float64 cross-entropy at 1e-10, the
 ``labels=`` loss at 1e-6). Runs on transformers 4.57 (``rope_local_base_freq``, ``rope_scaling``)
 and 5.x (``rope_parameters`` per layer type).
 """
@@ -20,7 +22,7 @@ if not hasattr(transformers, "Gemma3ForCausalLM"):
     pytest.skip("this transformers has no Gemma3ForCausalLM", allow_module_level=True)
 
 import attention_ref as ar  # noqa: E402
-from attention_ref.interop import gemma3_in_float64, load_pretrained, to_transformers  # noqa: E402
+from attention_ref.interop import gemma2_in_float64, gemma3_in_float64, load_pretrained, to_transformers  # noqa: E402
 from _transformers_api import returned_cache, with_cache  # noqa: E402
 
 RTOL = 1e-10
@@ -57,26 +59,48 @@ def _gemma3(tie=True, linear=False, head_dim=6, kv_heads=2):
     return model
 
 
+def _gemma2(tie=True, caps=(0.5, 1.0), kv_heads=2):
+    rope = {"rope_parameters": {"rope_type": "default", "rope_theta": 500.0}} if FIVE else {"rope_theta": 500.0}
+    config = transformers.Gemma2Config(
+        vocab_size=41, hidden_size=16, intermediate_size=24, num_attention_heads=4, num_key_value_heads=kv_heads,
+        head_dim=6, num_hidden_layers=3, layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        sliding_window=3, query_pre_attn_scalar=5, rms_norm_eps=1e-6, max_position_embeddings=64, pad_token_id=0,
+        bos_token_id=None, eos_token_id=None, tie_word_embeddings=tie, attn_implementation="eager",
+        attn_logit_softcapping=caps[0], final_logit_softcapping=caps[1], **rope)
+    model = transformers.Gemma2ForCausalLM(config).double().eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.mul_(10.0) if "norm" not in name and p.ndim == 2 else p.add_(0.3 * torch.randn_like(p))
+    return model
+
+
 MODELS = {"gemma3": lambda: _gemma3(), "gemma3-untied-linear-rope": lambda: _gemma3(False, True),
-          "gemma3-mqa-narrow-heads": lambda: _gemma3(head_dim=2, kv_heads=1)}
+          "gemma3-mqa-narrow-heads": lambda: _gemma3(head_dim=2, kv_heads=1),
+          "gemma2": lambda: _gemma2(), "gemma2-untied-mqa": lambda: _gemma2(False, kv_heads=1),
+          "gemma2-no-caps": lambda: _gemma2(caps=(None, None))}
 
 
 @pytest.fixture(params=list(MODELS))
 def saved(request, tmp_path):
-    """A model, saved by save_pretrained and loaded by load_pretrained, run inside gemma3_in_float64."""
+    """A model, saved by save_pretrained and loaded by load_pretrained, run inside its float64 patches."""
     torch.manual_seed(0)
     model = MODELS[request.param]()
     model.save_pretrained(tmp_path)
     params, config = load_pretrained(tmp_path)
-    with gemma3_in_float64():
+    with (gemma2_in_float64() if config.family == "gemma2" else gemma3_in_float64()):
         yield model, params, config
 
 
 def test_the_config_is_read_whole(saved):
-    _, _, config = saved
-    assert config.family == "gemma3_text" and config.sliding_window == 3 and config.query_pre_attn_scalar == 5
+    model, _, config = saved
+    assert config.sliding_window == 3 and config.query_pre_attn_scalar == 5
     assert config.layer_types == ("sliding_attention", "full_attention", "sliding_attention")
-    assert (config.rope_theta, config.rope_local_theta) == (500.0, 20.0)
+    if config.family == "gemma2":
+        assert config.rope_theta == config.rope_local_theta == 500.0
+        assert (config.attn_softcap, config.final_softcap) == (model.config.attn_logit_softcapping,
+                                                               model.config.final_logit_softcapping)
+    else:
+        assert config.family == "gemma3_text" and (config.rope_theta, config.rope_local_theta) == (500.0, 20.0)
 
 
 def test_logits_loss_and_every_gradient(saved):

@@ -1,4 +1,4 @@
-"""Gemma 3 (text) without torch: its config read from 4.x and 5.x spellings, everything it can
+"""Gemma 3 (text) and Gemma 2 without torch: its config read from 4.x and 5.x spellings, everything it can
 switch on that is not implemented refused by name, float32 kept through the forward, the
 backward and generate, and the embedding's sqrt(D) in the params' dtype."""
 import math
@@ -59,7 +59,7 @@ def test_the_gemma_fields_are_checked():
         ar.LMConfig(**{**config.to_dict(), "query_pre_attn_scalar": 0})
     with pytest.raises(ValueError, match="needs its sliding_window"):
         ar.LMConfig(**{**config.to_dict(), "sliding_window": None})
-    with pytest.raises(ValueError, match="are Gemma 3's; a llama model has none"):
+    with pytest.raises(ValueError, match="are Gemma's; a llama model has none"):
         ar.LMConfig(**{**config.to_dict(), "family": "llama", "sliding_window": None})
 
 
@@ -74,3 +74,45 @@ def test_float32_stays_float32():
     assert out.shape == (2, 7) and np.isfinite(loss)
     assert embedding_normalizer(config, np.float32) == np.float32(math.sqrt(8))
     assert embedding_normalizer(config, np.float64) == math.sqrt(8)
+
+
+G2 = {**BASE, "model_type": "gemma2", "rope_theta": 1e4, "attn_logit_softcapping": 50.0,
+      "final_logit_softcapping": 30.0}
+
+
+def test_gemma2_config():
+    config = ar.LMConfig.from_dict(G2)
+    assert (config.attn_softcap, config.final_softcap) == (50.0, 30.0) and not config.qk_norm
+    assert config.layer_types == ("sliding_attention", "full_attention", "sliding_attention")  # alternating
+    assert config.rope_theta == config.rope_local_theta == 1e4
+    assert "layers.0.self_attn.q_norm.weight" not in ar.param_names(config)
+    uncapped = ar.LMConfig.from_dict({**G2, "attn_logit_softcapping": None, "final_logit_softcapping": None})
+    assert uncapped.attn_softcap is None and uncapped.final_softcap is None
+
+
+@pytest.mark.parametrize("change, named", [
+    ({"attention_bias": True}, "attention_bias"), ({"use_bidirectional_attention": True}, "use_bidirectional"),
+    ({"hidden_activation": "gelu"}, "hidden_activation"),
+    ({"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}}, "rope_type"),
+    ({"attn_logit_softcapping": -1.0}, "attn_logit_softcapping must be null or a positive number"),
+    ({"final_logit_softcapping": "30"}, "final_logit_softcapping must be null or a positive number"),
+])
+def test_gemma2_refuses_by_name(change, named):
+    with pytest.raises(ValueError, match=named):
+        ar.LMConfig.from_dict({**G2, **change})
+
+
+def test_the_soft_caps_are_gemma2s():
+    config = ar.LMConfig.from_dict({**BASE, **V5})
+    with pytest.raises(ValueError, match="are Gemma 2's soft caps; a gemma3_text model has none"):
+        ar.LMConfig(**{**config.to_dict(), "attn_softcap": 50.0})
+
+
+def test_gemma2_float32_stays_float32_and_logits_stay_under_the_cap():
+    config = ar.LMConfig.from_dict({**G2, "final_logit_softcapping": 0.01})
+    params = {k: v.astype(np.float32) for k, v in ar.init_lm_params(config, seed=0).items()}
+    with np.errstate(all="raise"):
+        loss, grads, logits = ar.lm_loss([[1, 2, 3, 4]], params, config)
+        out = ar.generate([[1, 2, 3]], params, config, 2)
+    assert logits.dtype == np.float32 and all(g.dtype == np.float32 for g in grads.values())
+    assert np.abs(logits).max() <= np.float32(0.01) and out.shape == (1, 5)  # tanh saturates at 1 in float32
