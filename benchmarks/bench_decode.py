@@ -8,7 +8,9 @@ Run from the repository root::
 
 What is timed: GPT-2 small (124M), a SmolLM-135M-shaped Llama (30 layers, 9 query heads, 3
 key/value heads) and a Gemma-3-270M-shaped Gemma 3 (18 layers, every sixth global, the others
-sliding over 512 keys; 4 query heads of 256, 1 key/value head; vocabulary 262144), all with random weights built from their configs
+sliding over 512 keys; 4 query heads of 256, 1 key/value head; vocabulary 262144) and a small
+Gemma-2-shaped model of the same sizes (not a released Gemma 2: layers alternating sliding and
+global, scores and logits soft-capped at 50 and 30, vocabulary 256000), all with random weights built from their configs
 (:func:`attention_ref.init_lm_params`, seed 0, float32), a 16-token prompt, 32 greedy tokens
 (``generate(ids, params, config, 32)`` against transformers' ``model.generate(ids,
 max_new_tokens=32, do_sample=False)`` on the same weights). Tokens per second are the 32 new
@@ -53,6 +55,13 @@ MODELS = {
         "sliding_window": 512, "query_pre_attn_scalar": 256, "max_position_embeddings": 32768, "rms_norm_eps": 1e-6,
         "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0, "layer_types": _GEMMA3_LAYERS * 3,
         "tie_word_embeddings": True, "hidden_activation": "gelu_pytorch_tanh"},
+    "small Gemma-2-shaped (Gemma 3 270M's sizes)": {
+        "model_type": "gemma2", "vocab_size": 256000, "hidden_size": 640, "num_hidden_layers": 18,
+        "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256, "intermediate_size": 2048,
+        "sliding_window": 512, "query_pre_attn_scalar": 256, "max_position_embeddings": 8192, "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0, "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0,
+        "layer_types": ["sliding_attention", "full_attention"] * 9, "tie_word_embeddings": True,
+        "hidden_activation": "gelu_pytorch_tanh"},
 }
 QUICK = {
     "tiny GPT-2": {"model_type": "gpt2", "vocab_size": 300, "n_embd": 32, "n_layer": 2, "n_head": 4,
@@ -67,6 +76,12 @@ QUICK = {
                      "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
                      "layer_types": _GEMMA3_LAYERS, "tie_word_embeddings": True,
                      "hidden_activation": "gelu_pytorch_tanh"},
+    "tiny Gemma 2": {"model_type": "gemma2", "vocab_size": 300, "hidden_size": 32, "num_hidden_layers": 4,
+                     "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 64,
+                     "sliding_window": 8, "query_pre_attn_scalar": 16, "max_position_embeddings": 128,
+                     "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "attn_logit_softcapping": 50.0,
+                     "final_logit_softcapping": 30.0, "layer_types": ["sliding_attention", "full_attention"] * 2,
+                     "tie_word_embeddings": True, "hidden_activation": "gelu_pytorch_tanh"},
 }
 
 
@@ -101,6 +116,7 @@ def worker(library: str, config_dict: dict) -> dict:
         hf_config = transformers.AutoConfig.for_model(**config_dict)
         cls = transformers.GPT2LMHeadModel if family == "gpt2" else transformers.LlamaForCausalLM
         cls = transformers.Gemma3ForCausalLM if family == "gemma3_text" else cls
+        cls = transformers.Gemma2ForCausalLM if family == "gemma2" else cls
         model = cls(hf_config).eval().float()
         state = {k: torch.from_numpy(v) for k, v in to_transformers(params, config).items()}
         missing, unexpected = model.load_state_dict(state, strict=False)
