@@ -111,6 +111,7 @@ from .nn.llama_block import (
     llama_block_forward,
 )
 from .nn.gemma_block import (
+    GEMMA2_PARAM_NAMES,
     GEMMA_PARAM_NAMES,
     GemmaBlockCache,
     gemma_block_backward,

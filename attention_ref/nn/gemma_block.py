@@ -1,5 +1,6 @@
-"""Gemma 3's decoder block (text): (1 + w) RMSNorms before and after each sub-layer, causal
-self-attention with per-head (1 + w) q/k norms, rotate-half RoPE and grouped-query heads, GeGLU.
+"""Gemma 3's and Gemma 2's decoder block: (1 + w) RMSNorms before and after each sub-layer, causal
+self-attention (Gemma 3: per-head (1 + w) q/k norms; Gemma 2: soft-capped scores), rotate-half
+RoPE and grouped-query heads, GeGLU.
 
 Symbols: ``...`` batch axes, N positions, D model width, H query heads, Hkv key/value heads,
 Dh head width (Gemma's ``head_dim``, not D / H), F the MLP's hidden width. ``GRMS_w(x)`` is
@@ -13,6 +14,8 @@ Forward, numbered so the backward can walk it in reverse:
    (the layer's frequencies: local layers ``rope_local_base_freq``, global layers ``rope_theta``
    and its scaling); scores times ``scale`` (``query_pre_attn_scalar ** -0.5``); causal, and on
    sliding layers keys ``i - W < j <= i`` only; grouped heads; merge; ``W_o``     (..., N, D)
+   Gemma 2 instead: no q/k norms, and the scaled scores ``S`` become ``C = cap * tanh(S / cap)``
+   before the mask and the softmax (its own grouped step, :func:`_capped_attention_formula`)
 3. ``b = GRMS_post_attention(a)``
 4. ``h = x + b``
 5. ``u = GRMS_pre_feedforward(h)``
@@ -23,12 +26,13 @@ Forward, numbered so the backward can walk it in reverse:
 Backward: the same steps in reverse. Each ``GRMS`` is RMSNorm with gain ``g = 1 + w``, so its
 backward is RMSNorm's with ``dw = dg``; the q/k norms are :class:`QKNormRotary` given the gains
 ``1 + w`` (their gradients sum over batch, heads and positions); the residuals pass their
-gradient to both branches.
+gradient to both branches. Gemma 2's cap: ``dS = dC * (1 - t^2)``, ``t = tanh(S / cap)``, between
+the softmax's backward and the scores'.
 
 Parameter names (flat): ``input_norm.weight``, ``self_attn.W_q``, ``.W_k``, ``.W_v``, ``.W_o``,
 ``self_attn.q_norm.weight``, ``.k_norm.weight`` (Dh,), ``post_attention_norm.weight``,
 ``pre_feedforward_norm.weight``, ``post_feedforward_norm.weight``, ``mlp.W_gate``, ``.W_up``,
-``.W_down`` (transformers' ``input_layernorm``, ``self_attn.q_proj`` ..., ``self_attn.q_norm``,
+``.W_down``; Gemma 2 without the q/k norms (:data:`GEMMA2_PARAM_NAMES`) (transformers' ``input_layernorm``, ``self_attn.q_proj`` ..., ``self_attn.q_norm``,
 ``post_attention_layernorm``, ``pre_feedforward_layernorm``, ``post_feedforward_layernorm``,
 ``mlp.gate_proj`` ...). Every norm weight is the offset ``w`` (transformers initialises it at 0).
 """
