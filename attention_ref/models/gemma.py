@@ -21,9 +21,9 @@ Forward, numbered so the backward can walk it in reverse:
 Gemma 2's blocks soft-cap their attention scores (``attn_logit_softcapping``) and have no q/k
 norms; one RoPE base serves both kinds of layer.
 
-Backward: the steps in reverse; step 6's is ``dz = dlogits (1 - t^2)``, ``t = tanh(z / cap)``; step 2's gradient is ``de = dx * sqrt(D)``; the token
-table's gradient is the scatter-add of the lookup (the ``pad_token_id`` row gets none), plus the
-head's ``dlogits^T h`` when tied.
+Backward: the steps in reverse; step 6's is ``dz = dlogits (1 - t^2)``, ``t = tanh(z / cap)``;
+step 2's gradient is ``de = dx * sqrt(D)``; the token table's gradient is the scatter-add of
+the lookup (the ``pad_token_id`` row gets none), plus the head's ``(h^T dz)^T`` when tied.
 """
 from __future__ import annotations
 

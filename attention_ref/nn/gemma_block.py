@@ -32,7 +32,8 @@ the softmax's backward and the scores'.
 Parameter names (flat): ``input_norm.weight``, ``self_attn.W_q``, ``.W_k``, ``.W_v``, ``.W_o``,
 ``self_attn.q_norm.weight``, ``.k_norm.weight`` (Dh,), ``post_attention_norm.weight``,
 ``pre_feedforward_norm.weight``, ``post_feedforward_norm.weight``, ``mlp.W_gate``, ``.W_up``,
-``.W_down``; Gemma 2 without the q/k norms (:data:`GEMMA2_PARAM_NAMES`) (transformers' ``input_layernorm``, ``self_attn.q_proj`` ..., ``self_attn.q_norm``,
+``.W_down``; Gemma 2 without the q/k norms (:data:`GEMMA2_PARAM_NAMES`)
+(transformers' ``input_layernorm``, ``self_attn.q_proj`` ..., ``self_attn.q_norm``,
 ``post_attention_layernorm``, ``pre_feedforward_layernorm``, ``post_feedforward_layernorm``,
 ``mlp.gate_proj`` ...). Every norm weight is the offset ``w`` (transformers initialises it at 0).
 """
@@ -64,7 +65,8 @@ from .multi_head_attention import (check_block_mask, check_decode_mask, check_ne
 from .rms_norm import RMSNormCache, _rms_norm_backward, rms_norm_formula
 from .rope_scaling import rope_frequencies
 
-__all__ = ["GEMMA_PARAM_NAMES", "GEMMA2_PARAM_NAMES", "CappedAttentionCache", "GemmaBlockCache", "gemma_block_forward", "gemma_block_backward",
+__all__ = ["GEMMA_PARAM_NAMES", "GEMMA2_PARAM_NAMES", "CappedAttentionCache", "GemmaBlockCache",
+           "gemma_block_forward", "gemma_block_backward",
            "gemma_block_decode_step", "gemma_block_formula", "gemma_decode_formula", "check_gemma_block_params",
            "init_gemma_block_params"]
 
