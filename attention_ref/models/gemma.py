@@ -37,7 +37,7 @@ from ..core.linear import LinearCache
 from ..fast.dispatch import linear_backward, linear_formula
 from ..nn.embedding import embedding_backward, embedding_formula
 from ..nn.gemma_block import gemma_block_backward, gemma_block_formula
-from ..nn.rms_norm import _rms_norm_backward, rms_norm_formula
+from ..nn.rms_norm import rms_norm_backward, rms_norm_formula
 from .config import LMConfig
 from .params import add_head_gradient, block_params, check_lm_inputs, head_weight, param_names
 
@@ -125,7 +125,7 @@ def gemma_lm_backward(dlogits, cache: GemmaLMCache):
     # 5. z = h W_head
     dh, dW_head, _ = linear_backward(dz, cache.head)  # (..., T, D), (D, V)
     # 4. h = GRMS_f(x): dw is the gain's gradient
-    dx, g["norm.weight"] = _rms_norm_backward(dh, cache.norm)  # (..., T, D)
+    dx, g["norm.weight"] = rms_norm_backward(dh, cache.norm)  # (..., T, D)
     # 3. the blocks in reverse
     for layer in reversed(range(config.num_layers)):
         dx, block_grads = gemma_block_backward(dx, cache.blocks[layer])  # (..., T, D)

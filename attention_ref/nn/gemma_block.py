@@ -49,9 +49,9 @@ from .._checks import (as_real_array, as_upstream, cast, check_positive_int, che
 from .._pair_checks import MultiHeadInputs, check_scale
 from ..core.linear import LinearCache
 from ..core.masks import apply_mask, causal_mask
-from ..core.softmax import _softmax
 from ..fast.core_formulas import merge_heads_formula, split_heads_formula
 from ..fast.dispatch import linear_backward_formula, linear_formula
+from ..fast.softmax import softmax_in_place
 from ..variants.grouped_heads import group_heads, group_mask, ungroup_heads
 from ..variants.grouped_heads import GroupedMultiHeadCache
 from ..variants.grouped_heads import multi_head_attention_backward_formula, multi_head_attention_formula
@@ -130,7 +130,7 @@ def _capped_scores_formula(q, k, v, mask, scale, cap):
         scores = (q * scale) @ k.swapaxes(-1, -2)  # a. S, (..., Nq, Nk)
         t = np.tanh(scores / cap)  # b. t = tanh(S / cap)
         capped = cap * t  # c. C = cap t, every entry in (-cap, cap): no overflow below
-        weights = _softmax(apply_mask(capped, mask), axis=-1)  # d. P = softmax(C + mask)
+        weights = softmax_in_place(apply_mask(capped, mask))  # d. P = softmax(C + mask), over a fresh array
         out = weights @ v  # e. out = P v
     return out, t, weights
 
