@@ -110,6 +110,15 @@ from .nn.llama_block import (
     llama_block_decode_step,
     llama_block_forward,
 )
+from .nn.gemma_block import (
+    GEMMA2_PARAM_NAMES,
+    GEMMA_PARAM_NAMES,
+    GemmaBlockCache,
+    gemma_block_backward,
+    gemma_block_decode_step,
+    gemma_block_forward,
+    init_gemma_block_params,
+)
 from .nn.optim import SGD, Adam
 from .nn.embedding import EmbeddingCache, embedding_backward, embedding_forward
 from .nn.cross_entropy import CrossEntropyCache, cross_entropy_backward, cross_entropy_forward, next_token_targets
@@ -122,6 +131,7 @@ from .models.gpt2 import GPT2LMCache, gpt2_lm_backward, gpt2_lm_forward
 from .models.llama import LlamaLMCache, llama_lm_backward, llama_lm_forward
 from .models.gpt_neox import GPTNeoXLMCache, gpt_neox_lm_backward, gpt_neox_lm_forward
 from .models.phi3 import Phi3LMCache, phi3_lm_backward, phi3_lm_forward
+from .models.gemma import GemmaLMCache, gemma_lm_backward, gemma_lm_forward
 from .models.lm import lm_backward, lm_forward, lm_loss
 from .models.logits_processing import (
     apply_min_new_tokens,

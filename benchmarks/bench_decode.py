@@ -8,8 +8,14 @@ Run from the repository root::
 
 What is timed: GPT-2 small (124M), a SmolLM-135M-shaped Llama (30 layers, 9 query heads, 3
 key/value heads), a Pythia-160M-shaped GPT-NeoX (12 layers, 12 heads, rotary_pct 0.25, untied
-head) and a 134M Phi-3-shaped model (Phi-3-mini's vocabulary, fused projections and 2047-token
-window, 768 wide, 12 layers), all with random weights built from their configs
+head), a 134M Phi-3-shaped model (Phi-3-mini's vocabulary, fused projections and 2047-token
+window, 768 wide, 12 layers), a Gemma-3-270M-shaped Gemma 3 (18 layers, every sixth global, the
+others sliding over 512 keys; 4 query heads of 256, 1 key/value head; vocabulary 262144), a small
+Gemma-2-shaped model of the same sizes (not a released Gemma 2: layers alternating sliding and
+global, scores and logits soft-capped at 50 and 30, vocabulary 256000), and the Llama-like families
+at SmolLM-135M's sizes with their own piece switched on (Llama 3.2's ``llama3`` RoPE scaling,
+Qwen2's q/k/v biases, Qwen3's q/k norms, Mistral's window; not released models), all with random
+weights built from their configs
 (:func:`attention_ref.init_lm_params`, seed 0, float32), a 16-token prompt, 32 greedy tokens
 (``generate(ids, params, config, 32)`` against transformers' ``model.generate(ids,
 max_new_tokens=32, do_sample=False)`` on the same weights). Tokens per second are the 32 new
@@ -38,6 +44,11 @@ PROMPT, NEW_TOKENS = 16, 32
 ONE_THREAD = {k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                                "BLIS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")}
 
+_GEMMA3_LAYERS = ["sliding_attention"] * 5 + ["full_attention"]  # Gemma 3's pattern: every sixth layer global
+#: SmolLM-135M's sizes (a Llama), shared by the rows of the Llama-like families
+_SMOL = {"vocab_size": 49152, "hidden_size": 576, "num_hidden_layers": 30, "num_attention_heads": 9,
+         "num_key_value_heads": 3, "intermediate_size": 1536, "max_position_embeddings": 2048, "rms_norm_eps": 1e-5,
+         "rope_theta": 10000.0, "tie_word_embeddings": True, "hidden_act": "silu"}
 #: transformers' config.json of each model (random weights: only the shapes matter).
 MODELS = {
     "GPT-2 small": {"model_type": "gpt2", "vocab_size": 50257, "n_embd": 768, "n_layer": 12, "n_head": 12,
@@ -47,6 +58,14 @@ MODELS = {
         "num_attention_heads": 9, "num_key_value_heads": 3, "intermediate_size": 1536,
         "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
         "tie_word_embeddings": True, "hidden_act": "silu"},
+    # the Llama-like families at SmolLM-135M's sizes, each with its own piece switched on
+    "Llama-3.2-style (llama3 RoPE scaling) at SmolLM-135M sizes": {
+        **_SMOL, "model_type": "llama", "rope_theta": 500000.0,
+        "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 8192}},
+    "Qwen2-style (q/k/v biases) at SmolLM-135M sizes": {**_SMOL, "model_type": "qwen2"},
+    "Qwen3-style (q/k norms, 64-wide heads) at SmolLM-135M sizes": {**_SMOL, "model_type": "qwen3", "head_dim": 64},
+    "Mistral-style (window 4096) at SmolLM-135M sizes": {**_SMOL, "model_type": "mistral", "sliding_window": 4096},
     "Pythia-160M-shaped GPT-NeoX": {
         "model_type": "gpt_neox", "vocab_size": 50304, "hidden_size": 768, "num_hidden_layers": 12,
         "num_attention_heads": 12, "intermediate_size": 3072, "rotary_pct": 0.25, "rotary_emb_base": 10000,
@@ -59,6 +78,19 @@ MODELS = {
         "max_position_embeddings": 4096, "original_max_position_embeddings": 4096, "rms_norm_eps": 1e-5,
         "rope_theta": 10000.0, "sliding_window": 2047, "tie_word_embeddings": False, "hidden_act": "silu",
         "pad_token_id": 32000},
+    "Gemma-3-270M-shaped": {
+        "model_type": "gemma3_text", "vocab_size": 262144, "hidden_size": 640, "num_hidden_layers": 18,
+        "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256, "intermediate_size": 2048,
+        "sliding_window": 512, "query_pre_attn_scalar": 256, "max_position_embeddings": 32768, "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0, "layer_types": _GEMMA3_LAYERS * 3,
+        "tie_word_embeddings": True, "hidden_activation": "gelu_pytorch_tanh"},
+    "small Gemma-2-shaped (Gemma 3 270M's sizes)": {
+        "model_type": "gemma2", "vocab_size": 256000, "hidden_size": 640, "num_hidden_layers": 18,
+        "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256, "intermediate_size": 2048,
+        "sliding_window": 512, "query_pre_attn_scalar": 256, "max_position_embeddings": 8192, "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0, "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0,
+        "layer_types": ["sliding_attention", "full_attention"] * 9, "tie_word_embeddings": True,
+        "hidden_activation": "gelu_pytorch_tanh"},
 }
 QUICK = {
     "tiny GPT-2": {"model_type": "gpt2", "vocab_size": 300, "n_embd": 32, "n_layer": 2, "n_head": 4,
@@ -76,6 +108,18 @@ QUICK = {
                    "max_position_embeddings": 128, "original_max_position_embeddings": 128, "rms_norm_eps": 1e-5,
                    "rope_theta": 10000.0, "sliding_window": 20, "tie_word_embeddings": False, "hidden_act": "silu",
                    "pad_token_id": 0},
+    "tiny Gemma 3": {"model_type": "gemma3_text", "vocab_size": 300, "hidden_size": 32, "num_hidden_layers": 6,
+                     "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 16, "intermediate_size": 64,
+                     "sliding_window": 8, "query_pre_attn_scalar": 16, "max_position_embeddings": 128,
+                     "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+                     "layer_types": _GEMMA3_LAYERS, "tie_word_embeddings": True,
+                     "hidden_activation": "gelu_pytorch_tanh"},
+    "tiny Gemma 2": {"model_type": "gemma2", "vocab_size": 300, "hidden_size": 32, "num_hidden_layers": 4,
+                     "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 64,
+                     "sliding_window": 8, "query_pre_attn_scalar": 16, "max_position_embeddings": 128,
+                     "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "attn_logit_softcapping": 50.0,
+                     "final_logit_softcapping": 30.0, "layer_types": ["sliding_attention", "full_attention"] * 2,
+                     "tie_word_embeddings": True, "hidden_activation": "gelu_pytorch_tanh"},
 }
 
 
@@ -108,10 +152,7 @@ def worker(library: str, config_dict: dict) -> dict:
         torch.set_num_threads(1)
         family = config_dict["model_type"]
         hf_config = transformers.AutoConfig.for_model(**config_dict)
-        cls = transformers.GPT2LMHeadModel if family == "gpt2" else transformers.LlamaForCausalLM
-        cls = transformers.GPTNeoXForCausalLM if family == "gpt_neox" else cls
-        cls = transformers.Phi3ForCausalLM if family == "phi3" else cls
-        model = cls(hf_config).eval().float()
+        model = transformers.AutoModelForCausalLM.from_config(hf_config).eval().float()  # the family's class
         state = {k: torch.from_numpy(v) for k, v in to_transformers(params, config).items()}
         if "embed_out.weight" in state and "embed_out.weight" not in model.state_dict():  # GPT-NeoX, 5.x's name
             state["lm_head.weight"] = state.pop("embed_out.weight")

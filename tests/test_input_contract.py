@@ -136,6 +136,12 @@ def _llama_block(rng):
     return y, lambda d: ar.llama_block_backward(d, cache), "dout"
 
 
+def _gemma_block(rng):
+    params = ar.init_gemma_block_params(4, 2, 8, num_kv_heads=1, seed=0)
+    y, cache = ar.gemma_block_forward(rng.standard_normal((3, 4)), params, 2, num_kv_heads=1)
+    return y, lambda d: ar.gemma_block_backward(d, cache), "dout"
+
+
 def _toy_model(rng):
     x, _ = toy_task.make_batch(rng, 2, 3)
     pred, cache = toy_task.toy_model_forward(x, toy_task.init_toy_model(4, 2, 8), 2)
@@ -174,7 +180,11 @@ _LM = {"gpt2": ar.LMConfig(family="gpt2", vocab_size=7, d_model=4, num_layers=1,
        "gpt_neox": ar.LMConfig(family="gpt_neox", vocab_size=7, d_model=8, num_layers=1, num_heads=2, num_kv_heads=2,
                                d_ff=8, max_positions=8, eps=1e-5, rotary_pct=0.5),
        "phi3": ar.LMConfig(family="phi3", vocab_size=7, d_model=4, num_layers=1, num_heads=2, num_kv_heads=1,
-                           d_ff=8, max_positions=8, eps=1e-6)}
+                           d_ff=8, max_positions=8, eps=1e-6),
+       "gemma2": ar.LMConfig(family="gemma2", vocab_size=7, d_model=4, num_layers=2, num_heads=2, num_kv_heads=1,
+                             d_ff=8, max_positions=8, eps=1e-6, sliding_window=2, rope_local_theta=10000.0,
+                             query_pre_attn_scalar=2, layer_types=("sliding_attention", "full_attention"),
+                             attn_softcap=50.0, final_softcap=30.0)}
 
 
 def _lm(family, backward):
@@ -202,6 +212,7 @@ BACKWARDS = {
     "gpt2_lm_backward": _lm("gpt2", ar.gpt2_lm_backward), "llama_lm_backward": _lm("llama", ar.llama_lm_backward),
     "lm_backward": _lm("llama", ar.lm_backward),
     "gpt_neox_lm_backward": _lm("gpt_neox", ar.gpt_neox_lm_backward), "phi3_lm_backward": _lm("phi3", ar.phi3_lm_backward),
+    "gemma_block_backward": _gemma_block, "gemma_lm_backward": _lm("gemma2", ar.gemma_lm_backward),
 }
 #: The two without a cache (a split and a merge are permutations): tested on their own below.
 CACHELESS = {"split_heads_backward", "merge_heads_backward"}

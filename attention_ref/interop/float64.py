@@ -14,6 +14,15 @@ Llama 3.x's scaled ``inv_freq``  ``ROPE_INIT_FUNCTIONS``' ``torch.float`` arange
 eager attention's softmax        ``softmax(..., dtype=torch.float32)`` (Llama)      ``attn_implementation="sdpa"``
 the ``labels=`` loss             ``ForCausalLMLoss``: ``logits.float()``            ``cross_entropy`` on the float64 logits
 ``generate``'s next-token logits cast to float32 before the choice               compare tokens; logits via ``past_key_values``
+Gemma 3's (1 + w) RMSNorm        ``x.float()``, ``1.0 + weight.float()``            :func:`gemma3_in_float64` (same formula)
+Gemma 3's RoPE (both kinds)      float32 ``inv_freq`` and angles                    :func:`gemma3_in_float64` (same formula,
+                                                                                    default and linear types only)
+Gemma 3's ``embed_scale``        a float32 buffer ``sqrt(D)``, cast to the          :func:`gemma3_in_float64`: ``sqrt(D)``
+                                 weights' dtype (float32-rounded in float64)        rounded to the weights' dtype
+Gemma 2's RMSNorm, RoPE and      as Gemma 3's (5.x: a float32 ``embed_scale``       :func:`gemma2_in_float64` (same formulas)
+``embed_scale``                  buffer; 4.57: ``normalizer`` in the hidden dtype)
+Gemma 2's eager attention        ``softmax(..., dtype=torch.float32)`` (sdpa has    :func:`gemma2_in_float64`: the same
+                                 no soft cap: the tests run eager)                  steps with the softmax in the model's dtype
 ===============================  =================================================  ========================================
 
 :func:`llama_in_float64` is what this package's tests use; it needs torch and transformers,
@@ -23,7 +32,7 @@ from __future__ import annotations
 
 import contextlib
 
-__all__ = ["llama_in_float64"]
+__all__ = ["llama_in_float64", "gemma3_in_float64", "gemma2_in_float64"]
 
 
 def _rope_theta(config) -> float:
@@ -106,3 +115,105 @@ def llama_in_float64():
     finally:
         for cls, forward in zip(classes, originals):
             cls.forward = forward
+
+
+@contextlib.contextmanager
+def gemma3_in_float64():
+    """Inside the ``with`` block, transformers' ``Gemma3RMSNorm``, ``Gemma3RotaryEmbedding`` and
+    ``Gemma3TextScaledWordEmbedding`` compute in the model's dtype with the same formulas
+    (transformers 4.57: one rotary module per kind of layer, each with its own config; 5.x: one
+    module reading ``rope_parameters[layer_type]``); all three are restored on exit. A RoPE type
+    other than default and linear raises ``ValueError`` in its forward rather than being changed."""
+    import torch
+    from transformers.models.gemma3 import modeling_gemma3 as m
+
+    def rms_norm(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * (1.0 + self.weight)
+
+    def rotary(self, x, position_ids, layer_type=None):
+        config = self.config
+        if layer_type is not None:  # 5.x
+            params = config.rope_parameters[layer_type]
+            base, rope = params["rope_theta"], params
+        else:  # 4.57: this module's own config (the local one has the local base and no scaling)
+            base, rope = config.rope_theta, config.rope_scaling or {}
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        if rope_type not in ("default", "linear"):
+            raise ValueError(f"gemma3_in_float64() computes the default and linear RoPE only; this model's"
+                             f" rope_type is {rope_type!r}")
+        dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        inv_freq = 1.0 / float(base) ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+        if rope_type == "linear":
+            inv_freq = inv_freq / float(rope["factor"])
+        freqs = position_ids[:, :, None].to(torch.float64) * inv_freq[None, None, :]  # (B, N, Dh/2)
+        emb = torch.cat((freqs, freqs), dim=-1)  # (B, N, Dh): rotate-half layout
+        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+
+    def embed(self, input_ids):
+        scale = torch.tensor(self.embedding_dim ** 0.5, dtype=self.weight.dtype)
+        return torch.nn.functional.embedding(input_ids, self.weight, self.padding_idx) * scale
+
+    classes = (m.Gemma3RMSNorm, m.Gemma3RotaryEmbedding, m.Gemma3TextScaledWordEmbedding)
+    originals = [cls.forward for cls in classes]
+    for cls, forward in zip(classes, (rms_norm, rotary, embed)):
+        cls.forward = forward
+    try:
+        yield
+    finally:
+        for cls, forward in zip(classes, originals):
+            cls.forward = forward
+
+
+@contextlib.contextmanager
+def gemma2_in_float64():
+    """Inside the ``with`` block, transformers' ``Gemma2RMSNorm``, ``Gemma2RotaryEmbedding`` (default
+    RoPE only; another type raises), ``Gemma2TextScaledWordEmbedding`` (5.x) and Gemma 2's
+    ``eager_attention_forward`` compute in the model's dtype with the same formulas (the
+    attention: ``q k^T`` times the scaling, the soft cap ``cap * tanh(S / cap)``, the additive
+    mask, the softmax in the model's dtype instead of float32, ``P v``); all restored on exit."""
+    import torch
+    from transformers.models.gemma2 import modeling_gemma2 as m
+
+    def rms_norm(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * (1.0 + self.weight)
+
+    def rotary(self, x, position_ids):
+        rope = getattr(self.config, "rope_parameters", None) or getattr(self.config, "rope_scaling", None) or {}
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        if rope_type != "default":
+            raise ValueError(f"gemma2_in_float64() computes the default RoPE only; this model's rope_type is"
+                             f" {rope_type!r}")
+        dim = getattr(self.config, "head_dim", None) or self.config.hidden_size // self.config.num_attention_heads
+        inv_freq = 1.0 / _rope_theta(self.config) ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+        freqs = position_ids[:, :, None].to(torch.float64) * inv_freq[None, None, :]  # (B, N, Dh/2)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+
+    def embed(self, input_ids):
+        scale = torch.tensor(self.embedding_dim ** 0.5, dtype=self.weight.dtype)
+        return torch.nn.functional.embedding(input_ids, self.weight, self.padding_idx) * scale
+
+    def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, softcap=None, **kwargs):
+        if scaling is None:
+            scaling = module.head_dim ** -0.5
+        key, value = m.repeat_kv(key, module.num_key_value_groups), m.repeat_kv(value, module.num_key_value_groups)
+        weights = torch.matmul(query, key.transpose(2, 3)) * scaling
+        if softcap is not None:
+            weights = torch.tanh(weights / softcap) * softcap
+        if attention_mask is not None:
+            weights = weights + attention_mask[:, :, :, : key.shape[-2]]
+        weights = torch.nn.functional.softmax(weights, dim=-1)  # in the model's dtype
+        return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
+
+    patches = [(m.Gemma2RMSNorm, "forward", rms_norm), (m.Gemma2RotaryEmbedding, "forward", rotary),
+               (m, "eager_attention_forward", attention)]
+    if hasattr(m, "Gemma2TextScaledWordEmbedding"):  # 5.x; 4.57 casts its normaliser to the hidden dtype already
+        patches.append((m.Gemma2TextScaledWordEmbedding, "forward", embed))
+    originals = [getattr(owner, name) for owner, name, _ in patches]
+    for owner, name, new in patches:
+        setattr(owner, name, new)
+    try:
+        yield
+    finally:
+        for (owner, name, _), old in zip(patches, originals):
+            setattr(owner, name, old)

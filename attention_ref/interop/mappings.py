@@ -147,6 +147,34 @@ MAPPINGS = {
         Rule("mlp.gate_up_proj.weight", ("mlp.W_gate_up",), "transpose"),  # [gate | up] kept fused
         Rule("mlp.down_proj.weight", ("mlp.W_down",), "transpose"),
     ],
+    "transformers Gemma2DecoderLayer (layers.<i>.)": [
+        Rule("input_layernorm.weight", ("input_norm.weight",), "as is"),
+        Rule("self_attn.q_proj.weight", ("self_attn.W_q",), "transpose"),
+        Rule("self_attn.k_proj.weight", ("self_attn.W_k",), "transpose"),
+        Rule("self_attn.v_proj.weight", ("self_attn.W_v",), "transpose"),
+        Rule("self_attn.o_proj.weight", ("self_attn.W_o",), "transpose"),
+        Rule("post_attention_layernorm.weight", ("post_attention_norm.weight",), "as is"),
+        Rule("pre_feedforward_layernorm.weight", ("pre_feedforward_norm.weight",), "as is"),
+        Rule("post_feedforward_layernorm.weight", ("post_feedforward_norm.weight",), "as is"),
+        Rule("mlp.gate_proj.weight", ("mlp.W_gate",), "transpose"),
+        Rule("mlp.up_proj.weight", ("mlp.W_up",), "transpose"),
+        Rule("mlp.down_proj.weight", ("mlp.W_down",), "transpose"),
+    ],
+    "transformers Gemma3DecoderLayer (layers.<i>.)": [
+        Rule("input_layernorm.weight", ("input_norm.weight",), "as is"),
+        Rule("self_attn.q_proj.weight", ("self_attn.W_q",), "transpose"),
+        Rule("self_attn.k_proj.weight", ("self_attn.W_k",), "transpose"),
+        Rule("self_attn.v_proj.weight", ("self_attn.W_v",), "transpose"),
+        Rule("self_attn.o_proj.weight", ("self_attn.W_o",), "transpose"),
+        Rule("self_attn.q_norm.weight", ("self_attn.q_norm.weight",), "as is"),
+        Rule("self_attn.k_norm.weight", ("self_attn.k_norm.weight",), "as is"),
+        Rule("post_attention_layernorm.weight", ("post_attention_norm.weight",), "as is"),
+        Rule("pre_feedforward_layernorm.weight", ("pre_feedforward_norm.weight",), "as is"),
+        Rule("post_feedforward_layernorm.weight", ("post_feedforward_norm.weight",), "as is"),
+        Rule("mlp.gate_proj.weight", ("mlp.W_gate",), "transpose"),
+        Rule("mlp.up_proj.weight", ("mlp.W_up",), "transpose"),
+        Rule("mlp.down_proj.weight", ("mlp.W_down",), "transpose"),
+    ],
     "transformers GPT2LMHeadModel (whole model; blocks: transformer.h.<i>. as GPT2Block)": [
         Rule("transformer.wte.weight", ("wte",), "as is"),
         Rule("transformer.wpe.weight", ("wpe",), "as is"),
@@ -185,6 +213,11 @@ WHOLE_MODELS = {
              "model.layers.{i}.", "transformers Phi3DecoderLayer (layers.<i>.)"),
     "gpt_neox": ("transformers GPTNeoXForCausalLM (whole model; blocks: gpt_neox.layers.<i>. as GPTNeoXLayer)",
                  "gpt_neox.layers.{i}.", "transformers GPTNeoXLayer (layers.<i>.)"),
+    # Gemma3ForCausalLM: Llama's outer names (model.embed_tokens, model.norm, lm_head; the norm's weight is w of 1 + w)
+    "gemma2": ("transformers LlamaForCausalLM (whole model; blocks: model.layers.<i>. as LlamaDecoderLayer)",
+               "model.layers.{i}.", "transformers Gemma2DecoderLayer (layers.<i>.)"),
+    "gemma3_text": ("transformers LlamaForCausalLM (whole model; blocks: model.layers.<i>. as LlamaDecoderLayer)",
+                    "model.layers.{i}.", "transformers Gemma3DecoderLayer (layers.<i>.)"),
 }
 
 

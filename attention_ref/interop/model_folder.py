@@ -16,7 +16,7 @@ import math
 import os
 from pathlib import Path
 
-from ..models.config import LLAMA_LIKE, LMConfig
+from ..models.config import GEMMA, LLAMA_LIKE, LMConfig
 from ..models.params import LAYER_PREFIX, gpt_neox_block_shapes, param_names, phi3_block_shapes
 from .safetensors import open_regular, read_safetensors
 
@@ -44,6 +44,13 @@ _NUMBERS = {"gpt2": ("layer_norm_epsilon",), **dict.fromkeys(LLAMA_LIKE, ("rms_n
             "phi3": ("rms_norm_eps", "rope_theta", "partial_rotary_factor")}
 _STRINGS = {"gpt2": ("activation_function",), **dict.fromkeys(LLAMA_LIKE, ("hidden_act",)), "gpt_neox": ("hidden_act",),
             "phi3": ("hidden_act",)}
+# Gemma 3 (text): the Llama fields, and its own
+_POSITIVE.update(dict.fromkeys(GEMMA, _LLAMA_POSITIVE))
+_OPTIONAL_POSITIVE.update(dict.fromkeys(GEMMA, ("num_key_value_heads", "head_dim", "max_position_embeddings",
+                                                "sliding_window", "sliding_window_pattern")))
+_FLAGS.update(dict.fromkeys(GEMMA, ("tie_word_embeddings", "attention_bias")))  # use_bidirectional_attention: null in Gemma 2
+_NUMBERS.update(dict.fromkeys(GEMMA, ("rms_norm_eps", "rope_theta", "rope_local_base_freq", "query_pre_attn_scalar")))
+_STRINGS.update(dict.fromkeys(GEMMA, ("hidden_activation",)))
 
 
 def _read_json(path: Path, what: str):
@@ -199,7 +206,8 @@ def expected_shapes(config: LMConfig) -> dict:
                  "self_attn.W_k": (D, d_kv), "self_attn.W_v": (D, d_kv), "self_attn.W_o": (d_q, D),
                  "mlp.W_gate": (D, F), "mlp.W_up": (D, F), "mlp.W_down": (F, D),
                  "self_attn.b_q": (d_q,), "self_attn.b_k": (d_kv,), "self_attn.b_v": (d_kv,),  # Qwen2's biases
-                 "self_attn.q_norm.weight": (d_head,), "self_attn.k_norm.weight": (d_head,)}  # Qwen3's norms
+                 "self_attn.q_norm.weight": (d_head,), "self_attn.k_norm.weight": (d_head,),  # Qwen3's norms
+                 "pre_feedforward_norm.weight": (D,), "post_feedforward_norm.weight": (D,)}  # Gemma 3's
         top = {"embed_tokens": (V, D), "norm.weight": (D,)}
     top["lm_head.W"] = (D, V)
     prefix = LAYER_PREFIX[config.family]

@@ -13,6 +13,7 @@ from .gpt2 import GPT2LMCache, gpt2_lm_backward, gpt2_lm_forward
 from .llama import LlamaLMCache, llama_lm_backward, llama_lm_forward
 from .gpt_neox import GPTNeoXLMCache, gpt_neox_lm_backward, gpt_neox_lm_forward
 from .phi3 import Phi3LMCache, phi3_lm_backward, phi3_lm_forward
+from .gemma import GemmaLMCache, gemma_lm_backward, gemma_lm_forward
 from .lm import lm_backward, lm_forward, lm_loss
 from .logits_processing import (apply_min_new_tokens, apply_repetition_penalty, apply_temperature, apply_top_k,
                                 apply_top_p, left_pad, process_logits)
@@ -23,6 +24,7 @@ __all__ = ["FAMILIES", "LMConfig", "block_params", "init_lm_params", "param_name
            "LlamaLMCache", "llama_lm_backward", "llama_lm_forward",
            "GPTNeoXLMCache", "gpt_neox_lm_backward", "gpt_neox_lm_forward",
            "Phi3LMCache", "phi3_lm_backward", "phi3_lm_forward",
+           "GemmaLMCache", "gemma_lm_backward", "gemma_lm_forward",
            "lm_backward", "lm_forward", "lm_loss",
            "apply_repetition_penalty", "apply_min_new_tokens", "apply_temperature", "apply_top_k", "apply_top_p",
            "process_logits", "left_pad", "LMDecoder", "generate"]

@@ -14,16 +14,22 @@ from dataclasses import asdict, dataclass
 
 from ..nn.rope_scaling import ROPE_TYPES, rope_frequencies
 
-__all__ = ["LMConfig", "FAMILIES", "LLAMA_LIKE", "GPT_NEOX_ACTIVATIONS"]
+__all__ = ["LMConfig", "FAMILIES", "LLAMA_LIKE", "GEMMA", "GPT_NEOX_ACTIVATIONS"]
 
 #: The families built as Llama is (RMSNorm, RoPE, grouped heads, SwiGLU), each adding its own piece:
 #: ``qwen2`` biases on the q, k, v projections, ``qwen3`` an RMSNorm over each head's q and k,
 #: ``mistral`` sliding-window attention.
 LLAMA_LIKE = ("llama", "qwen2", "qwen3", "mistral")
+#: Gemma 2 and Gemma 3 (text; transformers' ``Gemma2ForCausalLM``, ``Gemma3ForCausalLM``): (1 + w)
+#: RMSNorms before and after each sub-layer, GeGLU, embeddings times sqrt(D), sliding and global
+#: layers; Gemma 2 soft-caps its attention scores and final logits, Gemma 3 normalises each head's q and k.
+GEMMA = ("gemma2", "gemma3_text")
 #: The model families this package runs whole: transformers' ``model_type``.
-FAMILIES = ("gpt2",) + LLAMA_LIKE + ("gpt_neox", "phi3")
+FAMILIES = ("gpt2",) + LLAMA_LIKE + ("gpt_neox", "phi3") + GEMMA
 #: GPT-NeoX's ``hidden_act`` values computed here: the exact (erf) GELU
 GPT_NEOX_ACTIVATIONS = ("gelu",)
+#: Gemma 3's two kinds of layer (``layer_types``)
+GEMMA_LAYER_TYPES = ("sliding_attention", "full_attention")
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,14 @@ class LMConfig:
     rotary_pct : GPT-NeoX's rotated fraction of each head (``int(d_head * rotary_pct)`` features,
         even); 1.0 for the other families
     use_parallel_residual : GPT-NeoX's ``y = x + attn(LN_1(x)) + mlp(LN_2(x))`` (False: sequential)
+    layer_types : Gemma 3's kind of each layer, ``"sliding_attention"`` (keys within
+        :attr:`sliding_window`, RoPE base :attr:`rope_local_theta`, no scaling) or
+        ``"full_attention"`` (every earlier key, :attr:`rope_theta` and :attr:`rope_scaling`)
+    rope_local_theta : Gemma 3's RoPE base of the sliding layers (``rope_local_base_freq``)
+    query_pre_attn_scalar : Gemma's scores are scaled by ``query_pre_attn_scalar ** -0.5``
+    attn_softcap, final_softcap : Gemma 2's ``attn_logit_softcapping`` (the scaled scores become
+        ``cap * tanh(S / cap)`` before the mask) and ``final_logit_softcapping`` (the same on the
+        logits); None: no cap
     """
 
     family: str
@@ -73,6 +87,11 @@ class LMConfig:
     scale_attn_by_inverse_layer_idx: bool = False
     rotary_pct: float = 1.0
     use_parallel_residual: bool = True
+    layer_types: tuple | None = None
+    rope_local_theta: float | None = None
+    query_pre_attn_scalar: float | None = None
+    attn_softcap: float | None = None
+    final_softcap: float | None = None
 
     def __post_init__(self):
         if self.family not in FAMILIES:
@@ -101,7 +120,7 @@ class LMConfig:
             if self.family == "gpt2":
                 raise ValueError("head_dim is for the Llama-like families; GPT-2's heads are d_model / num_heads wide")
         if self.sliding_window is not None:
-            if self.family not in ("mistral", "phi3"):
+            if self.family not in ("mistral", "phi3") + GEMMA:
                 raise ValueError(f"sliding_window is Mistral's; a {self.family} model has none here")
             value = self.sliding_window
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -117,6 +136,44 @@ class LMConfig:
                 raise ValueError("rope_scaling holds the scaling's type and parameters only: rope_theta is the"
                                  " config's own field, and a partial_rotary_factor is not Llama's")
             self.rope_frequencies()  # refuses an unknown type or a missing parameter, by name
+        self._check_gemma()
+
+    def _check_gemma(self):
+        """Gemma 3's fields: all present for ``gemma3_text``, none for another family."""
+        fields = ("layer_types", "rope_local_theta", "query_pre_attn_scalar", "attn_softcap", "final_softcap")
+        if self.family not in GEMMA:
+            given = [name for name in fields if getattr(self, name) is not None]
+            if given:
+                raise ValueError(f"{given} are Gemma's; a {self.family} model has none here")
+            return
+        caps = [name for name in fields[3:] if getattr(self, name) is not None]
+        if caps and self.family != "gemma2":
+            raise ValueError(f"{caps} are Gemma 2's soft caps; a {self.family} model has none here")
+        for name in caps:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+                raise ValueError(f"{name} must be None or a positive number, got {value!r}")
+        if self.sliding_window is None:
+            raise ValueError("a gemma3_text model needs its sliding_window")
+        for name in ("rope_local_theta", "query_pre_attn_scalar"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
+                raise ValueError(f"{name} must be a positive number, got {value!r}")
+        kinds = self.layer_types
+        if not isinstance(kinds, (tuple, list)) or len(kinds) != self.num_layers or any(
+                kind not in GEMMA_LAYER_TYPES for kind in kinds):
+            raise ValueError(f"layer_types must list one of {GEMMA_LAYER_TYPES} for each of the {self.num_layers}"
+                             f" layers, got {kinds!r}")
+        object.__setattr__(self, "layer_types", tuple(kinds))
+
+    def gemma_layers(self):
+        """Gemma 3: each layer's ``(theta, window)``: RoPE's frequencies (Dh/2,), float64 (sliding
+        layers: base :attr:`rope_local_theta`, unscaled; global layers: :meth:`rope_frequencies`)
+        and its sliding window (None on global layers)."""
+        local = rope_frequencies(self.d_head, self.rope_local_theta, None)
+        full = self.rope_frequencies()
+        return [(local, self.sliding_window) if kind == "sliding_attention" else (full, None)
+                for kind in self.layer_types]
 
     def _check_gpt_neox(self):
         """GPT-NeoX's own fields: as many key/value heads as heads, D a multiple of H, an even
@@ -164,7 +221,9 @@ class LMConfig:
         """The attention scores' factor of each layer (None: ``1/sqrt(d_head)``)."""
         scales = []
         for layer in range(self.num_layers):
-            if self.family != "gpt2" or (self.scale_attn_weights and not self.scale_attn_by_inverse_layer_idx):
+            if self.family in GEMMA:
+                scales.append(float(self.query_pre_attn_scalar) ** -0.5)
+            elif self.family != "gpt2" or (self.scale_attn_weights and not self.scale_attn_by_inverse_layer_idx):
                 scales.append(None)
             else:
                 d_head = self.d_model // self.num_heads
@@ -184,8 +243,8 @@ class LMConfig:
 
     @property
     def qk_norm(self) -> bool:
-        """Each head's query and key are RMS-normalised before RoPE (Qwen3)."""
-        return self.family == "qwen3"
+        """Each head's query and key are RMS-normalised before RoPE (Qwen3; Gemma 3 with (1 + w))."""
+        return self.family in ("qwen3", "gemma3_text")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -207,6 +266,10 @@ class LMConfig:
             return _gpt_neox(d)
         if family == "phi3":
             return _phi3(d)
+        if family == "gemma2":
+            return _gemma2(d)
+        if family in GEMMA:
+            return _gemma3(d, family)
         raise ValueError(f"model_type {family!r} is not supported: this package runs {FAMILIES} whole")
 
 
@@ -307,3 +370,104 @@ def _phi3(d):
     if rope_type != "default":
         _refuse("the RoPE scaling rope_type", rope_type, family)  # "longrope" (128k models), "su", "yarn"
     return _llama(d, family)
+def _gemma3_rope(d, family):
+    """``(rope_theta, scaling of the global layers, rope_local_base_freq)`` from transformers 5.x's
+    ``rope_parameters`` per layer type or 4.x's ``rope_theta``, ``rope_scaling`` and
+    ``rope_local_base_freq``; a type this package does not compute is refused by name."""
+    per_type = d.get("rope_parameters") or {}
+    if "full_attention" in per_type or "sliding_attention" in per_type:
+        full, local = per_type.get("full_attention") or {}, per_type.get("sliding_attention") or {}
+        theta, local_theta = full.get("rope_theta", 1_000_000.0), local.get("rope_theta", 10_000.0)
+    else:  # 4.x: rope_scaling applies to the global layers, the local ones are plain
+        full = d.get("rope_scaling") or per_type or {}
+        local = {}
+        theta = d.get("rope_theta", full.get("rope_theta", 1_000_000.0))
+        local_theta = d.get("rope_local_base_freq", 10_000.0)
+    for name, part in (("the global layers' RoPE parameters", full), ("the sliding layers' RoPE parameters", local)):
+        if not isinstance(part, Mapping):
+            raise ValueError(f"{family}: {name} must be an object, got {part!r}")
+    local_type = local.get("rope_type", local.get("type", "default"))
+    if local_type != "default":
+        _refuse("the sliding layers' RoPE rope_type", local_type, family)
+    full_type = full.get("rope_type", full.get("type", "default"))
+    if full_type not in ROPE_TYPES:
+        _refuse("the RoPE scaling rope_type", full_type, family)  # e.g. "dynamic", "yarn"
+    for part in (full, local):
+        if part.get("partial_rotary_factor", 1.0) != 1.0:
+            _refuse("the RoPE partial_rotary_factor", part["partial_rotary_factor"], family)
+    scaling = None
+    if full_type != "default":
+        scaling = {k: v for k, v in full.items() if k not in ("type", "rope_theta", "partial_rotary_factor")}
+        scaling["rope_type"] = full_type
+    for name, value in (("rope_theta", theta), ("rope_local_base_freq", local_theta)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+            raise ValueError(f"{family}: {name} must be a positive number, got {value!r}")
+    return float(theta), scaling, float(local_theta)
+
+
+def _gemma3(d, family="gemma3_text"):
+    act = d.get("hidden_activation") or d.get("hidden_act") or "gelu_pytorch_tanh"
+    if act != "gelu_pytorch_tanh":
+        _refuse("hidden_activation", act, family)  # GeGLU's tanh GELU only
+    for flag in ("attention_bias", "use_bidirectional_attention"):
+        if d.get(flag):
+            _refuse(flag, True, family)
+    for cap in ("attn_logit_softcapping", "final_logit_softcapping"):  # Gemma 2's soft caps: not Gemma 3's
+        if d.get(cap) is not None:
+            _refuse(cap, d[cap], family)
+    layers = d["num_hidden_layers"]
+    kinds = d.get("layer_types")
+    if kinds is None:  # as transformers builds them: every pattern-th layer global
+        pattern = d.get("sliding_window_pattern", d.get("_sliding_window_pattern", 6))
+        if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1:
+            raise ValueError(f"{family}: sliding_window_pattern must be a positive integer, got {pattern!r}")
+        kinds = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)]
+    unknown = sorted({str(kind) for kind in kinds} - set(GEMMA_LAYER_TYPES))
+    if unknown:
+        _refuse("layer_types", unknown, family)
+    theta, scaling, local_theta = _gemma3_rope(d, family)
+    D, H = d["hidden_size"], d["num_attention_heads"]
+    head_dim = d.get("head_dim") or D // H
+    if head_dim * H == D:
+        head_dim = None
+    elif head_dim % 2:
+        _refuse("head_dim", head_dim, family)  # RoPE rotates pairs
+    scalar = d.get("query_pre_attn_scalar", 256)
+    pad = d.get("pad_token_id")
+    if isinstance(pad, int) and -d["vocab_size"] <= pad < 0:
+        pad += d["vocab_size"]
+    return LMConfig(family=family, vocab_size=d["vocab_size"], d_model=D, num_layers=layers, num_heads=H,
+                    num_kv_heads=d.get("num_key_value_heads") or H, d_ff=d["intermediate_size"],
+                    max_positions=d.get("max_position_embeddings", 131072), eps=d.get("rms_norm_eps", 1e-6),
+                    rope_theta=theta, rope_scaling=scaling, sliding_window=d.get("sliding_window", 4096),
+                    head_dim=head_dim, tie_word_embeddings=d.get("tie_word_embeddings", True),
+                    pad_token_id=pad if isinstance(pad, int) and 0 <= pad < d["vocab_size"] else None,
+                    layer_types=tuple(kinds), rope_local_theta=local_theta, query_pre_attn_scalar=scalar)
+
+
+def _gemma2(d):
+    """Gemma 2: Gemma 3's reading (layer types, head_dim, query_pre_attn_scalar) with one RoPE base
+    for every layer (no scaling) and the two soft caps."""
+    family = "gemma2"
+    for cap in ("attn_logit_softcapping", "final_logit_softcapping"):
+        value = d.get(cap)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not 0 < value < float("inf")):
+            raise ValueError(f"{family}: {cap} must be null or a positive number, got {value!r}")
+    rope = d.get("rope_parameters") or d.get("rope_scaling") or {}
+    if not isinstance(rope, Mapping):
+        raise ValueError(f"{family}: rope_parameters must be an object, got {rope!r}")
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type != "default":
+        _refuse("the RoPE scaling rope_type", rope_type, family)
+    theta = d.get("rope_theta", rope.get("rope_theta", 10000.0))
+    as_gemma3 = {k: v for k, v in d.items() if k not in ("attn_logit_softcapping", "final_logit_softcapping",
+                                                          "rope_parameters", "rope_scaling", "rope_theta")}
+    as_gemma3.update(rope_theta=theta, rope_local_base_freq=theta)  # one base for both kinds of layer
+    if "layer_types" not in d:  # transformers' Gemma 2 alternates, sliding first
+        as_gemma3["layer_types"] = ["sliding_attention" if not i % 2 else "full_attention"
+                                    for i in range(d["num_hidden_layers"])]
+    config = _gemma3(as_gemma3, family)
+    return LMConfig(**{**config.to_dict(), "max_positions": d.get("max_position_embeddings", 8192),
+                       "attn_softcap": d.get("attn_logit_softcapping"),
+                       "final_softcap": d.get("final_logit_softcapping")})

@@ -21,6 +21,7 @@ from .._checks import check_nonnegative_int, check_positive_int, signals_land_he
 from .._token_checks import as_attention_mask, as_token_ids
 from ..fast.dispatch import linear_formula
 from ..nn.encoder_block import ENCODER_GROUPS
+from ..nn.gemma_block import gemma_decode_formula
 from ..nn.gpt2_block import gpt2_decode_formula
 from ..nn.gpt_neox_block import PartialRotaryHalf, gpt_neox_attention_params, gpt_neox_decode_formula
 from ..nn.layer_norm import layer_norm_formula
@@ -28,7 +29,8 @@ from ..nn.llama_block import RotaryHalf, llama_decode_formula
 from ..nn.residual import split_params
 from ..nn.rms_norm import rms_norm_formula
 from ..variants.kv_cache import KVCache
-from .config import LMConfig
+from .config import GEMMA, LMConfig
+from .gemma import embedding_normalizer, final_soft_cap
 from .logits_processing import check_logits_settings, processed_logits
 from .phi3 import phi3_block_as_llama
 from .params import TOKEN_TABLE, block_params, check_lm_params, head_weight
@@ -115,6 +117,17 @@ class LMDecoder:
             x = x[:, -1:] if last_only else x  # (B, 1, D) with last_only
             h, _ = layer_norm_formula(x, params["final_layer_norm.gamma"], params["final_layer_norm.beta"],
                                       config.eps)  # (B, t, D)
+        elif config.family in GEMMA:  # embeddings times sqrt(D); each layer its RoPE base and window
+            x = x * embedding_normalizer(config, x.dtype)  # (B, t, D)
+            at = positions[:, None, :]  # (B, 1, t)
+            for block, cache, (theta, window), scale in zip(self.blocks, self.caches, config.gemma_layers(),
+                                                            config.head_scale):
+                x = gemma_decode_formula(x, block, config.num_heads, config.num_kv_heads, cache, eps=config.eps,
+                                         scale=scale, mask=mask, rotary=RotaryHalf(at, at, 1.0, theta),
+                                         window=window, cap=config.attn_softcap)  # (B, t, D)
+            x = x[:, -1:] if last_only else x  # (B, 1, D) with last_only
+            h, _ = rms_norm_formula(x, 1.0 + params["norm.weight"], config.eps)  # (B, t, D): (1 + w) gain
+            return final_soft_cap(linear_formula(h, head_weight(params, config), None), config)[0]  # Gemma 2's cap
         else:
             at = positions[:, None, :]  # (B, 1, t): the same positions for every head
             rotary = RotaryHalf(at, at, float(config.rope_theta), config.rope_frequencies())

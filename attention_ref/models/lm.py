@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 from ..nn.cross_entropy import cross_entropy_backward, cross_entropy_forward, next_token_targets
-from .config import LLAMA_LIKE, LMConfig
+from .config import GEMMA, LLAMA_LIKE, LMConfig
+from .gemma import GemmaLMCache, gemma_lm_backward, gemma_lm_forward
 from .gpt2 import GPT2LMCache, gpt2_lm_backward, gpt2_lm_forward
 from .llama import LlamaLMCache, llama_lm_backward, llama_lm_forward
 from .gpt_neox import GPTNeoXLMCache, gpt_neox_lm_backward, gpt_neox_lm_forward
@@ -13,7 +14,7 @@ from .phi3 import Phi3LMCache, phi3_lm_backward, phi3_lm_forward
 __all__ = ["lm_forward", "lm_backward", "lm_loss"]
 
 _FORWARD = {"gpt2": gpt2_lm_forward, **dict.fromkeys(LLAMA_LIKE, llama_lm_forward), "gpt_neox": gpt_neox_lm_forward,
-            "phi3": phi3_lm_forward}
+            "phi3": phi3_lm_forward, **dict.fromkeys(GEMMA, gemma_lm_forward)}
 
 
 def lm_forward(ids, params, config: LMConfig, attention_mask=None):
@@ -36,6 +37,8 @@ def lm_backward(dlogits, cache):
         return gpt_neox_lm_backward(dlogits, cache)
     if isinstance(cache, Phi3LMCache):
         return phi3_lm_backward(dlogits, cache)
+    if isinstance(cache, GemmaLMCache):
+        return gemma_lm_backward(dlogits, cache)
     raise TypeError(f"cache must be what lm_forward returned, got {type(cache).__name__}")
 
 

@@ -25,16 +25,18 @@ from .._token_checks import as_attention_mask, as_token_ids
 from ..nn.encoder_block import ENCODER_GROUPS
 from ..nn.gpt2_block import init_gpt2_block_params
 from ..nn.gpt_neox_block import GPT_NEOX_PARAM_NAMES, init_gpt_neox_block_params
+from ..nn.gemma_block import GEMMA2_PARAM_NAMES, GEMMA_PARAM_NAMES, init_gemma_block_params
 from ..nn.llama_block import LLAMA_PARAM_NAMES, QK_NORM_NAMES, QKV_BIAS_NAMES, init_llama_block_params
-from .config import LLAMA_LIKE, LMConfig
+from .config import GEMMA, LLAMA_LIKE, LMConfig
 
 __all__ = ["PHI3_PARAM_NAMES", "param_names", "tensor_shapes", "block_params", "init_lm_params", "check_lm_params", "check_lm_inputs", "head_weight",
            "add_head_gradient", "TOKEN_TABLE", "LAYER_PREFIX"]
 
 #: The token table's name and a layer's prefix in each family.
 TOKEN_TABLE = {"gpt2": "wte", **dict.fromkeys(LLAMA_LIKE, "embed_tokens"), "gpt_neox": "embed_in",
-               "phi3": "embed_tokens"}
-LAYER_PREFIX = {"gpt2": "h", **dict.fromkeys(LLAMA_LIKE, "layers"), "gpt_neox": "layers", "phi3": "layers"}
+               "phi3": "embed_tokens", **dict.fromkeys(GEMMA, "embed_tokens")}
+LAYER_PREFIX = {"gpt2": "h", **dict.fromkeys(LLAMA_LIKE, "layers"), "gpt_neox": "layers", "phi3": "layers",
+                **dict.fromkeys(GEMMA, "layers")}
 #: Phi-3's block: Llama's with the q, k, v projections fused, and the MLP's gate and up
 PHI3_PARAM_NAMES = ("input_norm.weight", "self_attn.W_qkv", "self_attn.W_o", "post_attention_norm.weight",
                     "mlp.W_gate_up", "mlp.W_down")
@@ -48,6 +50,8 @@ def _block_names(config: LMConfig):
         return GPT_NEOX_PARAM_NAMES
     if config.family == "phi3":
         return PHI3_PARAM_NAMES
+    if config.family in GEMMA:
+        return GEMMA_PARAM_NAMES if config.qk_norm else GEMMA2_PARAM_NAMES
     return LLAMA_PARAM_NAMES + (QKV_BIAS_NAMES if config.qkv_bias else ()) + (QK_NORM_NAMES if config.qk_norm else ())
 
 
@@ -89,7 +93,8 @@ def tensor_shapes(config: LMConfig) -> dict:
                  "self_attn.W_v": (D, Dkv), "self_attn.W_o": (Dq, D), "post_attention_norm.weight": (D,),
                  "mlp.W_gate": (D, F), "mlp.W_up": (D, F), "mlp.W_down": (F, D),
                  "self_attn.b_q": (Dq,), "self_attn.b_k": (Dkv,), "self_attn.b_v": (Dkv,),  # Qwen2's biases
-                 "self_attn.q_norm.weight": (Dh,), "self_attn.k_norm.weight": (Dh,)}  # Qwen3's norms
+                 "self_attn.q_norm.weight": (Dh,), "self_attn.k_norm.weight": (Dh,),  # Qwen3's norms
+                 "pre_feedforward_norm.weight": (D,), "post_feedforward_norm.weight": (D,)}  # Gemma 3's
         outer = {"embed_tokens": (V, D), "norm.weight": (D,)}
     prefix = LAYER_PREFIX[config.family]
     shapes = {**outer, "lm_head.W": (D, V)}
@@ -187,6 +192,9 @@ def init_lm_params(config: LMConfig, *, seed=None, dtype=np.float64) -> dict:
             block = init_gpt2_block_params(D, config.num_heads, config.d_ff, seed=seed_i, dtype=dtype)
         elif config.family == "gpt_neox":
             block = init_gpt_neox_block_params(D, config.num_heads, config.d_ff, seed=seed_i, dtype=dtype)
+        elif config.family in GEMMA:
+            block = init_gemma_block_params(D, config.num_heads, config.d_ff, num_kv_heads=config.num_kv_heads,
+                                            d_head=config.d_head, seed=seed_i, dtype=dtype, qk_norm=config.qk_norm)
         else:
             block = init_llama_block_params(D, config.num_heads, config.d_ff, num_kv_heads=config.num_kv_heads,
                                             seed=seed_i, dtype=dtype, qkv_bias=config.qkv_bias,
@@ -202,6 +210,8 @@ def init_lm_params(config: LMConfig, *, seed=None, dtype=np.float64) -> dict:
         params["ln_f.gamma"], params["ln_f.beta"] = np.ones(D, dtype), np.zeros(D, dtype)
     elif config.family == "gpt_neox":
         params["final_layer_norm.gamma"], params["final_layer_norm.beta"] = np.ones(D, dtype), np.zeros(D, dtype)
+    elif config.family in GEMMA:
+        params["norm.weight"] = np.zeros(D, dtype)  # Gemma's (1 + w) norm: w = 0 is the identity gain
     else:
         params["norm.weight"] = np.ones(D, dtype)
     if not config.tie_word_embeddings:

@@ -53,6 +53,15 @@ from .llama_block import (
     llama_block_decode_step,
     llama_block_forward,
 )
+from .gemma_block import (
+    GEMMA2_PARAM_NAMES,
+    GEMMA_PARAM_NAMES,
+    GemmaBlockCache,
+    gemma_block_backward,
+    gemma_block_decode_step,
+    gemma_block_forward,
+    init_gemma_block_params,
+)
 from .optim import SGD, Adam
 from .embedding import EmbeddingCache, embedding_backward, embedding_forward
 from .cross_entropy import CrossEntropyCache, cross_entropy_backward, cross_entropy_forward, next_token_targets
@@ -72,6 +81,8 @@ __all__ = [
     "GPT2BlockCache", "gpt2_block_backward", "gpt2_block_decode_step", "gpt2_block_forward", "init_gpt2_block_params",
     "LLAMA_PARAM_NAMES", "LlamaBlockCache", "init_llama_block_params", "llama_block_backward",
     "llama_block_decode_step", "llama_block_forward",
+    "GEMMA_PARAM_NAMES", "GEMMA2_PARAM_NAMES", "GemmaBlockCache", "gemma_block_backward", "gemma_block_decode_step", "gemma_block_forward",
+    "init_gemma_block_params",
     "SGD", "Adam",
     "EmbeddingCache", "embedding_backward", "embedding_forward",
     "CrossEntropyCache", "cross_entropy_backward", "cross_entropy_forward", "next_token_targets",

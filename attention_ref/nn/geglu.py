@@ -24,7 +24,7 @@ from ..fast.dispatch import linear_backward_formula, linear_formula
 from .feed_forward import _gelu_backward, _gelu_tanh
 from .swiglu import check_swiglu_inputs
 
-__all__ = ["GeGLUCache", "geglu_forward", "geglu_backward"]
+__all__ = ["GeGLUCache", "geglu_forward", "geglu_backward", "geglu_formula"]
 
 
 class GeGLUCache(NamedTuple):
@@ -53,6 +53,11 @@ def geglu_forward(x, W_gate, W_up, W_down):
     cache : GeGLUCache for :func:`geglu_backward`
     """
     x, W_gate, W_up, W_down = check_swiglu_inputs(x, W_gate, W_up, W_down, gate="gelu")
+    return geglu_formula(x, W_gate, W_up, W_down)
+
+
+def geglu_formula(x, W_gate, W_up, W_down):
+    """:func:`geglu_forward` on checked inputs (the Gemma block calls it on weights checked once)."""
     # 1. the two projections
     a = linear_formula(x, W_gate, None, ("x", "W_gate", "b"))  # (..., F)
     u = linear_formula(x, W_up, None, ("x", "W_up", "b"))  # (..., F)

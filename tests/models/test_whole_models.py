@@ -36,6 +36,17 @@ CONFIGS = {
     "gpt_neox": NEOX,
     "gpt_neox-sequential-tied": ar.LMConfig(**{**NEOX.to_dict(), "use_parallel_residual": False,
                                                "tie_word_embeddings": True, "rotary_pct": 1.0}),
+    # Gemma 3: sliding layers (window 2, local base 10) around a global one (base 100, linear scaling), heads
+    # 3 wide (H Dh = 12 != D), scores by query_pre_attn_scalar ** -0.5, tied head
+    "gemma3": ar.LMConfig(**{**LLAMA.to_dict(), "family": "gemma3_text", "num_layers": 3, "head_dim": 4,
+                             "sliding_window": 2, "tie_word_embeddings": True, "query_pre_attn_scalar": 3.0,
+                             "layer_types": ("sliding_attention", "full_attention", "sliding_attention"),
+                             "rope_local_theta": 10.0, "rope_scaling": {"rope_type": "linear", "factor": 2.0}}),
+    # Gemma 2: no q/k norms, the scores capped at 0.5 and the logits at 1.0 (small: tanh bends them), untied
+    "gemma2": ar.LMConfig(**{**LLAMA.to_dict(), "family": "gemma2", "num_layers": 3, "head_dim": 4,
+                             "sliding_window": 2, "query_pre_attn_scalar": 3.0, "rope_local_theta": 100.0,
+                             "layer_types": ("sliding_attention", "full_attention", "sliding_attention"),
+                             "attn_softcap": 0.5, "final_softcap": 1.0}),
 }
 
 
