@@ -5,6 +5,7 @@ Run from the repository root::
     python benchmarks/bench_decode.py              # every model, 5 rounds, prints a markdown table
     python benchmarks/bench_decode.py --quick      # tiny models, 1 round: checks that it runs
     python benchmarks/bench_decode.py --rounds 3 --out table.md   # also writes the table to a file
+    python benchmarks/bench_decode.py --model Pythia --model Gemma  # the rows whose name holds a word
 
 What is timed: GPT-2 small (124M), a SmolLM-135M-shaped Llama (30 layers, 9 query heads, 3
 key/value heads), a Pythia-160M-shaped GPT-NeoX (12 layers, 12 heads, rotary_pct 0.25, untied
@@ -195,8 +196,9 @@ def measure(models: dict, rounds: int) -> list:
     rows = []
     for name, config_dict in models.items():
         best, tokens = {}, {}
-        for _ in range(rounds):
+        for r in range(rounds):
             for library in libraries:
+                print(f"{name}: round {r + 1} of {rounds}, {library}", file=sys.stderr, flush=True)  # progress
                 result = _spawn(library, config_dict)
                 best[library] = min(best.get(library, float("inf")), result["seconds"])
                 tokens.setdefault(library, result["tokens"])
@@ -242,6 +244,8 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny models, 1 round: checks that it runs")
     parser.add_argument("--rounds", type=int, default=5, help="fresh-process rounds per library (best kept)")
     parser.add_argument("--out", type=Path, help="also write the table to this file")
+    parser.add_argument("--model", action="append", default=[], metavar="WORD",
+                        help="only the rows whose name contains WORD (repeatable; default: every row)")
     parser.add_argument("--worker", nargs=2, metavar=("LIBRARY", "CONFIG"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
@@ -250,11 +254,19 @@ def main(argv=None) -> int:
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
     rounds = 1 if args.quick else args.rounds
-    rows = measure(QUICK if args.quick else MODELS, rounds)
+    models = QUICK if args.quick else MODELS
+    if args.model:
+        models = {name: d for name, d in models.items() if any(word in name for word in args.model)}
+        if not models:
+            parser.error(f"--model {args.model}: no row's name contains these words; the rows: {list(MODELS)}")
+    rows = measure(models, rounds)
     table = render(rows, rounds, "python benchmarks/bench_decode.py" + (" --quick" if args.quick else "")
-                   + ("" if args.quick or rounds == 5 else f" --rounds {rounds}"))
+                   + ("" if args.quick or rounds == 5 else f" --rounds {rounds}")
+                   + "".join(f" --model {word!r}" for word in args.model))
     print(table, end="")
     if args.out:
+        if str(ROOT) not in sys.path:
+            sys.path.insert(0, str(ROOT))  # run as a script from a clone that is not installed
         from attention_ref._atomic import write_atomic  # the package's one atomic writer
 
         write_atomic(args.out, table)

@@ -15,7 +15,7 @@ import numpy as np
 
 from .._checks import check_float_dtype
 from ..models.config import LMConfig
-from ..models.params import LAYER_PREFIX, param_names
+from ..models.params import LAYER_PREFIX, TOKEN_TABLE, param_names
 from .converters import _apply
 from .mappings import MAPPINGS, WHOLE_MODELS
 from .model_folder import expected_shapes, read_config, read_state_dir
@@ -114,7 +114,14 @@ def _params_from_state(state, config, dtype, copy):
     table, layer_prefix, block_table = WHOLE_MODELS[config.family]
     params = {k: v for k, v in _apply(table, state, "", copy=copy).items() if v is not None}
     if config.tie_word_embeddings:
-        params.pop("lm_head.W", None)  # stored or not, the head is the token table
+        head = params.pop("lm_head.W", None)  # stored or not, the head is the token table
+        table_name = TOKEN_TABLE[config.family]
+        if head is not None and table_name in params and (
+                head.shape != params[table_name].T.shape or not np.array_equal(head, params[table_name].T)):
+            # transformers 4.x reads the token table as the head, 5.x the stored one: neither is guessed
+            raise ValueError("the config says tie_word_embeddings = True but the state holds an 'lm_head.weight'"
+                             " that differs from the token table (transformers 4.x would use the table, 5.x the"
+                             " stored head); set tie_word_embeddings in config.json to say which is meant")
     elif "lm_head.W" not in params:
         raise KeyError("the config says tie_word_embeddings = False but the state has no 'lm_head.weight'")
     for i in range(config.num_layers):
@@ -140,8 +147,10 @@ def _params_from_state(state, config, dtype, copy):
 def to_transformers(tree, config: LMConfig) -> dict:
     """Our params or gradients (a dict keyed like :func:`attention_ref.models.param_names`) under
     transformers' state-dict names, as a dict of arrays in their layouts (``nn.Linear``
-    transposed back, GPT-2's Q, K and V fused into ``c_attn``). A tied weight appears once,
-    under the name ``named_parameters()`` gives it (the token table's)."""
+    transposed back, GPT-2's Q, K and V fused into ``c_attn``), under the names a
+    ``save_pretrained`` file holds (an untied GPT-NeoX head is ``embed_out.weight``, which transformers
+    5.x's ``named_parameters()`` calls ``lm_head.weight``). A tied weight appears once, under the token
+    table's name."""
     if not isinstance(config, LMConfig):
         raise TypeError(f"config must be an LMConfig, got {type(config).__name__}")
     table, layer_prefix, block_table = WHOLE_MODELS[config.family]

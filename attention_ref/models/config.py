@@ -406,7 +406,7 @@ def _gemma3_rope(d, family):
 
 
 def _gemma3(d, family="gemma3_text"):
-    act = d.get("hidden_activation") or d.get("hidden_act") or "gelu_pytorch_tanh"
+    act = d.get("hidden_activation") or "gelu_pytorch_tanh"  # transformers reads no hidden_act for Gemma 2/3
     if act != "gelu_pytorch_tanh":
         _refuse("hidden_activation", act, family)  # GeGLU's tanh GELU only
     for flag in ("attention_bias", "use_bidirectional_attention"):

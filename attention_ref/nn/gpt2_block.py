@@ -26,9 +26,9 @@ import numpy as np
 
 from .._checks import (as_real_array, as_upstream, cast, check_positive_int, check_positive_real, common_dtype,
                        require_ndim)
-from .._pair_checks import MultiHeadInputs, check_multi_head_inputs, check_scale
+from .._pair_checks import check_multi_head_inputs, check_scale
 from ..core.masks import causal_mask
-from ..variants.grouped_heads import multi_head_attention_backward_formula, multi_head_attention_formula
+from ..fast.dispatch import plain_multi_head_backward_formula, plain_multi_head_formula
 from ..variants.kv_cache import KVCache
 from .encoder_block import ENCODER_GROUPS, init_encoder_block_params
 from .feed_forward import FeedForwardCache, _feed_forward_backward, check_ffn_inputs, feed_forward_formula
@@ -99,8 +99,7 @@ def gpt2_block_formula(x, p, num_heads, *, eps, mask, scale, param_keys):
     z, ln1_cache = layer_norm_formula(x, ln1["gamma"], ln1["beta"], eps)  # (..., N, D)
     # 2. a = Attn(z), causal (and the extra mask)
     causal = causal_mask(n) if mask is None else combine_masks(mask, causal_mask(n))  # (..., N, N)
-    a, attn_cache = multi_head_attention_formula(MultiHeadInputs(z, z, z, attn, causal, None, num_heads, num_heads),
-                                                 tuple(attn), scale=scale)  # (..., N, D)
+    a, attn_cache = plain_multi_head_formula(z, z, z, attn, causal, num_heads, tuple(attn), scale=scale)  # (..., N, D)
     # 3. h = x + a
     hidden = x + a  # (..., N, D)
     # 4. u = LN_2(h)
@@ -132,7 +131,7 @@ def gpt2_block_backward(dout, cache: GPT2BlockCache):
     dh = dy + dh_norm  # (..., N, D)
     # 3. h = x + a: the residual passes dh to both
     # 2. a = Attn(z): z fed the query, the key and the value, so dz sums the three
-    dquery, dkey, dvalue, attn_grads = multi_head_attention_backward_formula(dh, cache.attn)
+    dquery, dkey, dvalue, attn_grads = plain_multi_head_backward_formula(dh, cache.attn)
     dz = dquery + dkey + dvalue  # (..., N, D)
     g.update({f"self_attn.{name}": grad for name, grad in attn_grads.items()})
     # 1. z = LN_1(x)

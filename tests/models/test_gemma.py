@@ -116,3 +116,14 @@ def test_gemma2_float32_stays_float32_and_logits_stay_under_the_cap():
         out = ar.generate([[1, 2, 3]], params, config, 2)
     assert logits.dtype == np.float32 and all(g.dtype == np.float32 for g in grads.values())
     assert np.abs(logits).max() <= np.float32(0.01) and out.shape == (1, 5)  # tanh saturates at 1 in float32
+
+
+@pytest.mark.parametrize("family", ["gemma3_text", "gemma2"])
+def test_hidden_act_is_not_read(family):
+    """transformers' Gemma 2 and 3 configs read hidden_activation only: a stray hidden_act is
+    ignored there, so it is here (the activation stays the tanh GELU)."""
+    d = {**BASE, "model_type": family, "hidden_act": "gelu"}
+    d.pop("hidden_activation", None)
+    assert ar.LMConfig.from_dict(d).family == family
+    with pytest.raises(ValueError, match="hidden_activation = 'gelu'"):
+        ar.LMConfig.from_dict({**d, "hidden_activation": "gelu"})

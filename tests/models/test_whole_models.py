@@ -353,3 +353,17 @@ def test_train_tiny_gpt_refuses_zero_steps():
     for argv in (["--steps", "0"], ["--eval-every", "0"]):
         with pytest.raises(SystemExit):
             module.main(argv)
+
+
+def test_a_tied_config_over_a_different_stored_head_is_refused():
+    """transformers 4.x reads a tied config's head as the token table, 5.x keeps the stored
+    lm_head.weight: neither is guessed; the same head as the table is fine."""
+    from attention_ref.interop import from_transformers_state, to_transformers
+
+    params, config = _model("llama")  # untied
+    state = to_transformers(params, config)
+    tied = ar.LMConfig(**{**config.to_dict(), "tie_word_embeddings": True})
+    with pytest.raises(ValueError, match="tie_word_embeddings = True but the state holds an 'lm_head.weight'"):
+        from_transformers_state(state, tied)
+    same = {**state, "lm_head.weight": state["model.embed_tokens.weight"]}
+    assert "lm_head.W" not in from_transformers_state(same, tied)

@@ -41,3 +41,23 @@ def test_dtype(dtype, expected):
     x = np.arange(-3, 4).astype(dtype)
     assert erf(x).dtype == expected
     np.testing.assert_allclose(erf(x), [math.erf(v) for v in range(-3, 4)], rtol=1e-6 if dtype == np.float32 else 1e-15)
+
+
+def test_float32_input_takes_the_short_expansions_and_stays_within_one_unit():
+    """float32 and float16 inputs use 18 series terms and 30 fraction levels (a third of the
+    work): the result is math.erf rounded to the dtype, within one unit in the last place."""
+    import math
+
+    import numpy as np
+
+    from attention_ref.nn.erf import erf
+
+    x = np.concatenate([np.linspace(-8, 8, 100001), np.geomspace(1e-30, 8, 20001),
+                        -np.geomspace(1e-30, 8, 20001)])
+    for dtype, bits in ((np.float32, np.int32), (np.float16, np.int16)):
+        xs = x.astype(dtype)
+        ours = erf(xs)
+        assert ours.dtype == dtype
+        exact = np.array([math.erf(float(t)) for t in xs]).astype(dtype)
+        units = np.abs(ours.view(bits).astype(np.int64) - exact.view(bits).astype(np.int64))
+        assert units.max() <= 1, (dtype, xs[units.argmax()], units.max())
