@@ -35,6 +35,20 @@ import contextlib
 __all__ = ["llama_in_float64", "gemma3_in_float64", "gemma2_in_float64"]
 
 
+@contextlib.contextmanager
+def _patched(patches):
+    """Each ``(owner, name, new)``: ``owner.name`` is ``new`` inside the block and what it was
+    again on exit, whatever happens (the three context managers below are lists of these)."""
+    originals = [getattr(owner, name) for owner, name, _ in patches]
+    for owner, name, new in patches:
+        setattr(owner, name, new)
+    try:
+        yield
+    finally:
+        for (owner, name, _), old in zip(patches, originals):
+            setattr(owner, name, old)
+
+
 def _rope_theta(config) -> float:
     """transformers 4.x: ``config.rope_theta``; 5.x: ``config.rope_parameters["rope_theta"]``."""
     theta = getattr(config, "rope_theta", None)
@@ -107,14 +121,8 @@ def llama_in_float64():
     from transformers.models.phi3 import modeling_phi3  # Llama's two float32 steps
 
     classes += [modeling_phi3.Phi3RMSNorm, modeling_phi3.Phi3RotaryEmbedding]
-    originals = [cls.forward for cls in classes]
-    for cls in classes:
-        cls.forward = rms_norm if cls.__name__.endswith("RMSNorm") else rotary
-    try:
+    with _patched([(cls, "forward", rms_norm if cls.__name__.endswith("RMSNorm") else rotary) for cls in classes]):
         yield
-    finally:
-        for cls, forward in zip(classes, originals):
-            cls.forward = forward
 
 
 @contextlib.contextmanager
@@ -153,15 +161,9 @@ def gemma3_in_float64():
         scale = torch.tensor(self.embedding_dim ** 0.5, dtype=self.weight.dtype)
         return torch.nn.functional.embedding(input_ids, self.weight, self.padding_idx) * scale
 
-    classes = (m.Gemma3RMSNorm, m.Gemma3RotaryEmbedding, m.Gemma3TextScaledWordEmbedding)
-    originals = [cls.forward for cls in classes]
-    for cls, forward in zip(classes, (rms_norm, rotary, embed)):
-        cls.forward = forward
-    try:
+    with _patched([(m.Gemma3RMSNorm, "forward", rms_norm), (m.Gemma3RotaryEmbedding, "forward", rotary),
+                   (m.Gemma3TextScaledWordEmbedding, "forward", embed)]):
         yield
-    finally:
-        for cls, forward in zip(classes, originals):
-            cls.forward = forward
 
 
 @contextlib.contextmanager
@@ -209,11 +211,5 @@ def gemma2_in_float64():
                (m, "eager_attention_forward", attention)]
     if hasattr(m, "Gemma2TextScaledWordEmbedding"):  # 5.x; 4.57 casts its normaliser to the hidden dtype already
         patches.append((m.Gemma2TextScaledWordEmbedding, "forward", embed))
-    originals = [getattr(owner, name) for owner, name, _ in patches]
-    for owner, name, new in patches:
-        setattr(owner, name, new)
-    try:
+    with _patched(patches):
         yield
-    finally:
-        for (owner, name, _), old in zip(patches, originals):
-            setattr(owner, name, old)
