@@ -45,7 +45,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .._checks import (as_real_array, as_upstream, cast, check_positive_int, check_positive_real, common_dtype,
-                       require_ndim, unbroadcast)
+                       require_ndim, signals_land_here, unbroadcast)
 from .._pair_checks import MultiHeadInputs, check_scale
 from ..core.linear import LinearCache
 from ..core.masks import apply_mask, causal_mask
@@ -132,6 +132,7 @@ def _capped_scores_formula(q, k, v, mask, scale, cap):
         capped = cap * t  # c. C = cap t, every entry in (-cap, cap): no overflow below
         weights = softmax_in_place(apply_mask(capped, mask))  # d. P = softmax(C + mask), over a fresh array
         out = weights @ v  # e. out = P v
+        signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
     return out, t, weights
 
 
@@ -166,6 +167,7 @@ def _capped_attention_backward(da, c: CappedAttentionCache):
         dS = dC * (1.0 - c.t * c.t)
         dq = dS @ c.k * c.scale  # a. S = (q scale) k^T
         dk = dS.swapaxes(-1, -2) @ c.q * c.scale
+        signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
     dq = ungroup_heads(dq)  # (..., H, N, Dh)
     dk = unbroadcast(dk, c.k.shape)[..., 0, :, :]  # the G query heads' sum per key/value head: (..., Hkv, N, Dh)
     dv = unbroadcast(dv, c.v.shape)[..., 0, :, :]
