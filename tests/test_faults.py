@@ -126,6 +126,26 @@ def numpy_state():
     return repr((np.geterr(), np.geterrcall()))
 
 
+def innermost_file(exc):
+    """The file of the frame an exception was raised in."""
+    tb = exc.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame.f_code.co_filename
+
+
+def forgive_numpys_window(landed, saved, summary):
+    """NumPy's own np.errstate has a window no code of ours can close (a KeyboardInterrupt inside
+    its __enter__ after the state is set, or inside its __exit__ before it is restored; about 1
+    interrupt in 300, docs/development.md): when the settings changed and an interrupt of this
+    round landed in NumPy's _ufunc_config.py, they are put back and counted, not failed. A change
+    with no interrupt there is ours, and the check after this fails on it."""
+    if numpy_state() != saved[2] and any(f.endswith("_ufunc_config.py") for f in landed):
+        np.seterr(**saved[0])
+        np.seterrcall(saved[1])
+        summary["numpy_window"] = summary.get("numpy_window", 0) + 1
+
+
 def timed(run, times=3):
     """Median seconds of a few runs (also warms the caches)."""
     seconds = []
@@ -288,6 +308,7 @@ def main():
     small_expected = [run() for run in SMALL]
     call_s = {name: timed(run) for name, run in runs.items()}
     before, state = blas_threads(), numpy_state()
+    saved = (np.geterr(), np.geterrcall(), state)  # for forgive_numpys_window
     summary = {"blas_before": before, "call_ms": {n: round(1000 * s) for n, s in call_s.items()},
                "rounds": 0, "interrupted": 0, "completed": 0, "late": 0, "signals": 0}
     start = time.monotonic()
@@ -312,16 +333,20 @@ def main():
 
         threading.Thread(target=send, daemon=True).start()
         summary["signals"] += len(delays)
+        landed = []
         try:
             try:
                 flags["go"] = True
                 runs[name]()
                 summary["completed"] += 1
-            except KeyboardInterrupt:  # the first, or the second during the first one's clean-up
+            except KeyboardInterrupt as e:  # the first, or the second during the first one's clean-up
                 summary["interrupted"] += 1
-        except KeyboardInterrupt:  # a second that came after the call had given up
+                landed.append(innermost_file(e))
+        except KeyboardInterrupt as e:  # a second that came after the call had given up
             summary["late"] += 1
+            landed.append(innermost_file(e))
         summary["late"] += sleep_through_interrupts(done)
+        forgive_numpys_window(landed, saved, summary)
         where = f"after round {summary['rounds']} ({name}, SIGINTs at {[round(1000 * d, 2) for d in delays]} ms)"
         try:
             now = blas_threads()
@@ -410,6 +435,7 @@ def test_ctrl_c_the_moment_blas_threads_change_leaves_them_as_before(blas_before
         expected = {name: run() for name, run in runs.items()}
         call_s = {name: timed(run) for name, run in runs.items()}
         before, state = blas_threads(), numpy_state()
+        saved = (np.geterr(), np.geterrcall(), state)  # for forgive_numpys_window
         assert counts() == before, (counts(), before)
         summary = {"blas_before": before, "rounds": 0, "at_change": 0, "at_random": 0,
                    "interrupted": 0, "late": 0}
@@ -452,18 +478,22 @@ def test_ctrl_c_the_moment_blas_threads_change_leaves_them_as_before(blas_before
                 done.set()
 
             threading.Thread(target=timer, daemon=True).start()
+            landed = []
             try:
                 try:
                     sys.setprofile(profile)
                     runs[name]()
-                except KeyboardInterrupt:
+                except KeyboardInterrupt as e:
                     summary["interrupted"] += 1
+                    landed.append(innermost_file(e))
                 finally:
                     sys.setprofile(None)
                     seen["over"] = True
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as e:
                 summary["late"] += 1
+                landed.append(innermost_file(e))
             summary["late"] += sleep_through_interrupts(done)
+            forgive_numpys_window(landed, saved, summary)
             try:
                 now = blas_threads()
                 assert now == before, f"BLAS threads {now}, {before} before"
