@@ -132,6 +132,26 @@ def broadcasts_into(shape: tuple, target: tuple) -> bool:
         return False
 
 
+def check_positions_for(positions: np.ndarray, x_shape: tuple, name: str = "positions") -> None:
+    """Positions against the vectors they rotate, ``x`` of shape (..., n, d): ``positions`` is
+    (n,) (or (1,)), or has as many axes as ``x.shape[:-1]`` with size-1 axes broadcasting. Any other
+    shape is refused, naming the shape expected: (B, n) against x (B, H, n, d) would broadcast
+    with B read as H when B == H, so it is refused and ``positions[:, None, :]`` suggested."""
+    lead = tuple(x_shape[:-1])
+    shape = tuple(positions.shape)
+    if len(shape) == 1 and shape[0] in (1, lead[-1]):
+        return
+    if len(shape) == len(lead) and all(s in (1, t) for s, t in zip(shape, lead)):
+        return
+    hint = ""
+    if 2 <= len(shape) < len(lead) and shape[-1] in (1, lead[-1]):
+        index = ", ".join([":"] * (len(shape) - 1) + ["None"] * (len(lead) - len(shape)) + [":"])
+        hint = f" (per batch row: {name}[{index}])"
+    axes = f" or {len(lead)} axes matching {lead}, size-1 axes broadcasting" if len(lead) > 1 else ""
+    raise ValueError(f"{name} of shape {shape} does not fit x of shape {tuple(x_shape)}: expected"
+                     f" ({lead[-1]},){axes}{hint}")
+
+
 def broadcast_batch(names_shapes, what: str = "batch dimensions") -> tuple:
     """Broadcast the leading (batch) shapes of several arrays, or raise naming them all."""
     shapes = [s for _, s in names_shapes]

@@ -74,35 +74,51 @@ def _apply(model, state, prefix, copy=True):
 
 
 def from_torch_multihead_attention(state, prefix=""):
-    """``torch.nn.MultiheadAttention`` (with ``in_proj_weight``: equal query, key and value
-    widths) -> the params of :func:`attention_ref.multi_head_attention_forward`."""
+    """Weights only (the mask and dropout are the caller's; check a port with :mod:`attention_ref.compare`).
+
+    ``torch.nn.MultiheadAttention`` (with ``in_proj_weight``: equal query, key and value
+    widths) -> the params of :func:`attention_ref.multi_head_attention_forward`. Its
+    ``attn_mask``/``key_padding_mask`` True means *ignore*, the opposite of this package's
+    boolean masks (``compare``'s ``mask_inverted``)."""
     return _apply("torch.nn.MultiheadAttention", state, prefix)
 
 
 def from_gpt2_attention(state, prefix=""):
-    """transformers' ``GPT2Attention`` (``c_attn``, ``c_proj``; prefix e.g. ``"h.0.attn."``)
-    -> the params of :func:`attention_ref.multi_head_attention_forward`."""
+    """Weights only, without GPT-2's causal mask (pass ``mask=``); a port is checked with :mod:`attention_ref.compare`.
+
+    transformers' ``GPT2Attention`` (``c_attn``, ``c_proj``; prefix e.g. ``"h.0.attn."``)
+    -> the params of :func:`attention_ref.multi_head_attention_forward` (``Conv1D`` weights are
+    already (in, out), as here: no transpose)."""
     return _apply("transformers GPT2Attention (attn.)", state, prefix)
 
 
 def from_llama_attention(state, num_heads, prefix=""):
-    """transformers' ``LlamaAttention`` (prefix e.g. ``"layers.0.self_attn."``) -> the params of
+    """Weights only, without RoPE or the causal mask: to check a Llama attention port use :mod:`attention_ref.compare`.
+
+    transformers' ``LlamaAttention`` (prefix e.g. ``"layers.0.self_attn."``) -> the params of
     :func:`attention_ref.multi_head_attention_forward` (no biases; pass ``num_kv_heads``, the
-    ratio of ``W_q``'s to ``W_k``'s columns times ``num_heads``, to the forward)."""
+    ratio of ``W_q``'s to ``W_k``'s columns times ``num_heads``, to the forward). That forward
+    has no rotary positions, so its output differs from ``LlamaAttention``'s (by about 1e-1 on
+    random weights); :func:`attention_ref.llama_block_forward` with these params under
+    ``self_attn.`` applies RoPE (rotate-half, ``rope_base=config.rope_theta``)."""
     p = _apply("transformers LlamaAttention (self_attn.)", state, prefix)
     _check_heads(p["W_q"], p["W_k"], num_heads, prefix + "q_proj.weight", prefix + "k_proj.weight")
     return p
 
 
 def from_gpt2_block(state, prefix=""):
-    """transformers' ``GPT2Block`` (prefix e.g. ``"h.0."``) -> the params of
+    """Weights only (eps and the GELU are :func:`attention_ref.gpt2_block_forward`'s; see :mod:`attention_ref.compare`).
+
+    transformers' ``GPT2Block`` (prefix e.g. ``"h.0."``) -> the params of
     :func:`attention_ref.gpt2_block_forward`."""
     return _apply("transformers GPT2Block (h.<i>.)", state, prefix)
 
 
 def from_llama_block(state, num_heads, prefix=""):
-    """transformers' ``LlamaDecoderLayer`` (prefix e.g. ``"layers.0."``) -> the params of
-    :func:`attention_ref.llama_block_forward`."""
+    """Weights only: RoPE's base and eps are the forward's arguments, from the config (see :mod:`attention_ref.compare`).
+
+    transformers' ``LlamaDecoderLayer`` (prefix e.g. ``"layers.0."``) -> the params of
+    :func:`attention_ref.llama_block_forward` (``rope_base=config.rope_theta``, ``eps=config.rms_norm_eps``)."""
     p = _apply("transformers LlamaDecoderLayer (layers.<i>.)", state, prefix)
     _check_heads(p["self_attn.W_q"], p["self_attn.W_k"], num_heads, prefix + "self_attn.q_proj.weight",
                  prefix + "self_attn.k_proj.weight")
@@ -110,7 +126,9 @@ def from_llama_block(state, num_heads, prefix=""):
 
 
 def from_bert_layer(state, prefix=""):
-    """transformers' ``BertLayer`` (prefix e.g. ``"encoder.layer.0."``) -> the params of
+    """Weights only: eps and the activation are the forward's arguments (see :mod:`attention_ref.compare`).
+
+    transformers' ``BertLayer`` (prefix e.g. ``"encoder.layer.0."``) -> the params of
     :func:`attention_ref.encoder_block_forward` with ``norm_first=False``,
     ``activation="gelu_exact"`` and ``eps=config.layer_norm_eps`` (BERT is the post-norm
     encoder block of "Attention Is All You Need" with the exact GELU)."""

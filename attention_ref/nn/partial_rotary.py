@@ -40,7 +40,8 @@ def partial_rotary_forward(x, rotary_dim, positions=None, base=None, scaling=Non
     ----------
     x : array (..., n, d), queries or keys per head
     rotary_dim : even int in [2, d], the rotated width ``r`` (GPT-NeoX: ``int(head_dim * rotary_pct)``)
-    positions : None (``0 .. n - 1``) or a real array broadcastable to ``x.shape[:-1]``
+    positions : None (``0 .. n - 1``), real positions (n,), or an array with as many axes as
+        ``x.shape[:-1]`` (size-1 axes broadcast: ``positions[:, None, :]`` for (B, n) against (B, H, n, d))
     base, scaling : RoPE's base and scaling, as :func:`attention_ref.nn.rope_scaling.rope_frequencies`;
         a ``partial_rotary_factor`` in ``scaling`` must give ``int(d * factor) == rotary_dim``
     layout : ``"half"`` (GPT-NeoX's rotate-half within the ``r`` features) or ``"interleaved"``

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .._checks import as_real_array, broadcasts_into, check_positive_int, check_positive_real, require_ndim
+from .._checks import as_real_array, check_positions_for, check_positive_int, check_positive_real, require_ndim
 from ..variants.rope import ROPE_LAYOUTS, RopeCache, rotate, rope_backward
 
 __all__ = ["ROPE_TYPES", "rope_frequencies", "scaled_rope_forward", "scaled_rope_backward"]
@@ -123,7 +123,8 @@ def scaled_rope_forward(x, positions=None, base=None, scaling=None, layout="half
     Parameters
     ----------
     x : array (..., n, d), ``d`` even (queries or keys per head)
-    positions : None (``0 .. n - 1``) or a real array broadcastable to ``x.shape[:-1]``
+    positions : None (``0 .. n - 1``), real positions (n,), or an array with as many axes as
+        ``x.shape[:-1]`` (size-1 axes broadcast: ``positions[:, None, :]`` for (B, n) against (B, H, n, d))
     base, scaling : as :func:`rope_frequencies`
     layout : ``"half"`` (Llama's rotate-half pairs ``(x_i, x_{i+d/2})``, the default here) or
         ``"interleaved"`` (pairs ``(x_{2i}, x_{2i+1})``)
@@ -148,13 +149,11 @@ def scaled_rope_forward(x, positions=None, base=None, scaling=None, layout="half
 
 
 def _check_positions(positions, x):
-    """None (``0 .. n - 1``) or real positions broadcastable to ``x.shape[:-1]``."""
+    """None (``0 .. n - 1``), real positions (n,), or as many axes as ``x.shape[:-1]`` (size-1 ones broadcast)."""
     if positions is None:
         return np.arange(x.shape[-2])  # (N,)
     positions = as_real_array(positions, "positions")
-    if not broadcasts_into(positions.shape, x.shape[:-1]):
-        raise ValueError(f"positions of shape {positions.shape} must broadcast to x's leading shape"
-                         f" {x.shape[:-1]} (x has shape {x.shape})")
+    check_positions_for(positions, x.shape)
     return positions
 
 

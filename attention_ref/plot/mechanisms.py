@@ -84,13 +84,15 @@ def rope_scores_by_offset(d=64, max_offset=128, base=10000.0, pairs=256, seed=0,
     fig = Figure(figsize=(10, 3.6), layout="constrained")
     left, right = fig.subplots(1, 2)
     for i, m in enumerate(starts):
-        qm, _ = rope_forward(np.repeat(q, len(offsets), axis=0), np.full(len(offsets), float(m)), base)  # (T, d)
-        kn, _ = rope_forward(np.repeat(k, len(offsets), axis=0), m + offsets, base)  # (T, d)
+        qm, _ = rope_forward(np.repeat(q, len(offsets), axis=0), np.full(len(offsets), float(m)), base,
+                             layout="interleaved")  # (T, d)
+        kn, _ = rope_forward(np.repeat(k, len(offsets), axis=0), m + offsets, base, layout="interleaved")  # (T, d)
         left.plot(offsets, np.sum(qm * kn, axis=-1) / np.sqrt(d), ls="-" if i == 0 else "--", label=f"q at {m}")
     x = rng.standard_normal((pairs, 1, d))
-    at_zero, _ = rope_forward(x, np.zeros((pairs, 1)), base)  # (P, 1, d)
-    same = [float(np.mean(np.sum(at_zero * rope_forward(x, np.full((pairs, 1), float(t)), base)[0], axis=-1)))
-            / np.sqrt(d) for t in offsets]
+    at_zero, _ = rope_forward(x, np.zeros((pairs, 1)), base, layout="interleaved")  # (P, 1, d)
+    same = [float(np.mean(np.sum(at_zero * rope_forward(x, np.full((pairs, 1), float(t)), base,
+                                                        layout="interleaved")[0], axis=-1))) / np.sqrt(d)
+            for t in offsets]
     right.plot(offsets, same, color="C2")
     for ax, title in ((left, "one (q, k): the same curve from every start"),
                       (right, f"a vector with itself, mean of {pairs}")):

@@ -1,20 +1,23 @@
 """Rotary position embedding (RoPE, document 001), ``y = R(p) x``, and its backward.
 
-Each feature pair ``(x_{2i}, x_{2i+1})`` of the vector at position ``p`` is rotated in its
-plane by the angle ``p * theta_i`` with ``theta_i = base^(-2i / D)`` (RoFormer's
-interleaved pairing): for ``i = 0 .. D/2 - 1``
-
-    ``y_{2i}   = x_{2i} cos(p theta_i) - x_{2i+1} sin(p theta_i)``
-    ``y_{2i+1} = x_{2i} sin(p theta_i) + x_{2i+1} cos(p theta_i)``
-
-Two layouts pair the features differently, with the same angles: ``layout="interleaved"``
-(above; RoFormer, GPT-J) and ``layout="half"``, the rotate-half pairing of Llama and
-GPT-NeoX, which rotates ``(x_i, x_{i + D/2})`` by ``p * theta_i``:
+The vector at position ``p`` has its ``D/2`` feature pairs rotated, pair ``i`` by the angle
+``p * theta_i`` with ``theta_i = base^(-2i / D)``. Two layouts pair the features differently,
+with the same angles. ``layout="half"`` (the default: transformers' Llama, GPT-NeoX and every
+family of this package) rotates ``(x_i, x_{i + D/2})``: for ``i = 0 .. D/2 - 1``
 
     ``y_i       = x_i cos(p theta_i) - x_{i+D/2} sin(p theta_i)``
     ``y_{i+D/2} = x_i sin(p theta_i) + x_{i+D/2} cos(p theta_i)``
 
 (transformers writes it ``x * cos + rotate_half(x) * sin`` with each angle repeated twice).
+``layout="interleaved"`` (RoFormer, GPT-J, Meta's original Llama code written with complex
+numbers, Stanford CS336) rotates ``(x_{2i}, x_{2i+1})``:
+
+    ``y_{2i}   = x_{2i} cos(p theta_i) - x_{2i+1} sin(p theta_i)``
+    ``y_{2i+1} = x_{2i} sin(p theta_i) + x_{2i+1} cos(p theta_i)``
+
+The two differ by a permutation of the features (a checkpoint converted from one to the other
+permutes the rows of W_q and W_k); used on the wrong weights, either one agrees at position 0 and
+drifts with the position (``attention_ref.compare`` names that mistake ``rope_layout``).
 Rotations preserve lengths, and ``R(m)^T R(n) = R(n - m)``, so after rotating queries and
 keys the score ``(R(m) q) . (R(n) k) = q . R(n - m) k`` depends on the positions only
 through the offset ``n - m``: relative position information inside a plain dot product.
@@ -29,11 +32,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._checks import as_real_array, as_upstream, broadcasts_into, check_positive_real, require_ndim
+from .._checks import as_real_array, as_upstream, check_positions_for, check_positive_real, require_ndim
 
 __all__ = ["RopeCache", "rope_forward", "rope_backward", "rope_angles", "ROPE_LAYOUTS"]
 
-#: "interleaved": pairs (x_{2i}, x_{2i+1}); "half": pairs (x_i, x_{i+D/2})
+#: "half": pairs (x_i, x_{i+D/2}) (transformers' Llama); "interleaved": pairs (x_{2i}, x_{2i+1}) (GPT-J)
 ROPE_LAYOUTS = ("interleaved", "half")
 
 
@@ -43,7 +46,7 @@ class RopeCache(NamedTuple):
     cos: np.ndarray  # (..., N, D/2)
     sin: np.ndarray  # (..., N, D/2)
     x_shape: tuple  # (..., N, D), the shape of x and of the output y
-    layout: str = "interleaved"  # which features are paired (see ROPE_LAYOUTS)
+    layout: str = "half"  # which features are paired (see ROPE_LAYOUTS)
 
 
 def rope_angles(positions, d: int, base: float = 10000.0) -> np.ndarray:
@@ -58,7 +61,7 @@ def rope_angles(positions, d: int, base: float = 10000.0) -> np.ndarray:
     return np.asarray(positions, dtype=np.float64)[..., None] * theta  # (..., N, D/2)
 
 
-def rotate(x, cos, sin, layout="interleaved"):
+def rotate(x, cos, sin, layout="half"):
     """Rotate each feature pair of ``x`` by the angle with ``cos`` and ``sin``: pairs
     ``(x_{2i}, x_{2i+1})`` (interleaved) or ``(x_i, x_{i+D/2})`` (half)."""
     half = x.shape[-1] // 2
@@ -70,18 +73,22 @@ def rotate(x, cos, sin, layout="interleaved"):
     return y  # (..., N, D)
 
 
-def rope_forward(x, positions=None, base=10000.0, layout="interleaved"):
-    """Rotary position embedding of the vectors ``x`` at ``positions``.
+def rope_forward(x, positions=None, base=10000.0, layout="half"):
+    """Rotary position embedding of the vectors ``x`` at ``positions``, in transformers' Llama
+    layout unless ``layout="interleaved"`` (RoFormer, GPT-J) is given.
 
     Parameters
     ----------
     x : array (..., n, d) with ``d`` even (queries or keys, typically per head)
-    positions : None (``0, 1, ..., n - 1``) or a real array broadcastable to
-        ``x.shape[:-1]`` without growing it, e.g. (n,) or (..., n); the position of each
-        vector (offsets such as ``T`` while decoding, or any real number)
+    positions : None (``0, 1, ..., n - 1``), a real array (n,), or one with as many axes as
+        ``x.shape[:-1]`` whose size-1 axes broadcast (per batch row against x (B, H, n, d):
+        ``positions[:, None, :]``, shape (B, 1, n)); the position of each vector (offsets such
+        as ``T`` while decoding, or any real number). Any other shape is refused: (B, n)
+        against (B, H, n, d) would be read as per head when B == H.
     base : float > 0, sets the slowest frequency ``theta_{d/2-1} = base^(-(d-2)/d)``
-    layout : ``"interleaved"`` (pairs ``(x_{2i}, x_{2i+1})``, RoFormer) or ``"half"`` (pairs
-        ``(x_i, x_{i+d/2})``, Llama's rotate-half)
+    layout : ``"half"`` (the default since 0.4.0: pairs ``(x_i, x_{i+d/2})``, transformers'
+        Llama rotate-half) or ``"interleaved"`` (pairs ``(x_{2i}, x_{2i+1})``, RoFormer, GPT-J;
+        the default before 0.4.0)
 
     Returns
     -------
@@ -99,9 +106,7 @@ def rope_forward(x, positions=None, base=10000.0, layout="interleaved"):
         positions = np.arange(x.shape[-2])  # (N,)
     else:
         positions = as_real_array(positions, "positions")
-        if not broadcasts_into(positions.shape, x.shape[:-1]):
-            raise ValueError(f"positions of shape {positions.shape} must broadcast to x's"
-                             f" leading shape {x.shape[:-1]} (x has shape {x.shape})")
+        check_positions_for(positions, x.shape)
     # 1. angles in float64 for accuracy at large positions (see rope_angles); cos and sin
     #    are cast to x's dtype here, so the rotation of a float32 x is float32 work
     angles = rope_angles(positions, x.shape[-1], base)  # (..., N, D/2)

@@ -32,13 +32,13 @@ def test_matches_loop(shape, positions, base):
     x = rng.standard_normal(shape)
     n = shape[-2]
     pos = {None: None, "offset": np.arange(n) + 17, "real": rng.uniform(-3, 50, n)}[positions]
-    y, _ = rope_forward(x, pos, base=base)
+    y, _ = rope_forward(x, pos, base=base, layout="interleaved")
     assert_close(y, loop_rope(x, np.arange(n) if pos is None else pos, base), what="rotated x")
 
 
 def test_position_zero_is_identity():
     x = np.random.default_rng(1).standard_normal((3, 6))
-    y, _ = rope_forward(x, np.zeros(3, dtype=int))
+    y, _ = rope_forward(x, np.zeros(3, dtype=int), layout="interleaved")
     assert_close(y, x, what="no rotation at position 0")
 
 
@@ -47,8 +47,8 @@ def test_score_depends_only_on_offset():
     q, k = rng.standard_normal((1, 16)), rng.standard_normal((1, 16))
 
     def score(m, n):
-        qm, _ = rope_forward(q, np.array([m]))
-        kn, _ = rope_forward(k, np.array([n]))
+        qm, _ = rope_forward(q, np.array([m]), layout="interleaved")
+        kn, _ = rope_forward(k, np.array([n]), layout="interleaved")
         return float(qm[0] @ kn[0])
 
     for m, n in [(0, 0), (5, 2), (2, 5), (40, 33)]:
@@ -60,7 +60,7 @@ def test_score_depends_only_on_offset():
 def test_norms_preserved():
     rng = np.random.default_rng(3)
     x = rng.standard_normal((2, 9, 8))
-    y, _ = rope_forward(x)
+    y, _ = rope_forward(x, layout="interleaved")
     assert_close(np.linalg.norm(y, axis=-1), np.linalg.norm(x, axis=-1), what="norms")
 
 
@@ -68,13 +68,13 @@ def test_norms_preserved():
                                               ((2, 3, 4), np.array([[0, 1, 2], [5, 6, 7]]))])
 def test_gradcheck(shape, positions):
     x = np.random.default_rng(4).standard_normal(shape)
-    check_gradients(lambda x: rope_forward(x, positions), rope_backward, x, names=["x"])
+    check_gradients(lambda x: rope_forward(x, positions, layout="interleaved"), rope_backward, x, names=["x"])
 
 
 def test_float32_and_input_untouched():
     x = np.random.default_rng(5).standard_normal((4, 6)).astype(np.float32)
     copy = x.copy()
-    y, cache = rope_forward(x, np.arange(4) + 0.5)
+    y, cache = rope_forward(x, np.arange(4) + 0.5, layout="interleaved")
     assert y.dtype == np.float32 and rope_backward(np.ones_like(y), cache).dtype == np.float32
     np.testing.assert_array_equal(x, copy)
     assert_close(y, loop_rope(x.astype(np.float64), np.arange(4) + 0.5), rtol=1e-5, atol=1e-6, what="float32")
@@ -83,7 +83,7 @@ def test_float32_and_input_untouched():
 def test_bad_inputs():
     with pytest.raises(ValueError, match=r"even.*\(3, 5\)"):
         rope_forward(np.ones((3, 5)))
-    with pytest.raises(ValueError, match=r"positions.*\(4,\).*\(3, 4\)"):
+    with pytest.raises(ValueError, match=r"^positions of shape \(4,\) does not fit x of shape \(3, 4\): expected \(3,\)"):
         rope_forward(np.ones((3, 4)), np.arange(4))
     with pytest.raises(ValueError, match="base"):
         rope_forward(np.ones((3, 4)), base=-1.0)
@@ -98,13 +98,14 @@ def test_bad_inputs():
         rope_backward(np.ones((3, 6)), cache)
 
 
-@pytest.mark.parametrize("shape, positions_shape", [((2, 3, 6, 8), (2, 1, 6)), ((2, 3, 6, 8), (3, 6)),
-                                                    ((4, 5, 2), (4, 5)), ((2, 3, 6, 8), (1, 6))])
+@pytest.mark.parametrize("shape, positions_shape", [((2, 3, 6, 8), (2, 1, 6)), ((2, 3, 6, 8), (1, 3, 6)),
+                                                    ((4, 5, 2), (4, 5)), ((2, 3, 6, 8), (1, 1, 6)),
+                                                    ((2, 3, 6, 8), (6,)), ((2, 3, 6, 8), (1,))])
 def test_batched_positions_match_loop(shape, positions_shape):
     rng = np.random.default_rng(6)
     x = rng.standard_normal(shape)
     positions = rng.uniform(-5, 200, positions_shape)
-    y, cache = rope_forward(x, positions)
+    y, cache = rope_forward(x, positions, layout="interleaved")
     assert_close(y, loop_rope(x, positions), what="rotated x")
     dy = rng.standard_normal(shape)
     assert_close(rope_backward(dy, cache), loop_rope(dy, -positions), what="dx = R(-p) dy")
@@ -169,3 +170,23 @@ def test_the_two_layouts_are_a_permutation_of_each_other():
 def test_bad_layout():
     with pytest.raises(ValueError, match=r"^layout must be one of \('interleaved', 'half'\), got 'rotate'$"):
         rope_forward(np.ones((2, 4)), layout="rotate")
+
+
+def test_default_layout_is_transformers_llama():
+    """Since 0.4.0 the default pairs (i, i + D/2), as transformers' Llama (it was interleaved)."""
+    x = np.random.default_rng(14).standard_normal((2, 5, 8))
+    y, cache = rope_forward(x, np.arange(3, 8))
+    assert cache.layout == "half"
+    assert_close(y, _llama_rope(x, np.arange(3, 8)), rtol=1e-13, atol=1e-13, what="default layout")
+
+
+@pytest.mark.parametrize("x_shape, positions_shape, hint", [
+    ((4, 4, 6, 8), (4, 6), r"positions\[:, None, :\]"),  # B == H: would broadcast as per head without the check
+    ((2, 3, 6, 8), (2, 6), r"positions\[:, None, :\]"),
+    ((2, 3, 5, 6, 8), (2, 6), r"positions\[:, None, None, :\]"),
+    ((3, 6, 8), (5,), r"expected \(6,\)"),
+    ((3, 6, 8), (1, 3, 6), r"2 axes"),
+])
+def test_positions_that_do_not_fit_what_they_rotate_are_refused(x_shape, positions_shape, hint):
+    with pytest.raises(ValueError, match=r"^positions of shape .* does not fit x of shape .*" + hint):
+        rope_forward(np.ones(x_shape), np.zeros(positions_shape))

@@ -152,15 +152,15 @@ def rope_relative(n: int = 8, d: int = 8, seed: int = 0) -> dict:
     longer permutation-equivariant."""
     rng = np.random.default_rng(seed)
     q1, k1 = rng.standard_normal(d), rng.standard_normal(d)
-    qr, _ = rope_forward(np.tile(q1, (n, 1)))  # (N, D)
-    kr, _ = rope_forward(np.tile(k1, (n, 1)))  # (N, D)
+    qr, _ = rope_forward(np.tile(q1, (n, 1)), layout="interleaved")  # (N, D)
+    kr, _ = rope_forward(np.tile(k1, (n, 1)), layout="interleaved")  # (N, D)
     s = qr @ kr.T  # (N, N)
     toeplitz = max(float(np.abs(np.diag(s, o) - np.diag(s, o)[0]).max()) for o in range(-n + 1, n))
     x = rng.standard_normal((n, d))  # (N, D)
     perm = rng.permutation(n)
 
     def attend(t):
-        r, _ = rope_forward(t)
+        r, _ = rope_forward(t, layout="interleaved")
         return scaled_dot_product_attention_forward(r, r, t)[0]
     return {"toeplitz_error": toeplitz, "spread": float(s.max() - s.min()),
             "permuted_difference": float(np.abs(attend(x[perm]) - attend(x)[perm]).max())}
