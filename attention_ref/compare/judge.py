@@ -308,11 +308,18 @@ def _judge(spec, s, cases, outputs) -> Comparison:
 
 
 def _separating(judged, wrong):
-    """The feature values whose every case is wrong, fewest first that cover the wrong cases; () when
-    every case is wrong."""
+    """The input features that separate the wrong cases from the right ones: those every wrong case
+    has and the fewest right cases have; else the fewest feature values, each seen only on wrong cases,
+    that cover the wrong cases. () when every case is wrong."""
     if len(wrong) == len(judged):
         return ()
     wrong_ids = {id(j) for j in wrong}
+    right = [j for j in judged if id(j) not in wrong_ids]
+    common = set.intersection(*(_feature_values(j.case) for j in wrong))
+    common -= set.intersection(*(_feature_values(j.case) for j in right))
+    if common:  # the most telling of them: those seen on the fewest right cases
+        seen = {v: sum(v in _feature_values(j.case) for j in right) for v in common}
+        return tuple(sorted(v for v in common if seen[v] == min(seen.values())))
     candidates = {}
     for j in judged:
         for value in _feature_values(j.case):

@@ -125,10 +125,12 @@ def _naive_softmax(x, axis=-1):
 
 
 def _stable_softmax(x, axis=-1):
+    """Softmax along ``axis``; zeros where every entry is -inf (this package's convention)."""
     m = np.max(x, axis=axis, keepdims=True)
     m = np.where(np.isfinite(m), m, 0)
     e = np.exp(x - m)
-    return e / e.sum(axis=axis, keepdims=True)
+    z = e.sum(axis=axis, keepdims=True)
+    return e / np.where(z > 0, z, 1)
 
 
 def _softmax_variants(s, case):
@@ -151,11 +153,10 @@ def _attention_case(rng, dtype, B, H, Hkv, Tq, Tk, D, mask_kind, big=False):
     q = rng.standard_normal((B, H, Tq, D))
     k = rng.standard_normal((B, Hkv, Tk, D))
     v = rng.standard_normal((B, Hkv, Tk, D))
-    if big:  # scores of a few thousand: exp overflows float64 past 709, float32 past 88
-        q *= 40.0 / math.sqrt(D) * (1 if dtype == _F64 else 0.25)
-        k *= 40.0 / math.sqrt(D) * (1 if dtype == _F64 else 0.25)
-    features = {"dtype": dtype.name, "batch axes": B > 1, "grouped heads": Hkv < H, "Tq < Tk": Tq < Tk,
-                "mask": mask_kind, "scores beyond exp's range": big}
+    features = {"dtype": dtype.name, "batch axes": B > 1, "grouped heads": Hkv < H,
+                "several key/value heads, each shared": 1 < Hkv < H, "Tq < Tk": Tq < Tk,
+                "with a mask": mask_kind != "none", "mask": None if mask_kind == "none" else mask_kind,
+                "scores beyond exp's range": big}
     mask = None
     if mask_kind == "causal":
         mask = causal_mask(Tq, Tk)  # (Tq, Tk)
@@ -169,6 +170,10 @@ def _attention_case(rng, dtype, B, H, Hkv, Tq, Tk, D, mask_kind, big=False):
         mask = rng.random((B, H, Tq, Tk)) < 0.6
         mask[..., 0] = True
         mask[..., 1] = False  # no row all True or all False
+    if big:  # the largest allowed scaled score 3000: exp overflows past 709 (float64), 88 (float32)
+        scores = (q @ np.repeat(k, H // Hkv, axis=1).swapaxes(-1, -2)) / math.sqrt(D)
+        allowed = np.ones(scores.shape, bool) if mask is None else np.broadcast_to(mask, scores.shape)
+        q *= 3000.0 / scores[allowed].max()
     if mask is not None:
         features["mask axes"] = mask.ndim
     finite_only = None
