@@ -23,7 +23,7 @@ PACKAGE = ROOT / "attention_ref"
 GUIDE = ROOT / "docs" / "reading_guide.md"
 README = ROOT / "README.md"
 # the layers, lowest first; a module may import from its own layer and lower ones
-LAYERS = ["top", "core", "fast", "variants", "nn", "models", "interop", "exercises", "documents", "plot"]
+LAYERS = ["top", "core", "fast", "variants", "nn", "models", "interop", "exercises", "documents", "plot", "compare"]
 RANK = {layer: i for i, layer in enumerate(LAYERS)}
 # the top level holds the shared machinery every layer may use; __init__ and __main__ sit above all
 ABOVE_ALL = {"attention_ref", "attention_ref.__main__"}
@@ -81,6 +81,13 @@ def test_imports_flow_down_only():
             if target in ABOVE_ALL or RANK[layer_of(target)] > mine:
                 wrong.append(f"{module} ({layer_of(module)}) imports {target} ({layer_of(target)})")
     assert not wrong, "imports that flow up:\n" + "\n".join(wrong)
+
+
+def test_nothing_imports_compare():
+    """compare/ stands apart: it checks users' code against every layer below, and no layer needs it."""
+    wrong = [f"{m} imports {t}" for m in modules() if layer_of(m) != "compare"
+             for t in imported_modules(m) if layer_of(t) == "compare"]
+    assert not wrong, wrong
 
 
 def test_no_import_cycles():
