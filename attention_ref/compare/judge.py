@@ -267,11 +267,11 @@ def _judge(spec, s, cases, outputs) -> Comparison:
     failures = [i for i in judged_ids if i in raised]
     if failures:
         i = failures[0]
-        shown = sorted(_feature_values(cases[i]))
-        return Comparison(False, None, "the call raised", tuple(shown), subject, len(judged_ids), len(failures),
+        shown = _separating([cases[j] for j in judged_ids], [cases[j] for j in failures])
+        return Comparison(False, None, "the call raised", shown, subject, len(judged_ids), len(failures),
                           math.inf, unsupported_labels,
                           f"It raised on {len(failures)} case(s) of features it handles elsewhere, first on a case"
-                          f" with {', '.join(shown)}:\n  {outputs[i]}")
+                          f" with {', '.join(sorted(_feature_values(cases[i])))}:\n  {outputs[i]}")
     judged = [_Judged(spec, s, cases[i], outputs[i]) for i in judged_ids]
     error = max([j.error for j in judged if j.case.dtype in (None, np.float64)], default=0.0)
     ratios = [j.error for j in judged if j.case.dtype not in (None, np.float64)]
@@ -286,7 +286,7 @@ def _judge(spec, s, cases, outputs) -> Comparison:
                           math.inf, unsupported_labels,
                           "Every value matches, but rows with no allowed key hold NaN or inf.", **extra)
     shapes = [j for j in wrong if not j.shape_ok]
-    inputs = _separating(judged, wrong)
+    inputs = _separating([j.case for j in judged], [j.case for j in wrong])
     if shapes:
         j = shapes[0]
         return Comparison(False, None, "the output's shape", inputs, subject, n, len(wrong), math.inf,
@@ -307,23 +307,23 @@ def _judge(spec, s, cases, outputs) -> Comparison:
                       f" ({len(wrong)} of {n} cases differ).{nan_note}", **extra)
 
 
-def _separating(judged, wrong):
-    """The input features that separate the wrong cases from the right ones: those every wrong case
-    has and the fewest right cases have; else the fewest feature values, each seen only on wrong cases,
-    that cover the wrong cases. () when every case is wrong."""
-    if len(wrong) == len(judged):
+def _separating(cases, wrong):
+    """The input features that separate the ``wrong`` cases from the right ones among ``cases``: those
+    every wrong case has and the fewest right cases have; else the fewest feature values, each seen
+    only on wrong cases, that cover the wrong cases. () when every case is wrong."""
+    wrong_ids = {id(c) for c in wrong}
+    right = [c for c in cases if id(c) not in wrong_ids]
+    if not right:
         return ()
-    wrong_ids = {id(j) for j in wrong}
-    right = [j for j in judged if id(j) not in wrong_ids]
-    common = set.intersection(*(_feature_values(j.case) for j in wrong))
-    common -= set.intersection(*(_feature_values(j.case) for j in right))
+    common = set.intersection(*(_feature_values(c) for c in wrong))
+    common -= set.intersection(*(_feature_values(c) for c in right))
     if common:  # the most telling of them: those seen on the fewest right cases
-        seen = {v: sum(v in _feature_values(j.case) for j in right) for v in common}
+        seen = {v: sum(v in _feature_values(c) for c in right) for v in common}
         return tuple(sorted(v for v in common if seen[v] == min(seen.values())))
     candidates = {}
-    for j in judged:
-        for value in _feature_values(j.case):
-            candidates.setdefault(value, set()).add(id(j))
+    for c in cases:
+        for value in _feature_values(c):
+            candidates.setdefault(value, set()).add(id(c))
     showing = {v: ids for v, ids in candidates.items() if ids <= wrong_ids}
     chosen, covered = [], set()
     for value, ids in sorted(showing.items(), key=lambda kv: (-len(kv[1]), kv[0])):

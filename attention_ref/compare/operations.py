@@ -124,13 +124,14 @@ def _naive_softmax(x, axis=-1):
     return e / e.sum(axis=axis, keepdims=True)
 
 
-def _stable_softmax(x, axis=-1):
-    """Softmax along ``axis``; zeros where every entry is -inf (this package's convention)."""
+def _stable_softmax(x, axis=-1, empty=0.0):
+    """Softmax along ``axis``; ``empty`` (0, this package's convention, or NaN, torch's softmax) where
+    every entry is -inf."""
     m = np.max(x, axis=axis, keepdims=True)
     m = np.where(np.isfinite(m), m, 0)
     e = np.exp(x - m)
     z = e.sum(axis=axis, keepdims=True)
-    return e / np.where(z > 0, z, 1)
+    return np.where(z > 0, e / np.where(z > 0, z, 1), empty)
 
 
 def _softmax_variants(s, case):
@@ -227,7 +228,7 @@ def _attention_reference(case, s, dtype):
 
 
 def _attention_formula(q, k, v, mask, scale, softcap=None, order="repeat", mask_mode="given", axis=-1,
-                       naive=False):
+                       naive=False, empty=0.0):
     """The attention of the variants, unchecked: returns (out, rows with no allowed key)."""
     k, v = _repeat_kv(q, k, v, order)
     scores = (q @ k.swapaxes(-1, -2)) * q.dtype.type(scale)
@@ -236,7 +237,7 @@ def _attention_formula(q, k, v, mask, scale, softcap=None, order="repeat", mask_
     allowed = np.ones(scores.shape, bool) if mask is None or mask_mode == "ignored" else \
         np.broadcast_to(~mask if mask_mode == "inverted" else mask, scores.shape)
     scores = np.where(allowed, scores, -np.inf)
-    p = _naive_softmax(scores, axis) if naive else _stable_softmax(scores, axis)
+    p = _naive_softmax(scores, axis) if naive else _stable_softmax(scores, axis, empty)
     out = p @ v
     return out, ~allowed.any(axis=-1)[..., None]
 
@@ -268,9 +269,12 @@ def _attention_variants(s, case):
                            lambda c, s, mode=mode: _quiet(lambda: _attention_formula(
                                *map(_f64, c.args[:3]), c.args[3], _scale(s, c.args[0].shape[-1]), cap,
                                mask_mode=mode))))
-    out.append(Variant("softmax_axis: softmax over the queries", "softmax_axis", "softmax",
-                       lambda c, s: _quiet(lambda: _attention_formula(*map(_f64, c.args[:3]), c.args[3],
-                                                                      _scale(s, c.args[0].shape[-1]), cap, axis=-2))))
+    for empty in (0.0, np.nan):  # a key no query may see: a column of zeros, or of NaN (torch's softmax)
+        out.append(Variant(f"softmax_axis: softmax over the queries ({empty} for a key no query sees)",
+                           "softmax_axis", "softmax",
+                           lambda c, s, empty=empty: _quiet(lambda: _attention_formula(
+                               *map(_f64, c.args[:3]), c.args[3], _scale(s, c.args[0].shape[-1]), cap, axis=-2,
+                               empty=empty))))
     out.append(Variant("softmax_overflow: exp without subtracting the row maximum", "softmax_overflow",
                        "max subtraction",
                        lambda c, s: (lambda r: (_f64(r[0]), r[1]))(_quiet(lambda: _attention_formula(
@@ -591,7 +595,7 @@ OPERATIONS = {spec.name: spec for spec in (
     OperationSpec("scaled_dot_product_attention", "fn(q, k, v, mask)", {"scale": None, "softcap": None},
                   ("grouped heads", "scores", "scale", "soft-capping", "mask", "max subtraction", "softmax",
                    "weighted sum"),
-                  ("grouped heads", "mask axes", "batch axes", "Tq < Tk"),
+                  ("grouped heads", "several key/value heads, each shared", "mask axes", "batch axes", "Tq < Tk"),
                   {"grouped heads": "grouped heads", "mask": "mask", "fully masked rows": "softmax",
                    "scores beyond exp's range": "max subtraction", "Tq < Tk": "mask"},
                   _attention_cases, _attention_reference, _attention_variants),
