@@ -257,6 +257,8 @@ def _judge(spec, s, cases, outputs) -> Comparison:
             with_it = {i for i, c in enumerate(cases) if c.features.get(feature) == value}
             if with_it and with_it <= raised and len(with_it) < len(cases):
                 unsupported.append((feature, value, with_it))
+    unsupported = [u for u in unsupported  # a feature inside a wider unsupported one is not listed
+                   if not any(u[2] < other[2] for other in unsupported)]
     left_out = set().union(*(w for _, _, w in unsupported)) if unsupported else set()
     judged_ids = [i for i in range(len(cases)) if i not in left_out]
     unsupported_labels = tuple(_label(f, v) for f, v, _ in unsupported)
@@ -300,7 +302,8 @@ def _judge(spec, s, cases, outputs) -> Comparison:
         return Comparison(False, variant.mistake, variant.step, inputs, subject, n, len(wrong), error,
                           unsupported_labels, f"Reproduced by the reference with '{variant.key}' {how}.{nan_note}", **extra)
     where = _locate(spec, inputs)
-    worst = max(wrong, key=lambda j: j.error)
+    first = [j for j in wrong if j.case.dtype in (None, np.float64)] or wrong  # float64 first: the plainer size
+    worst = max(first, key=lambda j: j.error)
     kind = "relative error" if worst.case.dtype in (None, np.float64) else "R-ratio"
     return Comparison(False, None, where, inputs, subject, n, len(wrong), error, unsupported_labels,
                       f"Largest {kind} {worst.error:.3g} on a case with {', '.join(sorted(_feature_values(worst.case)))}"

@@ -186,3 +186,11 @@ def test_sdpa_without_enable_gqa_is_judged_on_the_other_cases():
     assert verdict.ok and verdict.unsupported == ("several key/value heads, each shared",), str(verdict)
     assert ("Not supported (it raised on every such case; judged on the others): several key/value heads, each"
             " shared.") in str(verdict)
+
+
+def test_transformers_float32_angles_in_a_float64_port_are_low_precision():
+    """docs/compare.md: a port that computes RoPE's angles in float32, as transformers does, is named
+    low_precision, with a relative error between 1e-4 and 1e-3 (positions up to 1e5)."""
+    verdict = compare.operation("rope", P(rope, float32_angles=True))
+    assert verdict.mistake == "low_precision" and verdict.where == "angles"
+    assert 1e-4 < verdict.error < 1e-3, verdict.error
