@@ -69,8 +69,15 @@ def operation(name, fn, **settings) -> Comparison:
     spec, s = _check(name, fn, settings)
     rng = np.random.default_rng(s["seed"])
     cases = spec.cases(s, rng)
-    outputs = _run_all(fn, cases)
-    return _judge(spec, s, cases, outputs)
+    outputs, torch = _run_all(fn, cases)
+
+    def call(args):
+        """The user's function on one probe's arguments (NumPy out), raising what it raises."""
+        out = _call(fn, Case(tuple(args), {}), torch)
+        if isinstance(out, _Raised):
+            raise out.error
+        return out
+    return _judge(spec, s, cases, outputs, lambda: spec.probe(call, s, np.random.default_rng(s["seed"])))
 
 
 def _check(name, fn, settings):
@@ -152,12 +159,18 @@ def _as_torch(a):
 
 
 def _as_numpy(out):
+    if isinstance(out, tuple):
+        raise TypeError(f"fn returned a tuple of {len(out)} items; compare needs the output array alone"
+                        " (this package's *_forward functions return (output, cache))")
     if hasattr(out, "detach") and hasattr(out, "cpu"):
         out = out.detach().cpu()
         if str(out.dtype) == "torch.bfloat16":
             out = out.float()
         out = out.numpy()
-    return np.asarray(out)
+    out = np.asarray(out)
+    if out.dtype.kind not in "biuf":
+        raise TypeError(f"fn returned an array of dtype {out.dtype}; compare needs real numbers (or booleans)")
+    return out
 
 
 def _call(fn, case: Case, torch: bool):
@@ -174,16 +187,17 @@ def _call(fn, case: Case, torch: bool):
 
 
 def _run_all(fn, cases):
+    """The user's outputs on every case, and whether the function was called with torch tensors."""
     outputs = [_call(fn, c, False) for c in cases]
     if all(isinstance(o, _Raised) for o in outputs):
         try:
             import torch  # noqa: F401
         except ImportError:
-            return outputs
+            return outputs, False
         with_torch = [_call(fn, c, True) for c in cases]
         if sum(isinstance(o, _Raised) for o in with_torch) < len(cases):
-            return with_torch
-    return outputs
+            return with_torch, True
+    return outputs, False
 
 
 # ---------------------------------------------------------------- judging
@@ -246,7 +260,7 @@ def _feature_values(case):
     return {_label(k, v) for k, v in case.features.items() if v is not False and v is not None}
 
 
-def _judge(spec, s, cases, outputs) -> Comparison:
+def _judge(spec, s, cases, outputs, probe) -> Comparison:
     raised = {i for i, o in enumerate(outputs) if isinstance(o, _Raised)}
     subject = spec.name
     # features whose every case raised (and that leave other cases): not supported, judged without them
@@ -301,7 +315,7 @@ def _judge(spec, s, cases, outputs) -> Comparison:
                "on every case, within the tolerance")
         return Comparison(False, variant.mistake, variant.step, inputs, subject, n, len(wrong), error,
                           unsupported_labels, f"Reproduced by the reference with '{variant.key}' {how}.{nan_note}", **extra)
-    where = _locate(spec, inputs)
+    where = _locate(spec, inputs, probe)
     first = [j for j in wrong if j.case.dtype in (None, np.float64)] or wrong  # float64 first: the plainer size
     worst = max(first, key=lambda j: j.error)
     kind = "relative error" if worst.case.dtype in (None, np.float64) else "R-ratio"
@@ -362,7 +376,16 @@ def _reproduces(variant, s, j):
     return 1 / PRECISION_FACTOR <= user / theirs <= PRECISION_FACTOR
 
 
-def _locate(spec, inputs):
+def _locate(spec, inputs, probe):
+    """The step a probe isolates (inputs chosen so that the other steps are the identity); else the
+    step the separating features point to; else the operation's output."""
+    if spec.probe is not None:
+        try:
+            step = probe()
+        except Exception:  # a probe the user's code cannot take locates nothing
+            step = None
+        if step is not None:
+            return step
     steps = [spec.feature_steps[v.split(" = ")[0]] for v in inputs if v.split(" = ")[0] in spec.feature_steps]
     if steps:
         return min(steps, key=spec.steps.index)

@@ -15,7 +15,7 @@ mistaken variants.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -73,7 +73,7 @@ class OperationSpec:
     reference: object  # (case, settings, dtype) -> array in dtype
     variants: object  # (settings, case) -> [Variant] (the same keys for every case)
     exact: bool = False  # compared for equality (masks)
-    notes: dict = field(default_factory=dict)
+    probe: object = None  # (call, settings, rng) -> the first step that differs, or None; see _probe_*
 
 
 def _quiet(f, *args):
@@ -586,7 +586,50 @@ def _swiglu_variants(s, case):
     ]
 
 
-_COMMON = {"rtol": 1e-10, "atol": 0.0, "seed": 0}
+# ---------------------------------------------------------------- probes: inputs that isolate a step
+def _close(u, t):
+    u, t = np.asarray(u, np.float64), np.asarray(t, np.float64)
+    return u.shape == t.shape and bool(np.all(np.isfinite(u))) and \
+        float(np.max(np.abs(u - t), initial=0.0)) <= 1e-8 * max(float(np.max(np.abs(t), initial=0.0)), 1.0)
+
+
+def _probe_attention(call, s, rng):
+    """Values v = the identity (Tk = D) make the output the attention weights themselves: weights
+    that are probabilities (rows of non-negative numbers summing to 1) but not the reference's point
+    to the scores, mask or softmax; anything else to the weighted sum of the values."""
+    B, H, T, D = 1, 2, 8, 8
+    q, k = rng.standard_normal((2, B, H, T, D))
+    v = np.broadcast_to(np.eye(T), (B, H, T, D)).copy()
+    mask = causal_mask(T, T)
+    weights = np.asarray(call((q, k, v, mask)), np.float64)
+    if weights.shape == (B, H, T, T) and np.all(np.isfinite(weights)) and np.all(weights >= -1e-12) and \
+            np.allclose(weights.sum(-1), 1.0, rtol=0, atol=1e-8):
+        return "softmax"
+    return "weighted sum"
+
+
+def _probe_rope(call, s, rng):
+    """At position 0 every rotation is the identity: wrong there means the pairs, not the angles."""
+    x = rng.standard_normal((1, 2, 4, 2 * (s["rotary_dim"] or 4)))
+    return "angles" if _close(call((x, np.zeros((1, 4), np.int64))), x) else "pairs"
+
+
+def _probe_norm(call, s, rng, bias):
+    """With weight 1 (and bias 0) the output is the normalised x: right there means the weight step."""
+    x = rng.standard_normal((3, 8))
+    w = np.full(8, 1.0 - s.get("offset", 0.0))
+    args = (x, w, np.zeros(8), 1e-5) if bias else (x, w, 1e-5)
+    ref = layer_norm_forward(x, np.ones(8), np.zeros(8), 1e-5)[0] if bias else rms_norm_forward(x, np.ones(8), 1e-5)[0]
+    return ("weight and bias" if bias else "weight") if _close(call(args), ref) else ("variance" if bias else
+                                                                                      "mean square")
+
+
+def _probe_swiglu(call, s, rng):
+    """w_down = the identity (F = D) leaves silu(x w_gate) * (x w_up): right there means the down projection."""
+    x, (g, u) = rng.standard_normal((4, 8)), rng.standard_normal((2, 8, 8)) / 3
+    ref = swiglu_forward(x, g, u, np.eye(8))[0]
+    return "down" if _close(call((x, g, u, np.eye(8))), ref) else "gate"
+
 
 OPERATIONS = {spec.name: spec for spec in (
     OperationSpec("softmax", "fn(x), along the last axis", {}, ("max subtraction", "exponentials", "normalisation"),
@@ -599,7 +642,7 @@ OPERATIONS = {spec.name: spec for spec in (
                   ("grouped heads", "several key/value heads, each shared", "mask axes", "batch axes", "Tq < Tk"),
                   {"grouped heads": "grouped heads", "mask": "mask", "fully masked rows": "softmax",
                    "scores beyond exp's range": "max subtraction", "Tq < Tk": "mask"},
-                  _attention_cases, _attention_reference, _attention_variants),
+                  _attention_cases, _attention_reference, _attention_variants, probe=_probe_attention),
     OperationSpec("causal_mask", "fn(Tq, Tk, window) -> bool (Tq, Tk)", {}, ("causal", "window"),
                   ("window", "Tq < Tk"), {"window": "window", "Tq < Tk": "causal"},
                   _mask_cases, _mask_reference, _mask_variants, exact=True),
@@ -609,16 +652,18 @@ OPERATIONS = {spec.name: spec for spec in (
                   ("batch axes", "positions per batch row"),
                   {"positions not starting at 0": "positions", "positions per batch row": "positions",
                    "positions beyond 1000": "angles", "head width > rotary_dim": "frequencies"},
-                  _rope_cases, _rope_reference, _rope_variants),
+                  _rope_cases, _rope_reference, _rope_variants, probe=_probe_rope),
     OperationSpec("rms_norm", "fn(x, weight, eps)", {"offset": 0.0}, ("mean square", "eps", "weight"),
                   ("batch axes",), {"rows of size about 1e-3": "eps", "eps": "eps"},
-                  lambda s, rng: _norm_cases(s, rng, False), _rms_reference, _rms_variants),
+                  lambda s, rng: _norm_cases(s, rng, False), _rms_reference, _rms_variants,
+                  probe=lambda call, s, rng: _probe_norm(call, s, rng, False)),
     OperationSpec("layer_norm", "fn(x, weight, bias, eps)", {}, ("mean", "variance", "eps", "weight and bias"),
                   ("batch axes",), {"rows of size about 1e-3": "eps", "eps": "eps"},
-                  lambda s, rng: _norm_cases(s, rng, True), _layer_norm_reference, _layer_norm_variants),
+                  lambda s, rng: _norm_cases(s, rng, True), _layer_norm_reference, _layer_norm_variants,
+                  probe=lambda call, s, rng: _probe_norm(call, s, rng, True)),
     OperationSpec("gelu", "fn(x)", {"approximate": "none"}, ("activation",), ("batch axes",), {},
                   _gelu_cases, _gelu_reference, _gelu_variants),
     OperationSpec("swiglu", "fn(x, w_gate, w_up, w_down), w_gate and w_up (D, F), w_down (F, D)", {},
                   ("gate", "up", "down"), ("extra batch axis",), {}, _swiglu_cases, _swiglu_reference,
-                  _swiglu_variants),
+                  _swiglu_variants, probe=_probe_swiglu),
 )}

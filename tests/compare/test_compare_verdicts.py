@@ -60,8 +60,16 @@ def test_a_verdict_is_a_bool_a_check_and_a_sentence():
                                           " right ones)"),  # a temperature: no mistake of the catalogue
     ("layer_norm", lambda x, w, b, eps: (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, ddof=1, keepdims=True)
                                                                                     + eps) * w + b,
-     "layer_norm's output (no input feature separates the wrong cases from the right ones)"),  # unbiased variance
-    ("rope", lambda x, p: x, None),  # no rotation at all: right where every position is 0 only
+     "variance"),  # the unbiased variance; with weight 1 and bias 0 it is still wrong: the variance step
+    ("rms_norm", lambda x, w, eps: x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w * w, "weight"),
+    ("rope", lambda x, p: x, "angles"),  # no rotation at all: right at position 0
+    ("rope", lambda x, p: -x, "pairs"),  # wrong even where every angle is 0
+    ("scaled_dot_product_attention", lambda q, k, v, m: 2 * attention(q, k, v, m), "weighted sum"),
+    ("scaled_dot_product_attention", lambda q, k, v, m: attention(q + 0.1, k, v, m), "softmax"),
+    ("swiglu", lambda x, g, u, d: (np.maximum(x @ g, 0) * (x @ u)) @ d, "gate"),  # ReLU for SiLU
+    ("swiglu", lambda x, g, u, d: (x @ g / (1 + np.exp(-(x @ g))) * (x @ u)) @ (d / np.linalg.norm(d, axis=-1,
+                                                                                               keepdims=True)),
+     "down"),  # w_down's rows normalised: invisible when w_down is the identity
 ])
 def test_a_difference_no_variant_explains_is_located_not_named(name, fn, where):
     verdict = compare.operation(name, fn)
