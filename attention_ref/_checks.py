@@ -134,13 +134,14 @@ def broadcasts_into(shape: tuple, target: tuple) -> bool:
 
 def check_positions_for(positions: np.ndarray, x_shape: tuple, name: str = "positions") -> None:
     """Positions against the vectors they rotate, ``x`` of shape (..., n, d): ``positions`` is
-    (n,) (or (1,)), or has as many axes as ``x.shape[:-1]`` with size-1 axes broadcasting. Any other
-    shape is refused, naming the shape expected: (B, n) against x (B, H, n, d) would broadcast
-    with B read as H when B == H, so it is refused and ``positions[:, None, :]`` suggested."""
+    (n,) (or (1,), or either behind size-1 axes), or has as many axes as ``x.shape[:-1]`` with size-1
+    axes broadcasting. Any other shape is refused, naming the shape expected: (B, n) against x
+    (B, H, n, d) would broadcast with B read as H when B == H, so it is refused and
+    ``positions[:, None, :]`` suggested."""
     lead = tuple(x_shape[:-1])
     shape = tuple(positions.shape)
-    if len(shape) == 1 and shape[0] in (1, lead[-1]):
-        return
+    if 1 <= len(shape) <= len(lead) and shape[-1] in (1, lead[-1]) and all(s == 1 for s in shape[:-1]):
+        return  # (n,), or (n,) behind size-1 axes such as (1, n): the same positions for every vector
     if len(shape) == len(lead) and all(s in (1, t) for s, t in zip(shape, lead)):
         return
     hint = ""

@@ -80,8 +80,8 @@ def rope_forward(x, positions=None, base=10000.0, layout="half"):
     Parameters
     ----------
     x : array (..., n, d) with ``d`` even (queries or keys, typically per head)
-    positions : None (``0, 1, ..., n - 1``), a real array (n,), or one with as many axes as
-        ``x.shape[:-1]`` whose size-1 axes broadcast (per batch row against x (B, H, n, d):
+    positions : None (``0, 1, ..., n - 1``), a real array (n,) (also behind size-1 axes, such as
+        (1, n)), or one with as many axes as ``x.shape[:-1]`` whose size-1 axes broadcast (per batch row against x (B, H, n, d):
         ``positions[:, None, :]``, shape (B, 1, n)); the position of each vector (offsets such
         as ``T`` while decoding, or any real number). Any other shape is refused: (B, n)
         against (B, H, n, d) would be read as per head when B == H.

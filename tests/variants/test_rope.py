@@ -100,7 +100,8 @@ def test_bad_inputs():
 
 @pytest.mark.parametrize("shape, positions_shape", [((2, 3, 6, 8), (2, 1, 6)), ((2, 3, 6, 8), (1, 3, 6)),
                                                     ((4, 5, 2), (4, 5)), ((2, 3, 6, 8), (1, 1, 6)),
-                                                    ((2, 3, 6, 8), (6,)), ((2, 3, 6, 8), (1,))])
+                                                    ((2, 3, 6, 8), (6,)), ((2, 3, 6, 8), (1,)),
+                                                    ((2, 3, 6, 8), (1, 6))])
 def test_batched_positions_match_loop(shape, positions_shape):
     rng = np.random.default_rng(6)
     x = rng.standard_normal(shape)
