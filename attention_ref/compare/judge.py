@@ -34,7 +34,7 @@ R_LIMIT = 4.0
 #: A lower-precision variant reproduces an error when the two errors are within this factor
 PRECISION_FACTOR = 10.0
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # attention_ref/: never the user's line
 _LAYOUTS = ("half", "interleaved")
 
 
@@ -134,7 +134,7 @@ class _Raised:
 
 
 def _library_dirs():
-    dirs = [_HERE, os.path.dirname(np.__file__)]
+    dirs = [_PACKAGE, os.path.dirname(np.__file__)]
     torch = sys.modules.get("torch")
     if torch is not None and getattr(torch, "__file__", None):
         dirs.append(os.path.dirname(torch.__file__))
@@ -195,8 +195,9 @@ def _run_all(fn, cases):
         except ImportError:
             return outputs, False
         with_torch = [_call(fn, c, True) for c in cases]
-        if sum(isinstance(o, _Raised) for o in with_torch) < len(cases):
-            return with_torch, True
+        first = str(outputs[0].error)
+        if sum(isinstance(o, _Raised) for o in with_torch) < len(cases) or "Tensor" in first:
+            return with_torch, True  # a torch function: its own errors, not NumPy arrays' TypeError
     return outputs, False
 
 
@@ -314,14 +315,16 @@ def _judge(spec, s, cases, outputs, probe) -> Comparison:
         how = ("in size (within a factor of 10 on every case)" if variant.precision else
                "on every case, within the tolerance")
         return Comparison(False, variant.mistake, variant.step, inputs, subject, n, len(wrong), error,
-                          unsupported_labels, f"Reproduced by the reference with '{variant.key}' {how}.{nan_note}", **extra)
+                          unsupported_labels, f"Reproduced by the reference with '{variant.key}' {how}.{nan_note}",
+                          **extra)
     where = _locate(spec, inputs, probe)
     first = [j for j in wrong if j.case.dtype in (None, np.float64)] or wrong  # float64 first: the plainer size
     worst = max(first, key=lambda j: j.error)
     kind = "relative error" if worst.case.dtype in (None, np.float64) else "R-ratio"
+    features = ", ".join(sorted(_feature_values(worst.case)))
     return Comparison(False, None, where, inputs, subject, n, len(wrong), error, unsupported_labels,
-                      f"Largest {kind} {worst.error:.3g} on a case with {', '.join(sorted(_feature_values(worst.case)))}"
-                      f" ({len(wrong)} of {n} cases differ).{nan_note}", **extra)
+                      f"Largest {kind} {worst.error:.3g} on a case with {features} ({len(wrong)} of {n} cases"
+                      f" differ).{nan_note}", **extra)
 
 
 def _separating(cases, wrong):

@@ -96,6 +96,17 @@ def _low(case, low):
 _LOWS = (np.dtype(np.float32), np.dtype(np.float16))
 
 
+def _lowered(step, formula):
+    """The low_precision variants: ``formula(case, settings, dtype)`` computed in float32, and in float16
+    (each never above the case's own precision); it returns the value, or (value, dont_care)."""
+    def variant(low):
+        def compute(c, s):
+            out = _quiet(formula, c, s, _low(c, low))
+            return (_f64(out[0]), out[1]) if isinstance(out, tuple) else (_f64(out), None)
+        return Variant(f"low_precision: computed in {low.name}", "low_precision", step, compute, precision=True)
+    return [variant(low) for low in _LOWS]
+
+
 # ---------------------------------------------------------------- softmax
 def _softmax_cases(s, rng):
     cases = []
@@ -143,9 +154,7 @@ def _softmax_variants(s, case):
                 lambda c, s: (softmax_forward(_f64(c.args[0]), axis=0)[0], None)),
         Variant("softmax_overflow: exp(x) / sum(exp(x))", "softmax_overflow", "max subtraction",
                 lambda c, s: (_f64(_quiet(_naive_softmax, c.args[0])), None)),
-        *[Variant(f"low_precision: computed in {low.name}", "low_precision", "exponentials",
-                lambda c, s, low=low: (_f64(_quiet(_stable_softmax, c.args[0].astype(_low(c, low)))), None),
-                precision=True) for low in _LOWS],
+        *_lowered("exponentials", lambda c, s, t: _stable_softmax(c.args[0].astype(t))),
     ] if x is not None else []
 
 
@@ -280,10 +289,8 @@ def _attention_variants(s, case):
                            "max subtraction",
                            lambda c, s: (lambda r: (_f64(r[0]), r[1]))(_quiet(lambda: _attention_formula(
                                *c.args[:3], c.args[3], _scale(s, c.args[0].shape[-1]), cap, naive=True)))))
-    out.extend(Variant(f"low_precision: computed in {low.name}", "low_precision", "softmax",
-                       lambda c, s, low=low: (lambda r: (_f64(r[0]), r[1]))(_quiet(lambda: _attention_formula(
-                           *(a.astype(_low(c, low)) for a in c.args[:3]), c.args[3], _scale(s, c.args[0].shape[-1]),
-                           cap))), precision=True) for low in _LOWS)
+    out += _lowered("softmax", lambda c, s, t: _attention_formula(*(a.astype(t) for a in c.args[:3]), c.args[3],
+                                                                  _scale(s, c.args[0].shape[-1]), cap))
     return out
 
 
@@ -422,10 +429,9 @@ def _rope_variants(s, case):
         return _f64(_rope_with_angles(_f64(x), angles.astype(np.float64), s["layout"], r_of(c))), None
     out += [Variant("low_precision: inv_freq and angles in float32", "low_precision", "angles", angles_in_float32,
                     precision=True),
-            *[Variant(f"low_precision: computed in {low.name}", "low_precision", "angles",
-                    lambda c, s, low=low: (_f64(_quiet(lambda: _rope_with_angles(
-                        c.args[0].astype(_low(c, low)), (c.args[1][:, None, :, None] * _rope_theta(s, r_of(c))).astype(_low(c, low)),
-                        s["layout"], r_of(c)))), None), precision=True) for low in _LOWS]]
+            *_lowered("angles", lambda c, s, t: _rope_with_angles(
+                c.args[0].astype(t), (c.args[1][:, None, :, None] * _rope_theta(s, r_of(c))).astype(t), s["layout"],
+                r_of(c)))]
     return out
 
 
@@ -483,10 +489,8 @@ def _rms_variants(s, case):
         out.append(Variant(f"norm_offset: x_hat * ({wrong:g} + w)", "norm_offset", "weight",
                            lambda c, s, wrong=wrong: (_rms_formula(_f64(c.args[0]), _f64(c.args[1]), c.args[2],
                                                                    wrong), None)))
-    out.extend(Variant(f"low_precision: computed in {low.name}", "low_precision", "mean square",
-                       lambda c, s, low=low: (_f64(_quiet(_rms_formula, c.args[0].astype(_low(c, low)),
-                                                              c.args[1].astype(_low(c, low)), _low(c, low).type(c.args[2]),
-                                                              _low(c, low).type(off))), None), precision=True) for low in _LOWS)
+    out += _lowered("mean square", lambda c, s, t: _rms_formula(c.args[0].astype(t), c.args[1].astype(t),
+                                                                t.type(c.args[2]), t.type(off)))
     return out
 
 
@@ -509,10 +513,8 @@ def _layer_norm_variants(s, case):
                            lambda c, s, eps=eps: (_quiet(_layer_norm_formula, *map(_f64, c.args[:3]), eps), None)))
     out.append(Variant("rms_norm_eps: eps outside the square root", "rms_norm_eps", "eps",
                        lambda c, s: (_layer_norm_formula(*map(_f64, c.args[:3]), c.args[3], True), None)))
-    out.extend(Variant(f"low_precision: computed in {low.name}", "low_precision", "variance",
-                       lambda c, s, low=low: (_f64(_quiet(_layer_norm_formula,
-                                                              *(a.astype(_low(c, low)) for a in c.args[:3]),
-                                                              _low(c, low).type(c.args[3]))), None), precision=True) for low in _LOWS)
+    out += _lowered("variance", lambda c, s, t: _layer_norm_formula(*(a.astype(t) for a in c.args[:3]),
+                                                                    t.type(c.args[3])))
     return out
 
 
@@ -537,21 +539,18 @@ def _gelu_variants(s, case):
                 lambda c, s: (gelu_forward(_f64(c.args[0]), approximate=other)[0], None)),
         Variant("gelu_variant: x * sigmoid(1.702 x) (quick GELU)", "gelu_variant", "activation",
                 lambda c, s: (_quiet(lambda x: x / (1 + np.exp(-1.702 * x)), _f64(c.args[0])), None)),
-        *[Variant(f"low_precision: computed in {low.name}", "low_precision", "activation",
-                lambda c, s, low=low: (_f64(gelu_forward(c.args[0].astype(np.float32),
-                                                             approximate=s["approximate"])[0].astype(_low(c, low)))
-                                           if _low(c, low) == _F32 else
-                                           _f64(_quiet(_gelu_lower, c.args[0].astype(_low(c, low)), s["approximate"])), None),
-                precision=True) for low in _LOWS],
+        *_lowered("activation", lambda c, s, t: _gelu_in(c.args[0], s["approximate"], t)),
     ]
 
 
-def _gelu_lower(x, approximate):
-    """GELU in float16 (the tanh form, or the exact one through float32's erf rounded to float16)."""
-    if approximate == "tanh":
-        c = x.dtype.type(math.sqrt(2 / math.pi))
-        return x.dtype.type(0.5) * x * (1 + np.tanh(c * (x + x.dtype.type(0.044715) * x * x * x)))
-    return gelu_forward(x.astype(np.float32), approximate="none")[0].astype(x.dtype)
+def _gelu_in(x, approximate, dtype):
+    """GELU computed in ``dtype``: float32 through this package's function; float16 as the tanh form, or
+    the exact one through float32's erf rounded to float16."""
+    x = x.astype(dtype)
+    if dtype == _F32 or approximate == "none":
+        return gelu_forward(x.astype(np.float32), approximate=approximate)[0].astype(dtype)
+    c = dtype.type(math.sqrt(2 / math.pi))
+    return dtype.type(0.5) * x * (1 + np.tanh(c * (x + dtype.type(0.044715) * x * x * x)))
 
 
 def _swiglu_cases(s, rng):
@@ -580,9 +579,7 @@ def _swiglu_variants(s, case):
         Variant("gate_up_swapped: silu(x W_up) * (x W_gate)", "gate_up_swapped", "gate",
                 lambda c, s: (_quiet(_swiglu_formula, _f64(c.args[0]), _f64(c.args[2]), _f64(c.args[1]),
                                      _f64(c.args[3])), None)),
-        *[Variant(f"low_precision: computed in {low.name}", "low_precision", "gate",
-                lambda c, s, low=low: (_f64(_quiet(_swiglu_formula, *(a.astype(_low(c, low)) for a in c.args))), None),
-                precision=True) for low in _LOWS],
+        *_lowered("gate", lambda c, s, t: _swiglu_formula(*(a.astype(t) for a in c.args))),
     ]
 
 

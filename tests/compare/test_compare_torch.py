@@ -194,3 +194,10 @@ def test_transformers_float32_angles_in_a_float64_port_are_low_precision():
     verdict = compare.operation("rope", P(rope, float32_angles=True))
     assert verdict.mistake == "low_precision" and verdict.where == "angles"
     assert 1e-4 < verdict.error < 1e-3, verdict.error
+
+
+def test_a_torch_function_that_raises_everywhere_shows_its_own_error():
+    """Not NumPy's TypeError ('must be Tensor'): the error torch raised on tensors."""
+    verdict = compare.operation("softmax", lambda x: torch.softmax(x, dim=5))
+    assert not verdict.ok and verdict.where == "the call raised"
+    assert "IndexError" in verdict.detail and "must be Tensor" not in verdict.detail, verdict.detail

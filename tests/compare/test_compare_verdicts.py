@@ -220,3 +220,22 @@ def test_the_catalogue_has_the_issues_ids_and_docs_compare_md_describes_each():
             assert thread in section, (mistake.id, thread)
         level = "operation" if mistake.operations else "module and model"
         assert f"Level: {level}" in section, mistake.id
+
+
+def test_the_line_shown_is_the_users_when_the_package_raises_below_it():
+    from attention_ref import rope_forward
+
+    def calls_the_package(x, positions):
+        return rope_forward(x, positions[:, None, :], base=-1.0)[0]
+    verdict = compare.operation("rope", calls_the_package)
+    assert not verdict.ok and verdict.where == "the call raised"
+    assert f"{__file__}, line" in verdict.detail and "return rope_forward(x, positions[:, None, :], base=-1.0)[0]" \
+        in verdict.detail and "ValueError: base must be" in verdict.detail
+
+
+def test_the_rope_trap_shape_is_a_feature_not_supported():
+    """(B, T) positions handed on to rope_forward against (B, H, T, D): refused on every case with more
+    than one batch row, so those cases are left out and named; B = 1 broadcasts and is judged."""
+    from attention_ref import rope_forward
+    verdict = compare.operation("rope", lambda x, positions: rope_forward(x, positions)[0])
+    assert verdict.ok and verdict.unsupported == ("batch axes",), str(verdict)
