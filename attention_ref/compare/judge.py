@@ -154,7 +154,7 @@ def _user_line(error):
 def _as_torch(a):
     import torch
     if isinstance(a, np.ndarray):
-        return torch.from_numpy(np.ascontiguousarray(a))
+        return torch.from_numpy(a.copy())  # the user's code may write into its tensors: never the case's own
     return a
 
 
@@ -211,7 +211,10 @@ def _deviation(u, t, skip):
     finite = np.isfinite(u) & np.isfinite(t)
     if not np.all(finite | same_nonfinite):
         return math.inf
-    return float(np.max(np.abs(u[finite] - t[finite]), initial=0.0))
+    with np.errstate(over="ignore"):  # two finite values 1e308 apart: inf, an infinite deviation
+        largest = float(np.max(np.abs(u[finite] - t[finite]), initial=0.0))
+        signals_land_here()
+    return largest
 
 
 class _Judged:

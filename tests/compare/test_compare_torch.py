@@ -201,3 +201,9 @@ def test_a_torch_function_that_raises_everywhere_shows_its_own_error():
     verdict = compare.operation("softmax", lambda x: torch.softmax(x, dim=5))
     assert not verdict.ok and verdict.where == "the call raised"
     assert "IndexError" in verdict.detail and "must be Tensor" not in verdict.detail, verdict.detail
+
+
+def test_a_function_that_writes_into_its_tensors_changes_no_case():
+    def in_place(x, w, eps):
+        return x.mul_(torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)).mul_(w)
+    compare.operation("rms_norm", in_place).check()
