@@ -269,7 +269,7 @@ def _judge(spec, s, cases, outputs, probe) -> Comparison:
     subject = spec.name
     # features whose every case raised (and that leave other cases): not supported, judged without them
     unsupported = []
-    for feature in spec.optional:
+    for feature in ("dtype",) + tuple(spec.optional):  # a float32-only port is judged on float32
         values = {c.features.get(feature) for c in cases} - {None, False}
         for value in sorted(values, key=str):
             with_it = {i for i, c in enumerate(cases) if c.features.get(feature) == value}
@@ -293,7 +293,7 @@ def _judge(spec, s, cases, outputs, probe) -> Comparison:
                           f"It raised on {len(failures)} case(s) of features it handles elsewhere, first on a case"
                           f" with {', '.join(sorted(_feature_values(cases[i])))}:\n  {outputs[i]}")
     judged = [_Judged(spec, s, cases[i], outputs[i]) for i in judged_ids]
-    error = max([j.error for j in judged if j.case.dtype in (None, np.float64)], default=0.0)
+    error = max([j.error for j in judged if j.case.dtype in (None, np.float64)], default=None)
     ratios = [j.error for j in judged if j.case.dtype not in (None, np.float64)]
     extra = {"r_ratio": max(ratios) if ratios else None}
     wrong = [j for j in judged if not j.ok]

@@ -345,7 +345,7 @@ def _rope_cases(s, rng):
     D_small, D_big = _rope_widths(s)
     specs = [  # (dtype, B, H, T, D, kind)
         (_F64, 2, 3, 5, D_small, "from 0"), (_F64, 2, 2, 6, D_big, "offset"), (_F64, 2, 2, 5, D_big, "per row"),
-        (_F64, 2, 2, 4, D_big, "large"), (_F64, 1, 3, 4, D_small, "large"), (_F32, 2, 3, 5, D_big, "from 0"),
+        (_F64, 2, 2, 4, D_big, "large"), (_F64, 1, 3, 4, D_small, "large"), (_F32, 2, 3, 5, D_big, "from 0"), (_F32, 2, 2, 4, D_big, "large"),
         (_F32, 2, 2, 4, D_big, "per row")]
     for dtype, B, H, T, D, kind in specs:
         x = rng.standard_normal((B, H, T, D))
@@ -381,9 +381,15 @@ def _rope_formula(x, positions, theta, layout, pair_width=None):
 
 
 def _rope_reference(case, s, dtype):
+    """float64: this package's RoPE. float32: as transformers computes it in float32 (inv_freq and the
+    angles p * inv_freq in float32), so a port of transformers' rotary embedding is judged by the error
+    transformers itself makes there, and only work in a still lower precision exceeds the R-ratio."""
     x, pos = case.args
     r = s["rotary_dim"] or x.shape[-1]
-    return _rope_formula(x.astype(dtype), pos, _rope_theta(s, r), s["layout"])
+    if np.dtype(dtype) == _F64:
+        return _rope_formula(x.astype(dtype), pos, _rope_theta(s, r), s["layout"])
+    angles = pos.astype(np.float32)[:, None, :, None] * _rope_theta(s, r).astype(np.float32)  # (B, 1, T, r/2)
+    return _rope_with_angles(x.astype(dtype), angles, s["layout"], r)
 
 
 def _rope_variants(s, case):
@@ -427,8 +433,14 @@ def _rope_variants(s, case):
         theta = _rope_theta(s, r_of(c)).astype(np.float32)
         angles = pos.astype(np.float32)[:, None, :, None] * theta  # (B, 1, T, r/2), float32
         return _f64(_rope_with_angles(_f64(x), angles.astype(np.float64), s["layout"], r_of(c))), None
+    def rotation_in_float16(c, s):  # transformers in a float16 model: float32 angles, cos, sin and x in float16
+        x, pos = c.args
+        angles = pos.astype(np.float32)[:, None, :, None] * _rope_theta(s, r_of(c)).astype(np.float32)
+        return _f64(_quiet(_rope_with_angles, x.astype(np.float16), angles, s["layout"], r_of(c))), None
     out += [Variant("low_precision: inv_freq and angles in float32", "low_precision", "angles", angles_in_float32,
                     precision=True),
+            Variant("low_precision: angles in float32, the rotation in float16", "low_precision", "pairs",
+                    rotation_in_float16, precision=True),
             *_lowered("angles", lambda c, s, t: _rope_with_angles(
                 c.args[0].astype(t), (c.args[1][:, None, :, None] * _rope_theta(s, r_of(c))).astype(t), s["layout"],
                 r_of(c)))]

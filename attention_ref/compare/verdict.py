@@ -26,8 +26,8 @@ class Comparison:
     subject : what was compared (``"softmax"``, later a module's name)
     cases : how many cases were judged (after leaving out unsupported features)
     failed : how many of them differ
-    error : the largest error of the float64 cases, relative to the reference's size (inf for NaN or
-        a wrong shape)
+    error : the largest error of the float64 cases (and masks: 0 or inf), relative to the reference's
+        size (inf for NaN or a wrong shape); None when no float64 case was judged
     r_ratio : the largest R-ratio of the float32 cases: the error over the reference's own error in
         float32 (at most :data:`attention_ref.compare.R_LIMIT` passes); None without such cases
     unsupported : features on which the user's code raised on every case (judged on the others)
@@ -41,7 +41,7 @@ class Comparison:
     subject: str = ""
     cases: int = 0
     failed: int = 0
-    error: float = 0.0
+    error: float | None = 0.0
     unsupported: tuple = ()
     detail: str = ""
     r_ratio: float | None = None
@@ -56,9 +56,10 @@ class Comparison:
 
     def __str__(self) -> str:
         lines = []
-        size = f"largest relative error {self.error:.2g} in float64"
+        sizes = [] if self.error is None else [f"largest relative error {self.error:.2g} in float64"]
         if self.r_ratio is not None:
-            size += f", R-ratio {self.r_ratio:.2g} in float32"
+            sizes.append(f"R-ratio {self.r_ratio:.2g} in float32")
+        size = ", ".join(sizes) or "no case judged"
         if self.ok:
             lines.append(f"{self.subject}: matches the reference on all {self.cases} cases ({size}).")
         else:

@@ -207,3 +207,17 @@ def test_a_function_that_writes_into_its_tensors_changes_no_case():
     def in_place(x, w, eps):
         return x.mul_(torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)).mul_(w)
     compare.operation("rms_norm", in_place).check()
+
+
+def test_transformers_rope_in_float32_has_the_references_own_error():
+    """The float32 reference computes RoPE's angles as transformers does: a float32-only port of it
+    matches (float64 left out, named), and the same port run in float16 is named low_precision."""
+    def float32_port(x, positions):
+        if x.dtype != torch.float32:
+            raise TypeError("this port runs in float32")
+        return rope(x, positions, float32_angles=True)
+    verdict = compare.operation("rope", float32_port)
+    assert verdict.ok and verdict.unsupported == ("dtype = float64",) and verdict.r_ratio <= 2, str(verdict)
+    assert verdict.error is None and "(R-ratio" in str(verdict)
+    half = compare.operation("rope", lambda x, p: rope(x.half(), p, float32_angles=True).to(x.dtype))
+    assert half.mistake == "low_precision" and half.r_ratio > compare.R_LIMIT, str(half)
