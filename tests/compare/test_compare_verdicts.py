@@ -239,3 +239,18 @@ def test_the_rope_trap_shape_is_a_feature_not_supported():
     from attention_ref import rope_forward
     verdict = compare.operation("rope", lambda x, positions: rope_forward(x, positions)[0])
     assert verdict.ok and verdict.unsupported == ("batch axes",), str(verdict)
+
+
+def test_compare_stands_apart_and_imports_no_torch():
+    """import attention_ref does not import compare; compare itself imports torch only to call torch code."""
+    import subprocess
+    import sys
+    code = ("import sys, attention_ref\n"
+            "assert 'attention_ref.compare' not in sys.modules\n"
+            "from attention_ref import compare\n"
+            "assert 'torch' not in sys.modules, 'torch imported'\n"
+            "compare.operation('gelu', lambda x: x * 0.5 * (1 + __import__('numpy').tanh(0.7978845608028654"
+            " * (x + 0.044715 * x ** 3))), approximate='tanh').check()\n"
+            "assert 'torch' not in sys.modules, 'torch imported'\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-2000:]
