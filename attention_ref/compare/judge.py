@@ -115,7 +115,13 @@ def _check(name, fn, settings):
             raise ValueError(f"rotary_dim must be an even integer >= 2 or None, got {r!r}")
     if s.get("scaling") is not None:
         from ..nn.rope_scaling import rope_frequencies
-        scaling = {k: v for k, v in dict(s["scaling"]).items() if k != "rope_theta"}
+        given = dict(s["scaling"])
+        if "rope_theta" in given:  # transformers 5's rope_parameters carry the base
+            if "theta" in settings and float(settings["theta"]) != float(given["rope_theta"]):
+                raise ValueError(f"theta = {settings['theta']} and scaling['rope_theta'] = {given['rope_theta']}"
+                                 " disagree: give one of them")
+            s["theta"] = float(given["rope_theta"])
+        scaling = {k: v for k, v in given.items() if k != "rope_theta"}
         rope_frequencies(16, float(s["theta"]), scaling)  # refuses a malformed dict by name
         s["scaling"] = scaling
     return spec, s
@@ -305,6 +311,11 @@ def _judge(spec, s, cases, outputs, probe) -> Comparison:
         return Comparison(False, "masked_row_nan", "softmax", ("fully masked rows",), subject, n, len(nan_rows),
                           math.inf, unsupported_labels,
                           "Every value matches, but rows with no allowed key hold NaN or inf.", **extra)
+    not_bool = [j for j in wrong if spec.exact and j.shape_ok and j.out.dtype != np.bool_]
+    if not_bool:
+        return Comparison(False, None, "the output's dtype", (), subject, n, len(wrong), error, unsupported_labels,
+                          f"It returned dtype {not_bool[0].out.dtype}; a boolean mask (True = may attend) is"
+                          " expected.", **extra)
     shapes = [j for j in wrong if not j.shape_ok]
     inputs = _separating([j.case for j in judged], [j.case for j in wrong])
     if shapes:

@@ -254,3 +254,19 @@ def test_compare_stands_apart_and_imports_no_torch():
             "assert 'torch' not in sys.modules, 'torch imported'\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_a_mask_of_numbers_is_a_verdict_on_its_dtype():
+    verdict = compare.operation("causal_mask", lambda Tq, Tk, w: np.tril(np.ones((Tq, Tk)), Tk - Tq))
+    assert not verdict.ok and verdict.where == "the output's dtype" and "float64" in verdict.detail
+
+
+def test_rope_theta_may_come_in_the_scaling_dict():
+    from attention_ref.nn.rope_scaling import scaled_rope_forward
+    parameters = {"rope_type": "linear", "factor": 4.0, "rope_theta": 500000.0}  # transformers 5's rope_parameters
+    right = compare.operation("rope", lambda x, p: scaled_rope_forward(x, p[:, None, :], 500000.0,
+                                                                         {"rope_type": "linear", "factor": 4.0})[0],
+                              scaling=parameters)
+    assert right.ok, str(right)
+    with pytest.raises(ValueError, match=r"^theta = 10000.0 and scaling\['rope_theta'\] = 500000.0 disagree"):
+        compare.operation("rope", softmax, theta=10000.0, scaling=parameters)
