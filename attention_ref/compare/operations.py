@@ -252,43 +252,36 @@ def _attention_formula(q, k, v, mask, scale, softcap=None, order="repeat", mask_
 
 
 def _attention_variants(s, case):
-    q, k, v, mask = case.args
-    H, Hkv, D = q.shape[1], k.shape[1], q.shape[-1]
-    meant = _scale(s, D)
     cap = s["softcap"]
 
-    out = [Variant("gqa_head_order: key/value heads tiled (h % Hkv)", "gqa_head_order", "grouped heads",
-                   lambda c, s: _quiet(lambda: _attention_formula(*map(_f64, c.args[:3]), c.args[3],
-                                                                  _scale(s, c.args[0].shape[-1]), cap, "tile")))]
-    scales = {"1/sqrt(D)": lambda c: 1 / math.sqrt(c.args[0].shape[-1]),
-              "1/sqrt(d_model)": lambda c: 1 / math.sqrt(c.args[0].shape[-1] * c.args[0].shape[1]),
-              "1/D": lambda c: 1 / c.args[0].shape[-1], "1 (no scale)": lambda c: 1.0}
-    for label, f in scales.items():
-        if s["scale"] is None and label == "1/sqrt(D)":
-            continue
-        out.append(Variant(f"attention_scale: scale {label}", "attention_scale", "scale",
-                           lambda c, s, f=f: _quiet(lambda: _attention_formula(*map(_f64, c.args[:3]), c.args[3],
-                                                                               f(c), cap))))
+    def variant(key, mistake, step, scale_of=None, native=False, **changes):
+        """The attention with ``changes`` (and the scale ``scale_of(D, H)``), in float64 or, ``native``,
+        in the case's own dtype (where exp overflows as the user's would)."""
+        def compute(c, _s):
+            q, k, v, mask = c.args
+            scale = _scale(s, q.shape[-1]) if scale_of is None else scale_of(q.shape[-1], q.shape[1])
+            arrays = (q, k, v) if native else tuple(map(_f64, (q, k, v)))
+            out, dont_care = _quiet(lambda: _attention_formula(*arrays, mask, scale, **{"softcap": cap, **changes}))
+            return _f64(out), dont_care
+        return Variant(key, mistake, step, compute)
+
+    out = [variant("gqa_head_order: key/value heads tiled (h % Hkv)", "gqa_head_order", "grouped heads",
+                   order="tile")]
+    scales = {"1/sqrt(D)": lambda D, H: 1 / math.sqrt(D), "1/sqrt(d_model)": lambda D, H: 1 / math.sqrt(D * H),
+              "1/D": lambda D, H: 1 / D, "1 (no scale)": lambda D, H: 1.0}
+    for label, scale_of in scales.items():
+        if not (s["scale"] is None and label == "1/sqrt(D)"):
+            out.append(variant(f"attention_scale: scale {label}", "attention_scale", "scale", scale_of))
     if cap is not None:
-        out.append(Variant("softcap_missing: no soft-capping", "softcap_missing", "soft-capping",
-                           lambda c, s: _quiet(lambda: _attention_formula(*map(_f64, c.args[:3]), c.args[3],
-                                                                          _scale(s, c.args[0].shape[-1])))))
-    for mode, mistake in (("inverted", "mask_inverted"), ("ignored", "padding_ignored")):
-        out.append(Variant(f"{mistake}: mask {mode}", mistake, "mask",
-                           lambda c, s, mode=mode: _quiet(lambda: _attention_formula(
-                               *map(_f64, c.args[:3]), c.args[3], _scale(s, c.args[0].shape[-1]), cap,
-                               mask_mode=mode))))
+        out.append(variant("softcap_missing: no soft-capping", "softcap_missing", "soft-capping", softcap=None))
+    out += [variant("mask_inverted: mask inverted", "mask_inverted", "mask", mask_mode="inverted"),
+            variant("padding_ignored: mask ignored", "padding_ignored", "mask", mask_mode="ignored")]
     for empty in (0.0, np.nan):  # a key no query may see: a column of zeros, or of NaN (torch's softmax)
-        out.append(Variant(f"softmax_axis: softmax over the queries ({empty} for a key no query sees)",
-                           "softmax_axis", "softmax",
-                           lambda c, s, empty=empty: _quiet(lambda: _attention_formula(
-                               *map(_f64, c.args[:3]), c.args[3], _scale(s, c.args[0].shape[-1]), cap, axis=-2,
-                               empty=empty))))
+        out.append(variant(f"softmax_axis: softmax over the queries ({empty} for a key no query sees)",
+                           "softmax_axis", "softmax", axis=-2, empty=empty))
     if cap is None or cap > 700:  # soft-capped scores stay below cap: exp cannot overflow
-        out.append(Variant("softmax_overflow: exp without subtracting the row maximum", "softmax_overflow",
-                           "max subtraction",
-                           lambda c, s: (lambda r: (_f64(r[0]), r[1]))(_quiet(lambda: _attention_formula(
-                               *c.args[:3], c.args[3], _scale(s, c.args[0].shape[-1]), cap, naive=True)))))
+        out.append(variant("softmax_overflow: exp without subtracting the row maximum", "softmax_overflow",
+                           "max subtraction", native=True, naive=True))
     out += _lowered("softmax", lambda c, s, t: _attention_formula(*(a.astype(t) for a in c.args[:3]), c.args[3],
                                                                   _scale(s, c.args[0].shape[-1]), cap))
     return out
@@ -345,8 +338,8 @@ def _rope_cases(s, rng):
     D_small, D_big = _rope_widths(s)
     specs = [  # (dtype, B, H, T, D, kind)
         (_F64, 2, 3, 5, D_small, "from 0"), (_F64, 2, 2, 6, D_big, "offset"), (_F64, 2, 2, 5, D_big, "per row"),
-        (_F64, 2, 2, 4, D_big, "large"), (_F64, 1, 3, 4, D_small, "large"), (_F32, 2, 3, 5, D_big, "from 0"), (_F32, 2, 2, 4, D_big, "large"),
-        (_F32, 2, 2, 4, D_big, "per row")]
+        (_F64, 2, 2, 4, D_big, "large"), (_F64, 1, 3, 4, D_small, "large"), (_F32, 2, 3, 5, D_big, "from 0"),
+        (_F32, 2, 2, 4, D_big, "large"), (_F32, 2, 2, 4, D_big, "per row")]
     for dtype, B, H, T, D, kind in specs:
         x = rng.standard_normal((B, H, T, D))
         if kind == "from 0":
@@ -394,56 +387,55 @@ def _rope_reference(case, s, dtype):
 
 def _rope_variants(s, case):
     other = "interleaved" if s["layout"] == "half" else "half"
-    r_of = lambda c: s["rotary_dim"] or c.args[0].shape[-1]  # noqa: E731
-    out = [Variant(f"rope_layout: layout={other!r}", "rope_layout", "pairs",
-                   lambda c, s: (_rope_formula(_f64(c.args[0]), c.args[1], _rope_theta(s, r_of(c)), other), None))]
+    r = s["rotary_dim"]
+
+    def variant(key, mistake, step, layout=None, frequencies=None, positions=None, pair_width=False):
+        """RoPE with another layout, ``frequencies(D)`` or ``positions(p)``; ``pair_width``: the half
+        layout pairs features across the head width instead of the rotated width."""
+        def compute(c, _s):
+            x, pos = c.args
+            D = x.shape[-1]
+            theta = _rope_theta(s, r or D) if frequencies is None else frequencies(D)
+            return _rope_formula(_f64(x), pos if positions is None else positions(pos), theta,
+                                 layout or s["layout"], pair_width=D if pair_width else None), None
+        return Variant(key, mistake, step, compute)
+
+    out = [variant(f"rope_layout: layout={other!r}", "rope_layout", "pairs", layout=other)]
     for base in (1e4, 5e5, 1e6):
         if base != float(s["theta"]):
-            out.append(Variant(f"rope_theta: theta = {base:g}", "rope_theta", "frequencies",
-                               lambda c, s, base=base: (_rope_formula(_f64(c.args[0]), c.args[1],
-                                                                      _rope_theta(s, r_of(c), base), s["layout"]),
-                                                        None)))
+            out.append(variant(f"rope_theta: theta = {base:g}", "rope_theta", "frequencies",
+                               frequencies=lambda D, base=base: _rope_theta(s, r or D, base)))
     if s["scaling"] is not None:
-        out.append(Variant("rope_scaling_ignored: unscaled frequencies", "rope_scaling_ignored", "frequencies",
-                           lambda c, s: (_rope_formula(_f64(c.args[0]), c.args[1], _rope_theta(s, r_of(c), None, None),
-                                                       s["layout"]), None)))
+        out.append(variant("rope_scaling_ignored: unscaled frequencies", "rope_scaling_ignored", "frequencies",
+                           frequencies=lambda D: _rope_theta(s, r or D, None, None)))
     moves = {"positions 0..T-1": lambda p: np.broadcast_to(np.arange(p.shape[-1]), p.shape),
              "positions + 1": lambda p: p + 1, "positions - 1": lambda p: p - 1,
              "the first row's positions for every row": lambda p: np.broadcast_to(p[:1], p.shape)}
     for label, move in moves.items():
-        out.append(Variant(f"rope_position_offset: {label}", "rope_position_offset", "positions",
-                           lambda c, s, move=move: (_rope_formula(_f64(c.args[0]), move(c.args[1]),
-                                                                  _rope_theta(s, r_of(c)), s["layout"]), None)))
-    if s["rotary_dim"] is not None:
-        r = s["rotary_dim"]
-        out += [
-            Variant("partial_rotary: every feature rotated", "partial_rotary", "frequencies",
-                    lambda c, s: (_rope_formula(_f64(c.args[0]), c.args[1], _rope_theta(s, c.args[0].shape[-1]),
-                                                s["layout"]), None)),
-            Variant("partial_rotary: frequencies over head_dim", "partial_rotary", "frequencies",
-                    lambda c, s: (_rope_formula(_f64(c.args[0]), c.args[1],
-                                                _rope_theta(s, c.args[0].shape[-1])[:r // 2], s["layout"]), None)),
-            Variant("partial_rotary: pair partner over head_dim", "partial_rotary", "pairs",
-                    lambda c, s: (_rope_formula(_f64(c.args[0]), c.args[1], _rope_theta(s, r), s["layout"],
-                                                pair_width=c.args[0].shape[-1]), None)),
-        ]
+        out.append(variant(f"rope_position_offset: {label}", "rope_position_offset", "positions", positions=move))
+    if r is not None:
+        out += [variant("partial_rotary: every feature rotated", "partial_rotary", "frequencies",
+                        frequencies=lambda D: _rope_theta(s, D)),
+                variant("partial_rotary: frequencies over head_dim", "partial_rotary", "frequencies",
+                        frequencies=lambda D: _rope_theta(s, D)[:r // 2]),
+                variant("partial_rotary: pair partner over head_dim", "partial_rotary", "pairs", pair_width=True)]
 
-    def angles_in_float32(c, s):
+    def angles_in_float32(c, _s):  # transformers in a float64 model: inv_freq and p * inv_freq in float32
         x, pos = c.args
-        theta = _rope_theta(s, r_of(c)).astype(np.float32)
-        angles = pos.astype(np.float32)[:, None, :, None] * theta  # (B, 1, T, r/2), float32
-        return _f64(_rope_with_angles(_f64(x), angles.astype(np.float64), s["layout"], r_of(c))), None
-    def rotation_in_float16(c, s):  # transformers in a float16 model: float32 angles, cos, sin and x in float16
+        angles = pos.astype(np.float32)[:, None, :, None] * _rope_theta(s, r or x.shape[-1]).astype(np.float32)
+        return _rope_with_angles(_f64(x), angles.astype(np.float64), s["layout"], r or x.shape[-1]), None
+
+    def rotation_in_float16(c, _s):  # transformers in a float16 model: float32 angles; cos, sin and x in float16
         x, pos = c.args
-        angles = pos.astype(np.float32)[:, None, :, None] * _rope_theta(s, r_of(c)).astype(np.float32)
-        return _f64(_quiet(_rope_with_angles, x.astype(np.float16), angles, s["layout"], r_of(c))), None
+        angles = pos.astype(np.float32)[:, None, :, None] * _rope_theta(s, r or x.shape[-1]).astype(np.float32)
+        return _f64(_quiet(_rope_with_angles, x.astype(np.float16), angles, s["layout"], r or x.shape[-1])), None
     out += [Variant("low_precision: inv_freq and angles in float32", "low_precision", "angles", angles_in_float32,
                     precision=True),
             Variant("low_precision: angles in float32, the rotation in float16", "low_precision", "pairs",
                     rotation_in_float16, precision=True),
-            *_lowered("angles", lambda c, s, t: _rope_with_angles(
-                c.args[0].astype(t), (c.args[1][:, None, :, None] * _rope_theta(s, r_of(c))).astype(t), s["layout"],
-                r_of(c)))]
+            *_lowered("angles", lambda c, _s, t: _rope_with_angles(
+                c.args[0].astype(t), (c.args[1][:, None, :, None] * _rope_theta(s, r or c.args[0].shape[-1])).astype(t),
+                s["layout"], r or c.args[0].shape[-1]))]
     return out
 
 
