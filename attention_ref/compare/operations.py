@@ -280,8 +280,9 @@ def _attention_variants(s, case):
         out.append(variant(f"softmax_axis: softmax over the queries ({empty} for a key no query sees)",
                            "softmax_axis", "softmax", axis=-2, empty=empty))
     if cap is None or cap > 700:  # soft-capped scores stay below cap: exp cannot overflow
-        out.append(variant("softmax_overflow: exp without subtracting the row maximum", "softmax_overflow",
-                           "max subtraction", native=True, naive=True))
+        for native, where in ((True, "the input's dtype"), (False, "float64")):
+            out.append(variant(f"softmax_overflow: exp without subtracting the row maximum, in {where}",
+                               "softmax_overflow", "max subtraction", native=native, naive=True))
     out += _lowered("softmax", lambda c, s, t: _attention_formula(*(a.astype(t) for a in c.args[:3]), c.args[3],
                                                                   _scale(s, c.args[0].shape[-1]), cap))
     return out
