@@ -254,10 +254,12 @@ def test_correct_implementations_in_other_styles_match(name, fn, settings):
     assert verdict.ok and bool(verdict) and verdict.mistake is None and verdict.where is None
 
 
+@pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.parametrize("mistake, name, fn, settings", PLANTED,
                          ids=[f"{p[0]}-{p[1]}-{i}" for i, p in enumerate(PLANTED)])
-def test_every_planted_mistake_is_named(mistake, name, fn, settings):
-    verdict = compare.operation(name, fn, **settings)
+def test_every_planted_mistake_is_named(mistake, name, fn, settings, seed):
+    """On the default draw and another one: the naming does not hang on one draw of the cases."""
+    verdict = compare.operation(name, fn, seed=seed, **settings)
     assert not verdict.ok and not verdict
     assert verdict.mistake == mistake, str(verdict)
     assert verdict.where in compare.OPERATIONS[name].steps, verdict.where
