@@ -58,7 +58,8 @@ from .variants.kv_cache import KVCache
 from .variants.grouped_heads import GroupedMultiHeadCache, multi_head_attention_backward, multi_head_attention_forward
 
 # nn: the MultiHeadAttention class, the norms, feed-forward networks, Add & Norm, embeddings and
-# the loss, encoder and decoder blocks, GPT-2's and Llama's blocks, SGD and Adam
+# the loss, encoder and decoder blocks, GPT-2's and Llama's blocks, SGD, Adam and AdamW, gradient clipping and
+# the cosine learning-rate schedule
 from .nn.multi_head_attention import MultiHeadAttention
 from .nn.layer_norm import LayerNormCache, layer_norm_backward, layer_norm_forward
 from .nn.rms_norm import RMSNormCache, rms_norm_backward, rms_norm_forward
@@ -119,7 +120,7 @@ from .nn.gemma_block import (
     gemma_block_forward,
     init_gemma_block_params,
 )
-from .nn.optim import SGD, Adam
+from .nn.optim import SGD, Adam, AdamW, clip_grad_norm, cosine_lr_schedule
 from .nn.embedding import EmbeddingCache, embedding_backward, embedding_forward
 from .nn.cross_entropy import CrossEntropyCache, cross_entropy_backward, cross_entropy_forward, next_token_targets
 

@@ -7,7 +7,7 @@ with the vectorised ``erf``) and ``swiglu`` (Llama's), ``residual`` (Add & Norm,
 pre-norm), ``embedding`` (token lookup, scatter-add backward), ``cross_entropy`` (the
 next-token loss, as torch's), ``encoder_block``, ``decoder_block``, the decoder-only blocks of real models
 ``gpt2_block`` and ``llama_block`` (RoPE, grouped-query heads, RMSNorm, SwiGLU), ``optim``
-(SGD and Adam).
+(SGD, Adam and AdamW, global-norm gradient clipping, the cosine learning-rate schedule).
 """
 from .multi_head_attention import MultiHeadAttention
 from .layer_norm import LayerNormCache, layer_norm_backward, layer_norm_forward
@@ -62,7 +62,7 @@ from .gemma_block import (
     gemma_block_forward,
     init_gemma_block_params,
 )
-from .optim import SGD, Adam
+from .optim import SGD, Adam, AdamW, clip_grad_norm, cosine_lr_schedule
 from .embedding import EmbeddingCache, embedding_backward, embedding_forward
 from .cross_entropy import CrossEntropyCache, cross_entropy_backward, cross_entropy_forward, next_token_targets
 
@@ -83,7 +83,7 @@ __all__ = [
     "llama_block_decode_step", "llama_block_forward",
     "GEMMA_PARAM_NAMES", "GEMMA2_PARAM_NAMES", "GemmaBlockCache", "gemma_block_backward", "gemma_block_decode_step", "gemma_block_forward",
     "init_gemma_block_params",
-    "SGD", "Adam",
+    "SGD", "Adam", "AdamW", "clip_grad_norm", "cosine_lr_schedule",
     "EmbeddingCache", "embedding_backward", "embedding_forward",
     "CrossEntropyCache", "cross_entropy_backward", "cross_entropy_forward", "next_token_targets",
 ]
