@@ -49,13 +49,15 @@ from .fast.dispatch import (
 
 # variants: blockwise (flash) attention, local windows, linear attention, RoPE, the KV cache,
 # and the public multi_head_attention_forward/backward: grouped-query heads and a head mask
-# around the plain layer (core's, or its fast path for large inputs)
+# around the plain layer (core's, or its fast path for large inputs); the same layer with RoPE
+# on every head's queries and keys (rope_multi_head_attention_forward/backward, layout= named)
 from .variants.blockwise import FlashAttentionCache, flash_attention_backward, flash_attention_forward
 from .variants.local import local_window_mask
 from .variants.linear_attention import LinearAttentionCache, linear_attention_backward, linear_attention_forward
 from .variants.rope import RopeCache, rope_backward, rope_forward
 from .variants.kv_cache import KVCache
 from .variants.grouped_heads import GroupedMultiHeadCache, multi_head_attention_backward, multi_head_attention_forward
+from .variants.rope_multi_head import rope_multi_head_attention_backward, rope_multi_head_attention_forward
 
 # nn: the MultiHeadAttention class, the norms, feed-forward networks, Add & Norm, embeddings and
 # the loss, encoder and decoder blocks, GPT-2's and Llama's blocks, SGD, Adam and AdamW, gradient clipping and
