@@ -75,7 +75,7 @@ from .nn.feed_forward import (
     relu_backward,
     relu_forward,
 )
-from .nn.swiglu import SwiGLUCache, swiglu_backward, swiglu_forward
+from .nn.swiglu import SwiGLUCache, silu, swiglu_backward, swiglu_forward
 from .nn.residual import (
     AddNormCache,
     ResidualCache,

@@ -22,7 +22,7 @@ from .feed_forward import (
     relu_backward,
     relu_forward,
 )
-from .swiglu import SwiGLUCache, swiglu_backward, swiglu_forward
+from .swiglu import SwiGLUCache, silu, swiglu_backward, swiglu_forward
 from .residual import AddNormCache, ResidualCache, add_norm_backward, add_norm_forward, residual_backward, residual_forward
 from .encoder_block import (
     EncoderBlockCache,
@@ -72,7 +72,7 @@ __all__ = [
     "RMSNormCache", "rms_norm_backward", "rms_norm_forward",
     "FeedForwardCache", "GeluCache", "feed_forward_backward", "feed_forward_forward",
     "gelu_backward", "gelu_forward", "relu_backward", "relu_forward",
-    "SwiGLUCache", "swiglu_backward", "swiglu_forward",
+    "SwiGLUCache", "silu", "swiglu_backward", "swiglu_forward",
     "AddNormCache", "ResidualCache", "add_norm_backward", "add_norm_forward", "residual_backward", "residual_forward",
     "EncoderBlockCache", "TransformerEncoderBlock", "encoder_block_backward", "encoder_block_forward",
     "init_encoder_block_params",
