@@ -168,9 +168,10 @@ class AdamW(Adam):
     The decay shrinks every parameter that has a gradient (biases and norm weights too, as
     torch does for one parameter group; leave a parameter's gradient out, or None, to spare
     it). Defaults are torch's: ``lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2``.
-    (CS336's handout writes the same algorithm with the bias corrections folded into the step
-    size, ``lr sqrt(1 - b2^t) / (1 - b1^t)``, its ``eps`` outside that correction and the decay
-    after the step; the two differ by about ``lr eps`` per step.)
+    (CS336's handout writes the algorithm with the bias corrections folded into the step size,
+    ``lr sqrt(1 - b2^t) / (1 - b1^t)``, which amounts to ``eps / sqrt(1 - b2^t)`` in place of
+    ``eps`` here, and decays the parameter after the step rather than before; its test accepts
+    torch's numbers, which these are.)
     """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
