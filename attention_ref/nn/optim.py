@@ -223,8 +223,8 @@ def clip_grad_norm(grads, max_norm, eps=1e-6):
     arrays = [g for g in checked.values() if g is not None and g.size]
     # 1. the global norm: scaled by the largest |entry| s, ||g|| = s sqrt(sum((g / s)^2))
     s = max((float(np.max(np.abs(g))) for g in arrays), default=0.0)
-    total_norm = 0.0 if s == 0.0 else s * math.sqrt(sum(float(np.sum(np.square(np.divide(g, s, dtype=np.float64))))
-                                                         for g in arrays))
+    squares = sum(float(np.sum(np.square(np.divide(g, s, dtype=np.float64)))) for g in arrays) if s else 0.0
+    total_norm = s * math.sqrt(squares)
     # 2. one factor for every gradient, never above 1
     coef = min(1.0, max_norm / (total_norm + eps))
     clipped = {name: None if g is None else g * g.dtype.type(coef) for name, g in checked.items()}
