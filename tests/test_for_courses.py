@@ -13,7 +13,7 @@ EXAMPLES = re.findall(r"```python\n((?:(?!```).)*?)```\s*\nprints\s*\n\s*```text
 
 
 def test_the_page_has_its_examples():
-    assert len(EXAMPLES) == 2
+    assert len(EXAMPLES) == 3
 
 
 @pytest.mark.parametrize("code, expected", EXAMPLES, ids=[f"example {i}" for i in range(len(EXAMPLES))])
