@@ -148,16 +148,17 @@ class Adam(_LearningRate):
         pairs = _checked_pairs(self.params, grads)  # all checked before any update
         self.t += 1
         for name, theta, g in pairs:
-            self.params[name] = theta - self.lr * self._direction(name, g)
+            m_hat, denominator = self._moments(name, g)
+            self.params[name] = theta - self.lr * m_hat / denominator
 
-    def _direction(self, name, g):
-        """Move the moments of ``name`` by ``g``; return ``m_hat / (sqrt(s_hat) + eps)``."""
+    def _moments(self, name, g):
+        """Move the moments of ``name`` by ``g``; return ``m_hat`` and ``sqrt(s_hat) + eps``."""
         b1, b2 = self.beta1, self.beta2
         m = b1 * self.m.get(name, 0.0) + (1.0 - b1) * g
         s = b2 * self.s.get(name, 0.0) + (1.0 - b2) * (g * g)
         self.m[name], self.s[name] = m, s
         m_hat, s_hat = m / (1.0 - b1 ** self.t), s / (1.0 - b2 ** self.t)
-        return m_hat / (np.sqrt(s_hat) + self.eps)
+        return m_hat, np.sqrt(s_hat) + self.eps
 
 
 class AdamW(Adam):
@@ -187,8 +188,9 @@ class AdamW(Adam):
         pairs = _checked_pairs(self.params, grads)  # all checked before any update
         self.t += 1
         for name, theta, g in pairs:
+            m_hat, denominator = self._moments(name, g)
             decayed = theta * (1.0 - self.lr * self.weight_decay)
-            self.params[name] = decayed - self.lr * self._direction(name, g)
+            self.params[name] = decayed - self.lr * m_hat / denominator
 
 
 def clip_grad_norm(grads, max_norm, eps=1e-6):
