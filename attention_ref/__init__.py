@@ -49,16 +49,19 @@ from .fast.dispatch import (
 
 # variants: blockwise (flash) attention, local windows, linear attention, RoPE, the KV cache,
 # and the public multi_head_attention_forward/backward: grouped-query heads and a head mask
-# around the plain layer (core's, or its fast path for large inputs)
+# around the plain layer (core's, or its fast path for large inputs); the same layer with RoPE
+# on every head's queries and keys (rope_multi_head_attention_forward/backward, layout= named)
 from .variants.blockwise import FlashAttentionCache, flash_attention_backward, flash_attention_forward
 from .variants.local import local_window_mask
 from .variants.linear_attention import LinearAttentionCache, linear_attention_backward, linear_attention_forward
 from .variants.rope import RopeCache, rope_backward, rope_forward
 from .variants.kv_cache import KVCache
 from .variants.grouped_heads import GroupedMultiHeadCache, multi_head_attention_backward, multi_head_attention_forward
+from .variants.rope_multi_head import rope_multi_head_attention_backward, rope_multi_head_attention_forward
 
 # nn: the MultiHeadAttention class, the norms, feed-forward networks, Add & Norm, embeddings and
-# the loss, encoder and decoder blocks, GPT-2's and Llama's blocks, SGD and Adam
+# the loss, encoder and decoder blocks, GPT-2's and Llama's blocks, SGD, Adam and AdamW, gradient clipping and
+# the cosine learning-rate schedule
 from .nn.multi_head_attention import MultiHeadAttention
 from .nn.layer_norm import LayerNormCache, layer_norm_backward, layer_norm_forward
 from .nn.rms_norm import RMSNormCache, rms_norm_backward, rms_norm_forward
@@ -72,7 +75,7 @@ from .nn.feed_forward import (
     relu_backward,
     relu_forward,
 )
-from .nn.swiglu import SwiGLUCache, swiglu_backward, swiglu_forward
+from .nn.swiglu import SwiGLUCache, silu, swiglu_backward, swiglu_forward
 from .nn.residual import (
     AddNormCache,
     ResidualCache,
@@ -119,7 +122,7 @@ from .nn.gemma_block import (
     gemma_block_forward,
     init_gemma_block_params,
 )
-from .nn.optim import SGD, Adam
+from .nn.optim import SGD, Adam, AdamW, clip_grad_norm, cosine_lr_schedule
 from .nn.embedding import EmbeddingCache, embedding_backward, embedding_forward
 from .nn.cross_entropy import CrossEntropyCache, cross_entropy_backward, cross_entropy_forward, next_token_targets
 

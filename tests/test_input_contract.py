@@ -45,6 +45,13 @@ def _multi_head(rng):
     return out, lambda d: ar.multi_head_attention_backward(d, cache), "dout"
 
 
+def _rope_multi_head(rng):
+    x = rng.standard_normal((2, 3, 4))
+    out, cache = ar.rope_multi_head_attention_forward(x, x, x, random_params(rng, 4, 2, 2, 2), 2, layout="half",
+                                                      positions=[[1, 2, 3], [4, 5, 6]])
+    return out, lambda d: ar.rope_multi_head_attention_backward(d, cache), "dout"
+
+
 def _separate_heads(rng):
     x = rng.standard_normal((3, 4))
     out, cache = ar.multi_head_attention_separate_heads_forward(x, x, x, random_params(rng, 4, 2, 2, 2), 2)
@@ -200,6 +207,7 @@ BACKWARDS = {
     "linear_backward": _linear, "softmax_backward": _softmax,
     "scaled_dot_product_attention_backward": _attention, "multi_head_attention_backward": _multi_head,
     "multi_head_attention_separate_heads_backward": _separate_heads, "flash_attention_backward": _flash,
+    "rope_multi_head_attention_backward": _rope_multi_head,
     "linear_attention_backward": _linear_attention, "rope_backward": _rope,
     "layer_norm_backward": _layer_norm, "rms_norm_backward": _rms_norm, "swiglu_backward": _swiglu,
     "relu_backward": _relu, "gelu_backward": _gelu,
@@ -316,6 +324,9 @@ def _forwards():
         "flash_attention_forward": ("q", lambda a: ar.flash_attention_forward(a, x, x)),
         "linear_attention_forward": ("q", lambda a: ar.linear_attention_forward(a, x, x)),
         "rope_forward": ("x", lambda a: ar.rope_forward(a)),
+        "rope_multi_head_attention_forward": (
+            "query", lambda a: ar.rope_multi_head_attention_forward(a, a, a, params, 2, layout="interleaved")),
+        "silu": ("x", lambda a: ar.silu(a)),
         "layer_norm_forward": ("x", lambda a: ar.layer_norm_forward(a, np.ones(4), np.zeros(4))),
         "feed_forward_forward": ("x", lambda a: ar.feed_forward_forward(a, ffn)),
         "encoder_block_forward": ("x", lambda a: ar.encoder_block_forward(a, ar.init_encoder_block_params(4, 2), 2)),

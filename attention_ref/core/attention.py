@@ -87,7 +87,9 @@ def _attention_backward(dout, cache: AttentionCache):
 
 
 def scaled_dot_product_attention_forward(q, k, v, mask=None, *, scale=None):
-    """Scaled dot-product attention ``softmax(q k^T / sqrt(d_k) + mask) v``.
+    """Scaled dot-product attention ``softmax(q k^T / sqrt(d_k) + mask) v``, arguments
+    ``(q, k, v, mask)``; a boolean mask is True where a query may attend (as torch's
+    ``scaled_dot_product_attention``), any number of leading axes (B, H, ...) broadcast.
 
     Parameters
     ----------
@@ -116,7 +118,7 @@ def scaled_dot_product_attention_forward(q, k, v, mask=None, *, scale=None):
 
 
 def scaled_dot_product_attention_backward(dout, cache: AttentionCache):
-    """Gradients of scaled dot-product attention with respect to q, k and v.
+    """Gradients of scaled dot-product attention (arguments ``dout, cache``): ``(dq, dk, dv)``.
 
     Walking the forward in reverse, with ``P = weights`` and ``S = scores``:
 

@@ -51,7 +51,8 @@ def _linear_backward(dy, cache: LinearCache):
 
 
 def linear_forward(x, W, b=None):
-    """Affine map ``y = x W + b``.
+    """Affine map ``y = x W + b``, arguments ``(x, W, b)``; ``W`` is ``(d_in, d_out)``, the transpose
+    of torch's ``Linear.weight`` (``(d_out, d_in)``): pass ``linear.weight.T``.
 
     Parameters
     ----------
@@ -73,7 +74,8 @@ def linear_forward(x, W, b=None):
 
 
 def linear_backward(dy, cache: LinearCache):
-    """Gradients of ``y = x W + b``.
+    """Gradients of ``y = x W + b`` (arguments ``dy, cache``): ``(dx, dW, db)``, ``dW`` ``(d_in, d_out)``
+    like ``W`` (torch's ``weight.grad`` is its transpose).
 
     ``dx = dy W^T``, ``dW = sum over rows of x^T dy``, ``db = sum over rows of dy``.
 

@@ -115,7 +115,10 @@ def _multi_head_attention_backward(dout, c: MultiHeadCache):
 
 
 def multi_head_attention_forward(query, key, value, params, num_heads, mask=None, *, scale=None):
-    """Multi-head attention ``Concat(head_1, ..., head_h) W^O`` (weight-split parallel form).
+    """Multi-head attention ``Concat(head_1, ..., head_h) W^O`` (weight-split parallel form),
+    arguments ``(query, key, value, params, num_heads, mask)``; the weights in ``params`` are
+    ``(d_in, d_out)``, the transposes of torch's ``Linear.weight`` (no RoPE: see
+    :func:`attention_ref.rope_multi_head_attention_forward`).
 
     Parameters
     ----------
@@ -147,7 +150,8 @@ def multi_head_attention_forward(query, key, value, params, num_heads, mask=None
 
 
 def multi_head_attention_backward(dout, cache: MultiHeadCache):
-    """Gradients of :func:`multi_head_attention_forward`, walking its steps in reverse.
+    """Gradients of :func:`multi_head_attention_forward` (arguments ``dout, cache``), walking its
+    steps in reverse: ``(dquery, dkey, dvalue, grads)``, weight gradients ``(d_in, d_out)``.
 
     Parameters
     ----------

@@ -65,7 +65,9 @@ def _head_slice(p, name, i, width):
 
 
 def multi_head_attention_separate_heads_forward(query, key, value, params, num_heads, mask=None):
-    """Multi-head attention computed head by head, then ``Concat(head_1..head_h) W^O``.
+    """Multi-head attention computed head by head, then ``Concat(head_1..head_h) W^O``; arguments
+    ``(query, key, value, params, num_heads, mask)`` and weights ``(d_in, d_out)`` as
+    :func:`multi_head_attention_forward`.
 
     Same arguments, shapes and result as :func:`multi_head_attention_forward` (ordinary
     multi-head attention: one key/value head per query head).

@@ -48,7 +48,7 @@ def _softmax_backward(dy: np.ndarray, y: np.ndarray, axis: int) -> np.ndarray:
 
 
 def softmax_forward(x, axis=-1):
-    """Softmax along ``axis``, stable for large inputs and ``-inf`` entries.
+    """Softmax along ``axis`` (arguments ``(x, axis=-1)``), stable for large inputs and ``-inf`` entries.
 
     Parameters
     ----------
@@ -67,7 +67,7 @@ def softmax_forward(x, axis=-1):
 
 
 def softmax_backward(dy, cache: SoftmaxCache):
-    """Gradient of the softmax.
+    """Gradient of the softmax (arguments ``dy, cache``): ``dx``.
 
     The Jacobian is ``J_ij = dy_i/dx_j = y_i (delta_ij - y_j)`` (docs/notation.md), so the
     full (not only diagonal) vector-Jacobian product ``dx = J^T dy`` is

@@ -31,7 +31,7 @@ __all__ = ["build", "check_out", "main", "DOC_PAGES", "MARKER"]
 ROOT = Path(__file__).resolve().parents[2]
 #: the docs pages, in the book's order, after the lessons
 DOC_PAGES = ("reading_guide", "notation", "answers", "bibliography", "claims", "variants", "training", "whole_models",
-             "exercises", "performance", "model_mappings", "development")
+             "for_courses", "exercises", "performance", "model_mappings", "development")
 _LINK = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s]+)\)")
 
 _CONF = '''

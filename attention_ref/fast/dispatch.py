@@ -95,7 +95,8 @@ def linear_backward_formula(dy, cache: LinearCache):
 
 
 def linear_forward(x, W, b=None):
-    """Affine map ``y = x W + b``.
+    """Affine map ``y = x W + b``, arguments ``(x, W, b)``; ``W`` is ``(d_in, d_out)``, the transpose
+    of torch's ``Linear.weight`` (``(d_out, d_in)``): pass ``linear.weight.T``.
 
     Runs the fast path (attention_ref.fast) from FAST_MIN_ELEMENTS numbers in its largest array,
     the reference (attention_ref.core) below, or always with reference_only().
@@ -120,7 +121,8 @@ def linear_forward(x, W, b=None):
 
 
 def linear_backward(dy, cache: LinearCache):
-    """Gradients of ``y = x W + b``.
+    """Gradients of ``y = x W + b`` (arguments ``dy, cache``): ``(dx, dW, db)``, ``dW`` ``(d_in, d_out)``
+    like ``W`` (torch's ``weight.grad`` is its transpose).
 
     Runs the fast path (attention_ref.fast) from FAST_MIN_ELEMENTS numbers in its largest array,
     the reference (attention_ref.core) below, or always with reference_only().
@@ -156,7 +158,9 @@ def attention_backward_formula(dout, cache: AttentionCache):
 
 
 def scaled_dot_product_attention_forward(q, k, v, mask=None, *, scale=None):
-    """Scaled dot-product attention ``softmax(q k^T / sqrt(d_k) + mask) v``.
+    """Scaled dot-product attention ``softmax(q k^T / sqrt(d_k) + mask) v``, arguments
+    ``(q, k, v, mask)``; a boolean mask is True where a query may attend (as torch's
+    ``scaled_dot_product_attention``), any number of leading axes (B, H, ...) broadcast.
 
     Runs the fast path (attention_ref.fast) from FAST_MIN_ELEMENTS numbers in its largest array,
     the reference (attention_ref.core) below, or always with reference_only().
@@ -188,7 +192,7 @@ def scaled_dot_product_attention_forward(q, k, v, mask=None, *, scale=None):
 
 
 def scaled_dot_product_attention_backward(dout, cache: AttentionCache):
-    """Gradients of scaled dot-product attention with respect to q, k and v.
+    """Gradients of scaled dot-product attention (arguments ``dout, cache``): ``(dq, dk, dv)``.
 
     Runs the fast path (attention_ref.fast) from FAST_MIN_ELEMENTS numbers in its largest array,
     the reference (attention_ref.core) below, or always with reference_only().

@@ -7,7 +7,7 @@ with the vectorised ``erf``) and ``swiglu`` (Llama's), ``residual`` (Add & Norm,
 pre-norm), ``embedding`` (token lookup, scatter-add backward), ``cross_entropy`` (the
 next-token loss, as torch's), ``encoder_block``, ``decoder_block``, the decoder-only blocks of real models
 ``gpt2_block`` and ``llama_block`` (RoPE, grouped-query heads, RMSNorm, SwiGLU), ``optim``
-(SGD and Adam).
+(SGD, Adam and AdamW, global-norm gradient clipping, the cosine learning-rate schedule).
 """
 from .multi_head_attention import MultiHeadAttention
 from .layer_norm import LayerNormCache, layer_norm_backward, layer_norm_forward
@@ -22,7 +22,7 @@ from .feed_forward import (
     relu_backward,
     relu_forward,
 )
-from .swiglu import SwiGLUCache, swiglu_backward, swiglu_forward
+from .swiglu import SwiGLUCache, silu, swiglu_backward, swiglu_forward
 from .residual import AddNormCache, ResidualCache, add_norm_backward, add_norm_forward, residual_backward, residual_forward
 from .encoder_block import (
     EncoderBlockCache,
@@ -62,7 +62,7 @@ from .gemma_block import (
     gemma_block_forward,
     init_gemma_block_params,
 )
-from .optim import SGD, Adam
+from .optim import SGD, Adam, AdamW, clip_grad_norm, cosine_lr_schedule
 from .embedding import EmbeddingCache, embedding_backward, embedding_forward
 from .cross_entropy import CrossEntropyCache, cross_entropy_backward, cross_entropy_forward, next_token_targets
 
@@ -72,7 +72,7 @@ __all__ = [
     "RMSNormCache", "rms_norm_backward", "rms_norm_forward",
     "FeedForwardCache", "GeluCache", "feed_forward_backward", "feed_forward_forward",
     "gelu_backward", "gelu_forward", "relu_backward", "relu_forward",
-    "SwiGLUCache", "swiglu_backward", "swiglu_forward",
+    "SwiGLUCache", "silu", "swiglu_backward", "swiglu_forward",
     "AddNormCache", "ResidualCache", "add_norm_backward", "add_norm_forward", "residual_backward", "residual_forward",
     "EncoderBlockCache", "TransformerEncoderBlock", "encoder_block_backward", "encoder_block_forward",
     "init_encoder_block_params",
@@ -83,7 +83,7 @@ __all__ = [
     "llama_block_decode_step", "llama_block_forward",
     "GEMMA_PARAM_NAMES", "GEMMA2_PARAM_NAMES", "GemmaBlockCache", "gemma_block_backward", "gemma_block_decode_step", "gemma_block_forward",
     "init_gemma_block_params",
-    "SGD", "Adam",
+    "SGD", "Adam", "AdamW", "clip_grad_norm", "cosine_lr_schedule",
     "EmbeddingCache", "embedding_backward", "embedding_forward",
     "CrossEntropyCache", "cross_entropy_backward", "cross_entropy_forward", "next_token_targets",
 ]

@@ -38,7 +38,8 @@ class CrossEntropyCache(NamedTuple):
 
 
 def cross_entropy_forward(logits, targets, ignore_index=-100):
-    """Mean cross-entropy of ``logits`` (..., V) against integer ``targets`` (...).
+    """Mean cross-entropy of ``logits`` (..., V) against integer ``targets`` (...), in that order
+    (torch's ``cross_entropy(input, target)`` with the classes on the last axis).
 
     Parameters
     ----------
@@ -69,7 +70,8 @@ def cross_entropy_forward(logits, targets, ignore_index=-100):
 
 
 def cross_entropy_backward(dloss, cache: CrossEntropyCache):
-    """Gradient of :func:`cross_entropy_forward` with respect to the logits, (..., V).
+    """Gradient of :func:`cross_entropy_forward` (arguments ``dloss, cache``) with respect to the
+    logits, (..., V).
 
     ``dlogits = dloss / K * (p - onehot(target))`` on the kept rows, 0 on the ignored ones.
     """

@@ -30,7 +30,8 @@ class EmbeddingCache(NamedTuple):
 
 
 def embedding_forward(ids, W, padding_idx=None):
-    """Look up the rows of ``W`` named by ``ids``.
+    """Look up the rows of ``W`` named by ``ids``, arguments ``(ids, W)``; ``W`` is ``(V, D)``, the
+    same layout as torch's ``Embedding.weight`` (no transpose, unlike a linear layer's weight).
 
     Parameters
     ----------
@@ -54,7 +55,7 @@ def embedding_formula(ids, W, padding_idx=None):
 
 
 def embedding_backward(dout, cache: EmbeddingCache):
-    """Gradient of :func:`embedding_forward` with respect to ``W``: ``dW`` (V, D).
+    """Gradient of :func:`embedding_forward` (arguments ``dout, cache``) with respect to ``W``: ``dW`` (V, D).
 
     ``dW[v] = sum of dout[..., n, :] over the positions with ids[..., n] = v``, a scatter-add
     (``np.add.at``: a token read at several positions gets the sum); the padding row's is 0.

@@ -182,7 +182,9 @@ def check_ffn_inputs(x, params, activation):
 
 
 def feed_forward_forward(x, params, activation="relu"):
-    """Position-wise feed-forward network ``y = act(x W_1 + b_1) W_2 + b_2``.
+    """Position-wise feed-forward network ``y = act(x W_1 + b_1) W_2 + b_2``, arguments
+    ``(x, params, activation)``; ``W_1`` ``(d, f)`` and ``W_2`` ``(f, d)`` are ``(d_in, d_out)``,
+    the transposes of torch's ``Linear.weight``.
 
     Parameters
     ----------
@@ -216,7 +218,8 @@ def feed_forward_formula(x, W_1, b_1, W_2, b_2, activation, param_keys=FFN_PARAM
 
 
 def feed_forward_backward(dy, cache: FeedForwardCache):
-    """Gradients of :func:`feed_forward_forward`, its steps in reverse.
+    """Gradients of :func:`feed_forward_forward` (arguments ``dy, cache``), its steps in reverse:
+    ``(dx, grads)``, weight gradients ``(d_in, d_out)`` like the weights.
 
     ``da = dy W_2^T``, ``dh = da * act'(h)``, ``dx = dh W_1^T``; the weight gradients are
     those of :func:`attention_ref.linear_backward`.

@@ -39,7 +39,9 @@ class GeGLUCache(NamedTuple):
 
 
 def geglu_forward(x, W_gate, W_up, W_down):
-    """GeGLU: ``(gelu_tanh(x W_gate) * (x W_up)) W_down`` (transformers' ``GemmaMLP``).
+    """GeGLU: ``(gelu_tanh(x W_gate) * (x W_up)) W_down`` (transformers' ``GemmaMLP``), arguments
+    ``(x, W_gate, W_up, W_down)``, weights ``(d_in, d_out)``: ``gate_proj.weight.T``,
+    ``up_proj.weight.T``, ``down_proj.weight.T``.
 
     Parameters
     ----------
@@ -72,7 +74,8 @@ def geglu_formula(x, W_gate, W_up, W_down):
 
 
 def geglu_backward(dy, cache: GeGLUCache):
-    """Gradients of :func:`geglu_forward`, its steps in reverse.
+    """Gradients of :func:`geglu_forward` (arguments ``dy, cache``), its steps in reverse:
+    ``(dx, dW_gate, dW_up, dW_down)``.
 
     3. ``y = m W_down``      gives ``dm = dy W_down^T``, ``dW_down = m^T dy``
     2. ``m = gelu(a) * u``  gives ``du = dm * gelu(a)`` and ``da = dm * u * gelu'(a)``,

@@ -17,7 +17,8 @@ __all__ = ["gemma_rms_norm_forward", "gemma_rms_norm_backward"]
 
 
 def gemma_rms_norm_forward(x, weight, eps=1e-6):
-    """Gemma's RMS normalisation of each row of ``x`` over its last axis.
+    """Gemma's RMS normalisation of each row of ``x`` over its last axis, arguments
+    ``(x, weight, eps=1e-6)``: the scale is ``1 + weight``.
 
     ``y = (1 + w) * x / sqrt(mean(x^2) + eps)`` (transformers' ``GemmaRMSNorm``, ``Gemma2RMSNorm``,
     ``Gemma3RMSNorm``; they compute it in float32 whatever the model's dtype, here it is computed in
@@ -39,7 +40,7 @@ def gemma_rms_norm_forward(x, weight, eps=1e-6):
 
 
 def gemma_rms_norm_backward(dy, cache: RMSNormCache):
-    """Gradients of :func:`gemma_rms_norm_forward`.
+    """Gradients of :func:`gemma_rms_norm_forward` (arguments ``dy, cache``): ``(dx, dweight)``.
 
     2. the RMSNorm backward with ``g = 1 + w``: ``dx = rstd * (h - x_hat * mean(h * x_hat))``,
        ``h = dy * (1 + w)``, and ``dg = sum over rows of dy * x_hat``;

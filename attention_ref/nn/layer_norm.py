@@ -57,7 +57,8 @@ def check_norm_inputs(x, eps, **params):
 
 
 def layer_norm_forward(x, gamma, beta, eps=1e-5):
-    """Layer normalisation of each row of ``x`` over its last axis.
+    """Layer normalisation of each row of ``x`` over its last axis, arguments
+    ``(x, gamma, beta, eps=1e-5)`` (torch's ``LayerNorm`` weight, bias and default eps).
 
     ``y = gamma * (x - mu) / sqrt(var + eps) + beta``, ``mu`` and ``var`` the mean and
     the biased variance (divide by D, as PyTorch's ``LayerNorm``) of the row.
@@ -115,7 +116,7 @@ def _normalise_scaled(x, eps, rows, x_hat, rstd):
 
 
 def layer_norm_backward(dy, cache: LayerNormCache):
-    """Gradients of :func:`layer_norm_forward`.
+    """Gradients of :func:`layer_norm_forward` (arguments ``dy, cache``): ``(dx, dgamma, dbeta)``.
 
     With ``g = dy * gamma`` (the gradient reaching ``x_hat``) and means over the last axis:
 

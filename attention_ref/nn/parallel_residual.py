@@ -44,7 +44,8 @@ def _check_width(name, x, s):
 
 
 def parallel_residual_forward(x, attn: Callable, mlp: Callable, gamma_1, beta_1, gamma_2, beta_2, eps=1e-5):
-    """``y = x + attn(LN_1(x)) + mlp(LN_2(x))``.
+    """``y = x + attn(LN_1(x)) + mlp(LN_2(x))``, arguments
+    ``(x, attn, mlp, gamma_1, beta_1, gamma_2, beta_2, eps=1e-5)``.
 
     Parameters
     ----------
@@ -77,7 +78,8 @@ def parallel_residual_forward(x, attn: Callable, mlp: Callable, gamma_1, beta_1,
 
 
 def parallel_residual_backward(dy, cache: ParallelResidualCache, attn_backward: Callable, mlp_backward: Callable):
-    """Gradients of :func:`parallel_residual_forward`, its steps in reverse.
+    """Gradients of :func:`parallel_residual_forward`, its steps in reverse, arguments
+    ``(dy, cache, attn_backward, mlp_backward)``.
 
     3. ``y = x + s_1 + s_2``: ``dy`` reaches ``x``, ``s_1`` and ``s_2`` unchanged.
     2. ``s_1 = attn(z_1)``, ``s_2 = mlp(z_2)``: ``attn_backward(dy, cache) -> (dz_1, extra_1)``,

@@ -35,6 +35,7 @@ class PartialRotaryCache(NamedTuple):
 
 def partial_rotary_forward(x, rotary_dim, positions=None, base=None, scaling=None, layout="half"):
     """Rotate the first ``rotary_dim`` features of each vector of ``x`` by RoPE; pass the rest.
+    Arguments ``(x, rotary_dim, positions, base, scaling, layout="half")``.
 
     Parameters
     ----------
@@ -82,7 +83,7 @@ def partial_rotary_formula(x, theta, positions, layout="half"):
 
 
 def partial_rotary_backward(dy, cache: PartialRotaryCache):
-    """Gradient of :func:`partial_rotary_forward`.
+    """Gradient of :func:`partial_rotary_forward` (arguments ``dy, cache``): ``dx``.
 
     3.-1. ``y = [R x_rot, x_pass]`` gives ``dx_rot = R^T dy[..., :r]`` (each pair rotated back)
     and ``dx_pass = dy[..., r:]``.

@@ -56,7 +56,8 @@ class AddNormCache(NamedTuple):
 
 
 def add_norm_forward(x, sublayer_out, gamma, beta, eps=1e-5):
-    """The documents' "Add & Norm": ``y = LN(x + sublayer_out)``.
+    """The documents' "Add & Norm": ``y = LN(x + sublayer_out)``, arguments
+    ``(x, sublayer_out, gamma, beta, eps=1e-5)``.
 
     Parameters
     ----------
@@ -80,7 +81,8 @@ def add_norm_forward(x, sublayer_out, gamma, beta, eps=1e-5):
 
 
 def add_norm_backward(dy, cache: AddNormCache):
-    """Gradients of ``y = LN(x + s)``: both summands receive the layer norm's ``dx``.
+    """Gradients of ``y = LN(x + s)`` (arguments ``dy, cache``): ``(dx, dsublayer_out, dgamma, dbeta)``;
+    both summands receive the layer norm's ``dx``.
 
     Returns ``(dx, dsublayer_out, dgamma, dbeta)``; ``dx`` and ``dsublayer_out`` are equal.
     """
@@ -101,7 +103,8 @@ class ResidualCache(NamedTuple):
 
 
 def residual_forward(x, sublayer: Callable, gamma, beta, *, norm_first=False, eps=1e-5):
-    """A sub-layer wrapped in its residual connection and layer norm.
+    """A sub-layer wrapped in its residual connection and layer norm, arguments
+    ``(x, sublayer, gamma, beta, *, norm_first=False, eps=1e-5)``.
 
     ``norm_first=False`` (post-norm): ``y = LN(x + sublayer(x))``;
     ``norm_first=True`` (pre-norm): ``y = x + sublayer(LN(x))``.
@@ -140,7 +143,7 @@ def _check_sublayer_width(x, s):
 
 
 def residual_backward(dy, cache: ResidualCache, sublayer_backward: Callable):
-    """Gradients of :func:`residual_forward`.
+    """Gradients of :func:`residual_forward`, arguments ``(dy, cache, sublayer_backward)``.
 
     ``sublayer_backward(ds, sublayer_cache)`` must return ``(dz, extra)``: the gradient
     with respect to the sub-layer's input and anything else (its parameter gradients).

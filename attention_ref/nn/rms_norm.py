@@ -30,7 +30,9 @@ class RMSNormCache(NamedTuple):
 
 
 def rms_norm_forward(x, weight, eps=1e-6):
-    """RMS normalisation of each row of ``x`` over its last axis.
+    """RMS normalisation of each row of ``x`` over its last axis, arguments ``(x, weight, eps=1e-6)``
+    (eps is added to the mean square inside the root: transformers' Llama default is 1e-6,
+    CS336's 1e-5, torch's ``nn.RMSNorm`` the dtype's machine epsilon; pass the one you compare with).
 
     ``y = weight * x / sqrt(mean(x^2) + eps)`` (Llama's ``LlamaRMSNorm``, ``eps`` its
     ``rms_norm_eps``; transformers computes it in float32 whatever the model's dtype, here it
@@ -72,7 +74,7 @@ def rms_norm_formula(x, weight, eps):
 
 
 def rms_norm_backward(dy, cache: RMSNormCache):
-    """Gradients of :func:`rms_norm_forward`.
+    """Gradients of :func:`rms_norm_forward` (arguments ``dy, cache``): ``(dx, dweight)``.
 
     3. ``y = weight * x_hat`` gives ``dweight = sum over rows of dy * x_hat`` and
        ``g = dy * weight``, the gradient reaching ``x_hat``.

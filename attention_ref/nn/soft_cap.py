@@ -25,7 +25,7 @@ class SoftCapCache(NamedTuple):
 
 
 def soft_cap_forward(x, cap):
-    """``y = cap * tanh(x / cap)``, elementwise.
+    """``y = cap * tanh(x / cap)``, elementwise, arguments ``(x, cap)``.
 
     Parameters
     ----------
@@ -47,7 +47,7 @@ def soft_cap_forward(x, cap):
 
 
 def soft_cap_backward(dy, cache: SoftCapCache):
-    """Gradient of :func:`soft_cap_forward`.
+    """Gradient of :func:`soft_cap_forward` (arguments ``dy, cache``): ``dx``.
 
     2.-1. ``dy/dx = cap * (1 - t^2) / cap = 1 - t^2``, so ``dx = dy * (1 - t^2)``.
 

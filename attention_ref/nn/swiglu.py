@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._checks import as_upstream
+from .._checks import as_real_array, as_upstream
 from .._pair_checks import check_linear_inputs
 from ..core.linear import LinearCache
 from ..fast.dispatch import linear_backward_formula, linear_formula
@@ -40,13 +40,25 @@ def _sigmoid(a):
     return 0.5 * (1.0 + np.tanh(0.5 * a))
 
 
-def silu(a):
-    """``a * sigmoid(a)`` (also called swish)."""
-    return a * _sigmoid(a)
+def silu(x):
+    """SiLU (also called swish), ``x * sigmoid(x)`` elementwise: ``torch.nn.functional.silu``.
+
+    Parameters
+    ----------
+    x : array of any shape (real; float32 stays float32, integers are computed in float64)
+
+    Returns
+    -------
+    y : array shaped like ``x`` (the sigmoid as ``(1 + tanh(x/2)) / 2``: no overflow for any ``x``)
+    """
+    x = as_real_array(x, "x", bool_hint="")
+    return x * _sigmoid(x)
 
 
 def swiglu_forward(x, W_gate, W_up, W_down):
-    """SwiGLU: ``(silu(x W_gate) * (x W_up)) W_down``.
+    """SwiGLU ``(silu(x W_gate) * (x W_up)) W_down``, arguments ``(x, W_gate, W_up, W_down)``,
+    weights ``(d_in, d_out)``: a course's ``w1, w3, w2`` transposed, in that order
+    (transformers' ``gate_proj``, ``up_proj``, ``down_proj``; ``W_gate = w1.weight.T``).
 
     Parameters
     ----------
@@ -90,7 +102,8 @@ def swiglu_formula(x, W_gate, W_up, W_down):
 
 
 def swiglu_backward(dy, cache: SwiGLUCache):
-    """Gradients of :func:`swiglu_forward`, its steps in reverse.
+    """Gradients of :func:`swiglu_forward` (``dy, cache``), its steps in reverse; returns
+    ``(dx, dW_gate, dW_up, dW_down)``, weight gradients ``(d_in, d_out)`` like the weights.
 
     3. ``y = m W_down``      gives ``dm = dy W_down^T``, ``dW_down = m^T dy``
     2. ``m = silu(a) * u``  gives ``du = dm * silu(a)`` and

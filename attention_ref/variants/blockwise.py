@@ -198,7 +198,8 @@ def _check_options(causal, window, block_size):
 
 
 def flash_attention_forward(q, k, v, mask=None, causal=False, block_size=128, *, window=None):
-    """Blockwise scaled dot-product attention with an online softmax.
+    """Blockwise scaled dot-product attention with an online softmax, arguments
+    ``(q, k, v, mask, causal, block_size)`` (a boolean mask is True where a query may attend).
 
     Same result as ``scaled_dot_product_attention_forward(q, k, v, mask')`` where ``mask'``
     is ``mask`` combined (logical and) with :func:`attention_ref.causal_mask` when
@@ -280,7 +281,8 @@ def flash_attention_forward(q, k, v, mask=None, causal=False, block_size=128, *,
 
 
 def flash_attention_backward(dout, cache: FlashAttentionCache):
-    """Gradients of :func:`flash_attention_forward`, recomputing the probabilities tile by tile.
+    """Gradients of :func:`flash_attention_forward` (arguments ``dout, cache``): ``(dq, dk, dv)``,
+    recomputing the probabilities tile by tile.
 
     With ``P = exp((S - m) - log(l))`` (that is ``exp(S - lse)``) recomputed per tile and
     ``D_i = rowsum(dout_i * out_i)`` (which equals ``sum_j P_ij dP_ij``, so no Nq x Nk

@@ -175,7 +175,9 @@ def multi_head_attention_backward_formula(dout, cache):
 
 def multi_head_attention_forward(query, key, value, params, num_heads, mask=None, *,
                                  num_kv_heads=None, head_mask=None, scale=None):
-    """Multi-head attention ``Concat(head_1, ..., head_h) W^O``, with
+    """Multi-head attention ``Concat(head_1, ..., head_h) W^O``, arguments ``(query, key, value,
+    params, num_heads, mask)``, weights ``(d_in, d_out)`` (torch's ``Linear.weight.T``; no RoPE:
+    see :func:`attention_ref.rope_multi_head_attention_forward`); with
     grouped-query heads and a head mask when asked: the plain layer
     (:func:`attention_ref.core.multi_head_attention_forward`, on the fast path for large inputs)
     when neither is given. Its projections and attention run the fast path (attention_ref.fast)
@@ -215,7 +217,8 @@ def multi_head_attention_forward(query, key, value, params, num_heads, mask=None
 
 
 def multi_head_attention_backward(dout, cache):
-    """Gradients of :func:`multi_head_attention_forward`, walking its steps in reverse.
+    """Gradients of :func:`multi_head_attention_forward` (arguments ``dout, cache``), walking its
+    steps in reverse: ``(dquery, dkey, dvalue, grads)``, weight gradients ``(d_in, d_out)``.
 
     On the same path as the forward: fast from FAST_MIN_ELEMENTS numbers, or always the
     reference with reference_only().

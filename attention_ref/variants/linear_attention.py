@@ -93,7 +93,8 @@ class LinearAttentionCache(NamedTuple):
 
 
 def linear_attention_forward(q, k, v, causal=False, feature_map="elu"):
-    """Linear attention ``out_i = phi(q_i)^T S / (phi(q_i)^T z + DEN_EPS)``.
+    """Linear attention ``out_i = phi(q_i)^T S / (phi(q_i)^T z + DEN_EPS)``, arguments
+    ``(q, k, v, causal, feature_map)``.
 
     Parameters
     ----------
@@ -161,7 +162,7 @@ def _linear_attention(q, k, v, phi, causal):
 
 
 def linear_attention_backward(dout, cache: LinearAttentionCache):
-    """Gradients of :func:`linear_attention_forward` with respect to q, k and v.
+    """Gradients of :func:`linear_attention_forward` (arguments ``dout, cache``): ``(dq, dk, dv)``.
 
     4. ``out = num / den`` (``den`` already holds ``+ DEN_EPS``)  gives ``dnum = dout / den``, ``dden = -rowsum(dout * out) / den``
     3. ``num = fq S``, ``den = fq . z``  gives ``dfq = dnum S^T + dden z``,

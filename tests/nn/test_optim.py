@@ -125,8 +125,13 @@ def test_bad_gradients_are_rejected_before_any_update(make):
 def test_bad_arguments():
     with pytest.raises(TypeError, match="params must be a dict"):
         SGD([np.ones(2)])
-    with pytest.raises(ValueError, match=r"lr must lie in \(0.0, inf\)"):
-        SGD({}, lr=0.0)
+    with pytest.raises(ValueError, match=r"^lr must lie in \[0.0, inf\), got -0.1$"):
+        SGD({}, lr=-0.1)
+    assert SGD({}, lr=0.0).lr == 0.0  # a warm-up starts at 0, as torch allows
+    opt = Adam({})
+    with pytest.raises(ValueError, match=r"^lr must lie in \[0.0, inf\), got -1.0$"):
+        opt.lr = -1.0  # a schedule's value is checked when it is set
+    assert opt.lr == 0.001
     with pytest.raises(ValueError, match="momentum must lie in"):
         SGD({}, momentum=1.0)
     with pytest.raises(ValueError, match="betas must be a pair"):

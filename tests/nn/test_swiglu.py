@@ -72,3 +72,25 @@ def test_bad_shapes_are_named():
     _, cache = swiglu_forward(x, W_gate, W_up, W_down)
     with pytest.raises(ValueError, match=r"^dy must have shape \(2, 3\)"):
         swiglu_backward(np.ones((2, 4)), cache)
+
+
+def test_silu_at_the_top_level_is_x_times_sigmoid():
+    from attention_ref import silu
+
+    x = np.array([-800.0, -3.0, -0.5, 0.0, 0.5, 3.0, 800.0])
+    expected = np.array([v / (1.0 + math.exp(-v)) if v > -700 else 0.0 for v in x])  # the loop, no overflow
+    np.testing.assert_allclose(silu(x), expected, rtol=1e-15, atol=1e-300)
+    assert silu(np.ones((2, 3), np.float32)).dtype == np.float32
+    assert silu([1, 2]).dtype == np.float64  # integers computed in float64
+    with pytest.raises(TypeError, match=r"^x must hold real numbers, got a boolean array of dtype bool and shape \(1,\)$"):
+        silu(np.array([True]))
+    with pytest.raises(ValueError, match=r"^x contains NaN"):
+        silu(np.array([np.nan]))
+
+
+def test_silu_matches_torch():
+    torch = pytest.importorskip("torch")
+    from attention_ref import silu
+
+    x = np.random.default_rng(0).standard_normal((4, 5)) * 10
+    np.testing.assert_allclose(silu(x), torch.nn.functional.silu(torch.tensor(x)).numpy(), rtol=1e-14, atol=1e-15)
