@@ -16,6 +16,7 @@ import textwrap
 
 import numpy as np
 
+from .._checks import as_generator
 from ..core.attention import scaled_dot_product_attention_backward, scaled_dot_product_attention_forward
 from ..core.heads import merge_heads, merge_heads_backward, split_heads, split_heads_backward
 from ..core.linear import linear_backward, linear_forward
@@ -152,7 +153,7 @@ Where next:
 def gradcheck_cases(seed: int = 0) -> list[tuple]:
     """(name, forward, backward, inputs, input names) for every operation of the core,
     on small float64 shapes with n_q != n_k, d_k != d_v, masks and biases where relevant."""
-    rng = np.random.default_rng(seed)
+    rng = as_generator(seed)
 
     def rand(*shape):
         return rng.standard_normal(shape)
