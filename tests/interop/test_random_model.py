@@ -86,11 +86,9 @@ def test_state_dict_names_by_version(tmp_path, family):
             assert len(table) == 1 and five["lm_head.weight"] is five[table[0]] and four[head4] is four[table[0]]
 
 
-@pytest.mark.parametrize("version", ["three", "3.0", 3, True, 4.5, "", None.__class__])
+@pytest.mark.parametrize("version", ["three", "3.0", 3, True, 4.5, "", int])
 def test_a_bad_version_is_refused_by_name(version):
-    params = ar.init_lm_params(ar.LMConfig.from_dict(json.loads('{"model_type": "gpt2", "vocab_size": 5, "n_embd": 4,'
-                                                               ' "n_layer": 1, "n_head": 1, "n_positions": 4}')), seed=0)
     config = ar.LMConfig.from_dict({"model_type": "gpt2", "vocab_size": 5, "n_embd": 4, "n_layer": 1, "n_head": 1,
                                     "n_positions": 4})
-    with pytest.raises(ValueError, match=r"^version must be transformers? .*got "):
-        to_transformers(params, config, version=version)
+    with pytest.raises(ValueError, match=r"^version must be .*, got "):
+        to_transformers(ar.init_lm_params(config, seed=0), config, version=version)
