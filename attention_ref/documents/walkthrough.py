@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 
@@ -316,6 +318,12 @@ def main(argv=None, save_figures=None) -> int:
                              " line each and the gradient checks)")
     parser.add_argument("--plots", metavar="DIR", help="also write the figures (PNG) into DIR")
     args = parser.parse_args(argv)
+    if args.plots:  # the folder made (or refused, by name) before any work
+        try:
+            Path(args.plots).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            print(f"{parser.prog}: error: --plots {args.plots}: {e.strerror or e}", file=sys.stderr)
+            return 2
     ok = True
     chosen = {None: DEFAULT, "all": SECTIONS}.get(args.section, (args.section,))
     for i, section in enumerate(chosen):
