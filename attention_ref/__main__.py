@@ -28,4 +28,8 @@ try:
 except BrokenPipeError:  # output piped into `head` or a pager that quit early
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     code = 0
+except OSError as e:  # a path the file system refuses (too long, a folder, no permission): one line, no traceback
+    path = e.filename if e.filename is not None else ""
+    print(f"python -m attention_ref: {path}{': ' if path else ''}{e.strerror or e}", file=sys.stderr)
+    code = 1
 sys.exit(code)

@@ -13,6 +13,7 @@ that yields the temporary path for writers that want a file name (``fig.savefig`
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 import tempfile
@@ -45,13 +46,41 @@ def _fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
+def _name_max(folder: Path) -> int:
+    """The longest file name, in bytes, the folder's file system takes (255 where it cannot say)."""
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (AttributeError, OSError, ValueError):
+        return 255
+
+
+def _temporary_affixes(target: Path) -> tuple[str, str]:
+    """``(prefix, suffix)`` of the temporary file: ``.NAME.`` and ``.tmp.SUFFIX``, NAME shortened so
+    that the temporary name (8 random characters between them) fits where the target's name fits;
+    a target name longer than the file system takes is refused naming the target."""
+    limit = _name_max(target.parent)
+    size = len(os.fsencode(target.name))
+    if size > limit:
+        raise OSError(errno.ENAMETOOLONG, f"File name too long ({size} bytes; the file system takes {limit})",
+                      str(target))
+    suffix = f".tmp{target.suffix}" if len(os.fsencode(target.suffix)) < 32 else ".tmp"
+    room = limit - len(os.fsencode(suffix)) - 8 - 2  # mkstemp's random characters, the two dots
+    name = os.fsencode(target.name)[:room].decode("utf-8", errors="ignore") if room < size else target.name
+    return f".{name}.", suffix
+
+
 @contextlib.contextmanager
 def atomic_path(path):
     """Yield a temporary path beside ``path``; when the block ends normally, fsync it and rename it
-    over ``path``; when it raises, remove it and leave ``path`` untouched."""
+    over ``path``; when it raises, remove it and leave ``path`` untouched. A target that is a
+    folder, or whose name is longer than the file system takes, is refused naming it, before any
+    file is made."""
     target = Path(path)
     folder = target.parent
-    fd, tmp_name = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=f".tmp{target.suffix}")
+    if target.is_dir():
+        raise IsADirectoryError(errno.EISDIR, "Is a folder: a file was to be written here", str(target))
+    prefix, suffix = _temporary_affixes(target)
+    fd, tmp_name = tempfile.mkstemp(dir=folder, prefix=prefix, suffix=suffix)
     os.close(fd)
     tmp = Path(tmp_name)
     try:

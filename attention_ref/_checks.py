@@ -188,6 +188,21 @@ def check_nonnegative_int(value, name: str) -> int:
     return check_positive_int(value, name, minimum=0)
 
 
+def as_generator(seed, name: str = "seed") -> np.random.Generator:
+    """The ``numpy.random.Generator`` of ``seed``: None (fresh entropy), an integer >= 0, or a
+    Generator, used as it is (its state advances), as SPEC 7 of the scientific Python ecosystem
+    asks; anything else is refused naming ``name``. Every function that draws calls this."""
+    if isinstance(seed, np.random.Generator):
+        return seed
+    if seed is None:
+        return np.random.default_rng()
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"{name} must be None, an integer >= 0 or a numpy.random.Generator, got {seed!r}")
+    if seed < 0:
+        raise ValueError(f"{name} must be None, an integer >= 0 or a numpy.random.Generator, got {seed}")
+    return np.random.default_rng(int(seed))
+
+
 def as_mask(mask, name: str = "mask", *, warn: bool = True) -> np.ndarray | None:
     """Validate an attention mask: boolean (True = may attend) or float (added to scores).
 

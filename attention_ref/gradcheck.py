@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ._checks import as_generator
+
 __all__ = ["GradcheckError", "GradcheckReport", "GradcheckRow", "gradcheck", "numerical_gradient"]
 
 
@@ -303,7 +305,7 @@ def gradcheck(forward, backward, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, seed=0
         if place:
             errors.append(_wrote("forward", place))
             break
-    dout = np.random.default_rng(seed).standard_normal(np.shape(out))
+    dout = as_generator(seed).standard_normal(np.shape(out))
     their_dout, their_cache = dout.copy(), copy.deepcopy(cache)  # dout and cache stay ours
     analytic = backward(their_dout, their_cache)
     dout_name, cache_name = parameter_names(backward, 2) or ("dout", "cache")

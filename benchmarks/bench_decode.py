@@ -154,12 +154,8 @@ def worker(library: str, config_dict: dict) -> dict:
         family = config_dict["model_type"]
         hf_config = transformers.AutoConfig.for_model(**config_dict)
         model = transformers.AutoModelForCausalLM.from_config(hf_config).eval().float()  # the family's class
-        state = {k: torch.from_numpy(v) for k, v in to_transformers(params, config).items()}
-        if "embed_out.weight" in state and "embed_out.weight" not in model.state_dict():  # GPT-NeoX, 5.x's name
-            state["lm_head.weight"] = state.pop("embed_out.weight")
-        missing, unexpected = model.load_state_dict(state, strict=False)
-        if unexpected or [k for k in missing if not k.endswith(("lm_head.weight", "attn.bias", "masked_bias"))]:
-            raise RuntimeError(f"weights do not map: missing {missing}, unexpected {unexpected}")
+        state = {k: torch.from_numpy(v) for k, v in to_transformers(params, config).items()}  # state_dict()'s names
+        model.load_state_dict(state, strict=True)
         prompt = torch.from_numpy(ids)
 
         def run():

@@ -33,3 +33,12 @@ def returned_cache(output):
         if name in fields:
             return getattr(output, name)
     raise TypeError(f"{type(output).__name__} has neither a `cache` nor a `past_key_values` field: {list(fields)}")
+
+
+def penalty_skips_padding() -> bool:
+    """Whether the installed generate leaves the left padding out of the repetition penalty
+    (asked of its own source: 4.57's processor takes ``prompt_ignore_length`` but generate
+    does not pass it)."""
+    from transformers.generation.utils import GenerationMixin
+
+    return "prompt_ignore_length" in inspect.getsource(GenerationMixin._get_logits_processor)

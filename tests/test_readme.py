@@ -1,4 +1,9 @@
-"""The README's examples run and print exactly what the README says they print."""
+"""The README runs as written: every Python block, each on its own in an empty folder (as a reader
+pastes it into a fresh session), and those followed by "prints" print exactly what the README shows.
+
+A block whose first line is ``# needs torch and transformers: ...`` is skipped (saying so) where
+torch or transformers is not installed; the README says how to install them before the first such
+block."""
 import contextlib
 import io
 import pathlib
@@ -6,23 +11,48 @@ import re
 
 import pytest
 
+import attention_ref  # noqa: F401  (imported before the blocks change folder: the one of this checkout)
+
 README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
 TEXT = README.read_text(encoding="utf-8")
-# every ```python block followed by "prints" and a ```text block with its output
-# (a code block never spans a fence: a block without "prints" after it is not an example)
-EXAMPLES = re.findall(r"```python\n((?:(?!```).)*?)```\s*\nprints\s*\n\s*```text\n(.*?)```", TEXT, flags=re.S)
+# every ```python block, with the ```text block after it when "prints" follows it
+# (a code block never spans a fence)
+BLOCKS = re.findall(r"```python\n((?:(?!```).)*?)```(\s*\nprints\s*\n\s*```text\n(.*?)```)?", TEXT, flags=re.S)
+EXAMPLES = [(code, expected) for code, follows, expected in BLOCKS if follows]
+NEEDS_TORCH = "# needs torch and transformers"
 
 
 def test_readme_has_examples():
-    assert len(EXAMPLES) >= 2
+    assert len(EXAMPLES) >= 4 and len(BLOCKS) >= 4
 
 
-@pytest.mark.parametrize("code, expected", EXAMPLES, ids=[f"example {i}" for i in range(len(EXAMPLES))])
-def test_example_prints_what_the_readme_shows(code, expected):
+@pytest.mark.parametrize("code, follows, expected", BLOCKS, ids=[f"block {i}" for i in range(len(BLOCKS))])
+def test_every_python_block_runs_in_an_empty_folder(code, follows, expected, tmp_path, monkeypatch):
+    if code.startswith(NEEDS_TORCH):
+        pytest.importorskip("torch")
+        pytest.importorskip("transformers")
+    monkeypatch.chdir(tmp_path)  # empty: whatever a block reads, it writes first
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
-        exec(compile(code, "README.md", "exec"), {})
-    assert buffer.getvalue().strip() == expected.strip()
+        exec(compile(code, "README.md", "exec"), {"__name__": "__main__"})
+    if follows:
+        assert buffer.getvalue().strip() == expected.strip()
+
+
+def test_torch_is_installed_before_it_is_needed():
+    """The install line of the interop extra comes before the first block that needs it, and every
+    block that imports torch or transformers says so on its first line."""
+    first = min(TEXT.index(f"```python\n{code}") for code, _, _ in BLOCKS if code.startswith(NEEDS_TORCH))
+    assert TEXT.index('pip install -e ".[interop]"') < first
+    for code, _, _ in BLOCKS:
+        if re.search(r"^\s*(import|from) (torch|transformers)\b", code, flags=re.M):
+            assert code.startswith(NEEDS_TORCH), code.splitlines()[0]
+
+
+def test_the_loading_dtype_is_said_as_it_is():
+    """load_pretrained keeps the stored dtype: the README says so and shows dtype=np.float64."""
+    assert "float64 by default" not in TEXT
+    assert "load_pretrained(folder, dtype=np.float64)" in TEXT and 'dtype=np.float64)' in TEXT
 
 
 def test_readme_starts_with_the_two_commands():

@@ -28,6 +28,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .._checks import as_generator
 from .._checks import as_upstream, check_positive_int
 from ..core.linear import linear_backward, linear_forward
 from ..nn.encoder_block import encoder_block_backward, encoder_block_forward, init_encoder_block_params
@@ -74,7 +75,7 @@ def make_batch(rng, batch_size, n_positions=8):
 def init_toy_model(d_model=16, num_heads=2, d_ff=32, *, seed=0):
     """Parameters of the toy model, one flat dict: ``embed.W/b``, ``cls``, ``block.*``
     (an encoder block's parameters), ``readout.W/b``."""
-    rng = np.random.default_rng(seed)
+    rng = as_generator(seed)
     p = {"embed.W": rng.standard_normal((NUM_FEATURES, d_model)),
          "embed.b": np.zeros(d_model),
          "cls": rng.standard_normal(d_model)}
@@ -144,14 +145,19 @@ def train_toy_model(num_heads, *, seed=0, epochs=20, steps_per_epoch=20, batch_s
                     n_positions=8, d_model=16, d_ff=32, lr=0.01, eval_size=1024, progress=None):
     """Train the toy model with Adam and the hand-derived gradients.
 
-    The data, the initial weights and the evaluation batch all come from ``seed``, so a run
-    is deterministic. ``progress(epoch, loss)`` (if given) is called after every epoch.
+    The data, the initial weights and the evaluation batch all come from ``seed`` (None, an int
+    or a ``numpy.random.Generator``), so a run with an int seed is deterministic. ``progress(epoch, loss)`` (if given) is called after every epoch.
     The evaluation batch depends only on ``seed`` (not on ``num_heads``), so the single-
     and multi-head models trained with one seed are compared on the same examples.
     """
-    params = init_toy_model(d_model, num_heads, d_ff, seed=seed)
-    data_rng = np.random.default_rng([seed, 1])
-    x_eval, t_eval = make_batch(np.random.default_rng([seed, 2]), eval_size, n_positions)
+    rng = as_generator(seed)  # None, an int or a Generator (checked here)
+    if isinstance(seed, (int, np.integer)):  # each stream from the seed alone, as the recorded runs
+        params = init_toy_model(d_model, num_heads, d_ff, seed=seed)
+        data_rng, eval_rng = np.random.default_rng([seed, 1]), np.random.default_rng([seed, 2])
+    else:  # a Generator (or None): the evaluation and data streams drawn from it first, then the weights
+        eval_rng, data_rng = (np.random.default_rng(int(rng.integers(2**63))) for _ in range(2))
+        params = init_toy_model(d_model, num_heads, d_ff, seed=rng)
+    x_eval, t_eval = make_batch(eval_rng, eval_size, n_positions)
     opt = Adam(params, lr=lr)
     losses = np.empty(epochs)
     for epoch in range(epochs):  # training is inherently sequential

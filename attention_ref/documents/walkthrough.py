@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 
+from .._checks import as_generator
 from ..core.attention import scaled_dot_product_attention_backward, scaled_dot_product_attention_forward
 from ..core.heads import merge_heads, merge_heads_backward, split_heads, split_heads_backward
 from ..core.linear import linear_backward, linear_forward
@@ -152,7 +155,7 @@ Where next:
 def gradcheck_cases(seed: int = 0) -> list[tuple]:
     """(name, forward, backward, inputs, input names) for every operation of the core,
     on small float64 shapes with n_q != n_k, d_k != d_v, masks and biases where relevant."""
-    rng = np.random.default_rng(seed)
+    rng = as_generator(seed)
 
     def rand(*shape):
         return rng.standard_normal(shape)
@@ -316,6 +319,12 @@ def main(argv=None, save_figures=None) -> int:
                              " line each and the gradient checks)")
     parser.add_argument("--plots", metavar="DIR", help="also write the figures (PNG) into DIR")
     args = parser.parse_args(argv)
+    if args.plots:  # the folder made (or refused, by name) before any work
+        try:
+            Path(args.plots).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            print(f"{parser.prog}: error: --plots {args.plots}: {e.strerror or e}", file=sys.stderr)
+            return 2
     ok = True
     chosen = {None: DEFAULT, "all": SECTIONS}.get(args.section, (args.section,))
     for i, section in enumerate(chosen):

@@ -7,7 +7,9 @@ GPT-2 and Llama models from a ``save_pretrained`` directory (:func:`load_pretrai
 params or gradients under transformers' names (:func:`to_transformers`); ``model_folder``: a
 ``save_pretrained`` folder read as hostile input (config.json's fields checked, shards only inside
 the folder, each tensor's shape against the config); ``safetensors``: the file format in plain
-NumPy, every offset of its header checked.
+NumPy, every offset of its header checked; ``random_model``: a small model folder of any family with
+random weights (:func:`write_random_model`), for examples and tests; ``sampling``: :func:`torch_draw`,
+``generate``'s draw as transformers' sampled ``generate`` makes it (needs torch).
 """
 from .converters import (
     from_bert_layer,
@@ -21,9 +23,12 @@ from .converters import (
 from .mappings import MAPPINGS, render_markdown
 from .float64 import gemma2_in_float64, gemma3_in_float64, llama_in_float64
 from .pretrained import from_transformers_state, load_pretrained, read_state_dir, to_transformers
+from .random_model import random_model_config, write_random_model
+from .sampling import torch_draw
 from .safetensors import read_safetensors, write_safetensors
 
 __all__ = ["from_bert_layer", "from_gpt2_attention", "from_gpt2_block", "from_llama_attention", "from_llama_block",
            "from_torch_multihead_attention", "load_state", "MAPPINGS", "render_markdown",
            "from_transformers_state", "load_pretrained", "read_state_dir", "to_transformers", "read_safetensors",
-           "write_safetensors", "llama_in_float64", "gemma3_in_float64", "gemma2_in_float64"]
+           "write_safetensors", "llama_in_float64", "gemma3_in_float64", "gemma2_in_float64", "write_random_model",
+           "random_model_config", "torch_draw"]

@@ -3,9 +3,9 @@ and our params or gradients under transformers' names.
 
 ``load_pretrained(path)`` reads ``config.json`` and ``model.safetensors`` (or the shards
 listed by ``model.safetensors.index.json``), with no torch; ``from_transformers_state`` maps a
-state dict already in memory; ``to_transformers`` goes the other way, a tied weight once,
-under the name ``model.named_parameters()`` uses (``transformer.wte.weight``,
-``model.embed_tokens.weight``). The tables are :data:`attention_ref.interop.MAPPINGS`.
+state dict already in memory; ``to_transformers`` goes the other way, under the names of
+``model.state_dict()`` (a tied head included) of the installed transformers or of a ``version=``,
+so ``load_state_dict(..., strict=True)`` takes it. The tables are :data:`attention_ref.interop.MAPPINGS`.
 """
 from __future__ import annotations
 
@@ -144,21 +144,69 @@ def _params_from_state(state, config, dtype, copy):
     return out
 
 
-def to_transformers(tree, config: LMConfig) -> dict:
+def to_transformers(tree, config: LMConfig, version=None) -> dict:
     """Our params or gradients (a dict keyed like :func:`attention_ref.models.param_names`) under
-    transformers' state-dict names, as a dict of arrays in their layouts (``nn.Linear``
-    transposed back, GPT-2's Q, K and V fused into ``c_attn``), under the names a
-    ``save_pretrained`` file holds (an untied GPT-NeoX head is ``embed_out.weight``, which transformers
-    5.x's ``named_parameters()`` calls ``lm_head.weight``). A tied weight appears once, under the token
-    table's name."""
+    the names of transformers' ``model.state_dict()``, as a dict of arrays in their layouts
+    (``nn.Linear`` transposed back, GPT-2's Q, K and V fused into ``c_attn``), so that
+    ``model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()}, strict=True)`` takes it.
+
+    Parameters
+    ----------
+    tree : params (or their gradients) of the model ``config``
+    config : LMConfig
+    version : the transformers release whose names to use: a version string (``"4.57.1"``,
+        ``"5.24.0"``) or its major number (4 or 5); default: the installed transformers (found
+        without importing it), else 5.x. Only GPT-NeoX's head differs: ``embed_out.weight`` in
+        4.x, ``lm_head.weight`` in 5.x (its ``save_pretrained`` file still says ``embed_out.weight``).
+
+    A tied head is in the state dict under the head's name too (the same array as the token
+    table; for gradients, the table's gradient, which sums both uses, as the one tied parameter's
+    ``.grad`` does). ``save_pretrained`` writes a tied weight once: drop the head's name when
+    writing a file for a tied model.
+    """
     if not isinstance(config, LMConfig):
         raise TypeError(f"config must be an LMConfig, got {type(config).__name__}")
+    major = _major_version(version)
     table, layer_prefix, block_table = WHOLE_MODELS[config.family]
     out = _reverse(MAPPINGS[table], tree, "", "")
     for i in range(config.num_layers):
         out.update(_reverse(MAPPINGS[block_table], tree, f"{LAYER_PREFIX[config.family]}.{i}.",
                             layer_prefix.format(i=i)))
+    return _state_dict_names(out, tree, config, major)
+
+
+def _state_dict_names(out, tree, config, major):
+    """The file's names (:data:`MAPPINGS`) as ``model.state_dict()`` of that transformers major
+    version has them: the tied head added under the head's name, GPT-NeoX's head renamed in 5.x."""
+    head = "embed_out.weight" if config.family == "gpt_neox" and major < 5 else "lm_head.weight"
+    if config.family == "gpt_neox" and "embed_out.weight" in out:
+        out[head] = out.pop("embed_out.weight")
+    if config.tie_word_embeddings and tree.get(TOKEN_TABLE[config.family]) is not None:
+        token_rule = next(rule for rule in MAPPINGS[WHOLE_MODELS[config.family][0]]
+                          if rule.ours == (TOKEN_TABLE[config.family],))
+        out[head] = out[token_rule.theirs]  # one parameter under two names, as in the state dict
     return out
+
+
+def _major_version(version):
+    """transformers' major version number from ``version`` (None: the installed release, else 5)."""
+    if version is None:
+        from importlib import metadata
+
+        try:
+            version = metadata.version("transformers")
+        except metadata.PackageNotFoundError:
+            return 5
+    if isinstance(version, (int, np.integer)) and not isinstance(version, bool):
+        major = int(version)
+    elif isinstance(version, str) and version.split(".")[0].isdigit():
+        major = int(version.split(".")[0])
+    else:
+        raise ValueError(f"version must be a transformers version such as '4.57.1' or '5.24.0', or its major"
+                         f" number 4 or 5, got {version!r}")
+    if major < 4:
+        raise ValueError(f"version must be transformers 4.x or 5.x or later, got {version!r}")
+    return major
 
 
 def _reverse(rules, tree, ours_prefix, theirs_prefix):

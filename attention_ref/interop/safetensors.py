@@ -93,8 +93,9 @@ def _entry(path, name, entry):
         found = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
         raise ValueError(f"{where}: expected an object with dtype, shape and data_offsets, found {found}")
     code, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
-    if code not in _DTYPES:
-        raise ValueError(f"{where} has dtype {code!r}, which this reader does not know (known: {sorted(_DTYPES)})")
+    if not isinstance(code, str) or code not in _DTYPES:  # a list or an object is no dtype name either
+        raise ValueError(f"{where}: field 'dtype' is {code!r:.100}, which this reader does not know (known:"
+                         f" {sorted(_DTYPES)})")
     if not isinstance(shape, list) or not all(_is_int(n) and n >= 0 for n in shape):
         raise ValueError(f"{where}: shape must be a list of integers >= 0, found {shape!r}")
     if (not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_int(n) for n in offsets)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._checks import check_nonnegative_int, check_positive_int, signals_land_here
+from .._checks import as_generator, check_nonnegative_int, check_positive_int, signals_land_here
 from .._token_checks import as_attention_mask, as_token_ids
 from ..fast.dispatch import linear_formula
 from ..nn.encoder_block import ENCODER_GROUPS
@@ -154,18 +154,34 @@ def check_prompts(ids, attention_mask, vocab_size):
     return ids, keep
 
 
-def _next_tokens(processed, do_sample, rng):
+def _next_tokens(processed, do_sample, rng, draw=None):
     """The next token of each row from its processed logits (B, V): the largest (the first of
-    equal maxima, as torch's argmax) or, when sampling, a draw from their softmax."""
+    equal maxima, as torch's argmax) or, when sampling, a draw from their softmax (``draw``'s, if given)."""
     if not do_sample:
         return processed.argmax(axis=-1)  # (B,)
     z = processed.astype(np.float64)  # (B, V), -inf where a processor removed a token
+    if not (z.max(axis=-1) > -np.inf).all():  # nothing to draw from (transformers' multinomial raises too)
+        rows = np.flatnonzero(~(z.max(axis=-1) > -np.inf)).tolist()
+        raise ValueError(f"no token can be drawn for rows {rows}: the logits processors (repetition_penalty, top_k,"
+                         " top_p, min_new_tokens) left every logit at -inf")
+    if draw is not None:
+        return _drawn(draw(processed), len(z), z.shape[-1])
     with np.errstate(under="ignore"):  # exp of a very negative score is 0, as meant (the user's seterr aside)
         p = np.exp(z - z.max(axis=-1, keepdims=True))  # (B, V)
         p /= p.sum(axis=-1, keepdims=True)  # (B, V)
         signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
     u = rng.random((len(p), 1))  # (B, 1)
     return np.minimum((np.cumsum(p, axis=-1) < u).sum(axis=-1), p.shape[-1] - 1)  # (B,): inverse CDF
+
+
+def _drawn(tokens, rows, vocab_size):
+    """The tokens a user's ``draw`` returned, checked: (B,) integers in [0, V)."""
+    tokens = np.asarray(tokens)
+    if tokens.shape != (rows,) or not np.issubdtype(tokens.dtype, np.integer) or not (
+            (tokens >= 0) & (tokens < vocab_size)).all():
+        raise ValueError(f"draw must return one token id in [0, {vocab_size}) per row, shape ({rows},), got"
+                         f" {tokens.dtype} of shape {tokens.shape}")
+    return tokens.astype(np.int64)
 
 
 def _check_sampling(do_sample, temperature):
@@ -197,7 +213,7 @@ def _check_pad(pad_token_id, eos, vocab_size):
 
 def generate(ids, params, config: LMConfig, max_new_tokens, attention_mask=None, temperature=None, top_k=None,
              seed=None, *, do_sample=None, top_p=1.0, repetition_penalty=1.0, min_new_tokens=0, eos_token_id=None,
-             pad_token_id=None, num_return_sequences=1):
+             pad_token_id=None, num_return_sequences=1, draw=None):
     """Continue the prompts ``ids`` (B, T) by up to ``max_new_tokens`` tokens each, as
     transformers' ``model.generate`` does with the same arguments.
 
@@ -222,7 +238,8 @@ def generate(ids, params, config: LMConfig, max_new_tokens, attention_mask=None,
         above 0 samples from ``softmax(logits / temperature)`` and None or 0 is greedy
     top_k : sample among the ``top_k`` largest logits only (None or 0: all; transformers'
         ``generate`` defaults to 50, pass ``top_k=50`` to sample as it does)
-    seed : seed of the ``numpy.random.Generator`` that samples
+    seed : what samples: None (fresh entropy), an integer >= 0 or a ``numpy.random.Generator``
+        (used as it is: its state advances)
     do_sample : True samples (temperature 1 unless given), False is greedy whatever the
         temperature, None decides from the temperature (above)
     top_p : nucleus sampling, in [0, 1] (1: off)
@@ -233,6 +250,10 @@ def generate(ids, params, config: LMConfig, max_new_tokens, attention_mask=None,
     pad_token_id : the token a finished row continues with (default: the first eos id)
     num_return_sequences : continuations per prompt (> 1 only when sampling), the rows of
         prompt b at ``b * num_return_sequences + j``, as transformers orders them
+    draw : optional, when sampling: a callable ``draw(processed_logits (B, V)) -> (B,) token ids``
+        used instead of the draw from ``seed``; :func:`attention_ref.interop.torch_draw` draws as
+        transformers' ``generate(do_sample=True)`` does (torch's generator and ``torch.multinomial``),
+        giving its tokens for the same torch seed
 
     Returns
     -------
@@ -251,7 +272,10 @@ def generate(ids, params, config: LMConfig, max_new_tokens, attention_mask=None,
     ids, keep = check_prompts(np.atleast_2d(ids) if one else ids, attention_mask, config.vocab_size)  # (B, T)
     max_new_tokens = check_nonnegative_int(max_new_tokens, "max_new_tokens")
     do_sample, temperature = _check_sampling(do_sample, temperature)
-    seed = None if seed is None else check_nonnegative_int(seed, "seed")
+    rng = as_generator(seed)
+    if draw is not None and (not callable(draw) or not do_sample or seed is not None):
+        raise ValueError("draw must be a callable, given only when sampling (do_sample=True) and without seed (the"
+                         f" draw holds its own generator), got draw={draw!r}, do_sample={do_sample}, seed={seed!r}")
     settings = check_logits_settings(config.vocab_size, do_sample=do_sample, temperature=temperature,
                                      top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty,
                                      min_new_tokens=min_new_tokens, eos_token_id=eos_token_id)
@@ -273,13 +297,12 @@ def generate(ids, params, config: LMConfig, max_new_tokens, attention_mask=None,
         ids, keep = np.repeat(ids, copies, axis=0), np.repeat(keep, copies, axis=0)  # (B copies, T)
     new = []  # one (B,) column per new token: memory for the tokens made, not those asked for
     if max_new_tokens:
-        rng = np.random.default_rng(seed)
         logits = decoder.prefill(ids, keep, last_only=True)  # (B, V): the last prompt token's
         seen, seen_keep = ids, keep  # (B, T + i): the prompt and the new tokens, for the penalty
         unfinished = np.ones(len(ids), bool)  # (B,)
         for i in range(max_new_tokens):
             processed = processed_logits(logits, seen, seen_keep, i, settings, shift=True)  # (B, V)
-            token = _next_tokens(processed, do_sample, rng)  # (B,)
+            token = _next_tokens(processed, do_sample, rng, draw)  # (B,)
             if settings.eos is not None:  # a finished row continues with the pad token
                 token = np.where(unfinished, token, pad)  # (B,)
                 unfinished &= ~np.isin(token, settings.eos)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._checks import as_generator
 from .._checks import as_real_array, cast, common_dtype
 from .._token_checks import as_attention_mask, as_token_ids
 from ..nn.encoder_block import ENCODER_GROUPS
@@ -178,7 +179,7 @@ def init_lm_params(config: LMConfig, *, seed=None, dtype=np.float64) -> dict:
     """Random weights of the config's shapes: normal with std 0.02 (transformers'
     ``initializer_range``; GPT-2's position table 0.01, as GPT-2's own initialisation), norms at
     1 and biases at 0 as the blocks' own initialisers."""
-    rng = np.random.default_rng(seed)
+    rng = as_generator(seed)
     V, D = config.vocab_size, config.d_model
     params = {}
     if config.family == "gpt2":

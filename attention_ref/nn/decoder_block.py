@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .._checks import as_generator
 from .._checks import (
     as_mask,
     as_real_array,
@@ -215,7 +216,7 @@ def init_decoder_block_params(d_model, num_heads, d_ff=None, *, d_memory=None, s
     if d_model % num_heads:
         raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
     dtype = check_float_dtype(dtype)
-    rng = np.random.default_rng(seed)
+    rng = as_generator(seed)
     p = {}
     for group, d_kv_in in (("self_attn", d_model), ("cross_attn", d_memory)):
         for name, fan_in in (("q", d_model), ("k", d_kv_in), ("v", d_kv_in), ("o", d_model)):

@@ -23,6 +23,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .._checks import as_generator
 from .._checks import as_real_array, as_upstream, check_float_dtype, check_positive_int, require_ndim
 from .._pair_checks import check_scale
 from .._pair_checks import PARAM_NAMES
@@ -157,7 +158,7 @@ def init_encoder_block_params(d_model, num_heads, d_ff=None, *, seed=None, dtype
     if d_model % num_heads:
         raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
     dtype = check_float_dtype(dtype)
-    rng = np.random.default_rng(seed)
+    rng = as_generator(seed)
     p = {}
     for name in ("q", "k", "v", "o"):
         p[f"self_attn.W_{name}"] = glorot_uniform(rng, d_model, d_model, dtype)

@@ -44,6 +44,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .._checks import as_generator
 from .._checks import (as_real_array, as_upstream, cast, check_positive_int, check_positive_real, common_dtype,
                        require_ndim, signals_land_here, unbroadcast)
 from .._pair_checks import MultiHeadInputs, check_scale
@@ -411,7 +412,7 @@ def init_gemma_block_params(d_model, num_heads, d_ff, *, num_kv_heads=None, d_he
     transformers initialises it; ``d_head`` default ``d_model // num_heads``)."""
     hkv = num_heads if num_kv_heads is None else num_kv_heads
     d_head = d_model // num_heads if d_head is None else d_head
-    rng = np.random.default_rng(seed)
+    rng = as_generator(seed)
     shapes = {"self_attn.W_q": (d_model, num_heads * d_head), "self_attn.W_k": (d_model, hkv * d_head),
               "self_attn.W_v": (d_model, hkv * d_head), "self_attn.W_o": (num_heads * d_head, d_model),
               "mlp.W_gate": (d_model, d_ff), "mlp.W_up": (d_model, d_ff), "mlp.W_down": (d_ff, d_model)}

@@ -32,6 +32,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .._checks import as_generator
 from .._checks import (as_real_array, as_upstream, cast, check_positive_int, check_positive_real, common_dtype,
                        require_ndim)
 from .._pair_checks import MultiHeadInputs
@@ -288,7 +289,7 @@ def init_gpt_neox_block_params(d_model, num_heads, d_ff=None, *, seed=None, dtyp
     """Random weights of GPT-NeoX's shapes (normal, std 0.02; norms' gains at 1, biases at 0;
     ``d_ff`` default ``4 d_model``)."""
     d_ff = 4 * d_model if d_ff is None else d_ff
-    rng = np.random.default_rng(seed)
+    rng = as_generator(seed)
     shapes = {"attention.W_qkv": (d_model, 3 * d_model), "attention.W_dense": (d_model, d_model),
               "mlp.W_1": (d_model, d_ff), "mlp.W_2": (d_ff, d_model)}
     params = {name: (0.02 * rng.standard_normal(shape)).astype(dtype) for name, shape in shapes.items()}

@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .._checks import as_generator
 from .._checks import (as_real_array, as_upstream, broadcasts_into, cast, check_positive_int,
                        check_positive_real, common_dtype, require_ndim)
 from .._pair_checks import check_scale
@@ -396,7 +397,7 @@ def init_llama_block_params(d_model, num_heads, d_ff, *, num_kv_heads=None, seed
     norms at 1; ``d_head`` the head width, default ``d_model // num_heads``)."""
     hkv = num_heads if num_kv_heads is None else num_kv_heads
     d_head = d_model // num_heads if d_head is None else d_head
-    rng = np.random.default_rng(seed)
+    rng = as_generator(seed)
     shapes = {"self_attn.W_q": (d_model, num_heads * d_head), "self_attn.W_k": (d_model, hkv * d_head),
               "self_attn.W_v": (d_model, hkv * d_head), "self_attn.W_o": (num_heads * d_head, d_model),
               "mlp.W_gate": (d_model, d_ff), "mlp.W_up": (d_model, d_ff), "mlp.W_down": (d_ff, d_model)}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._checks import as_generator
 from .._checks import as_mask, as_real_array, cast_mask, check_float_dtype, check_mask_shape, check_positive_int
 from .._pair_checks import check_multi_head_inputs
 from ..core.linear import glorot_uniform
@@ -159,7 +160,7 @@ class MultiHeadAttention:
         self.d_model, self.num_heads, self.num_kv_heads = d_model, num_heads, hkv
         self.d_k, self.d_v, self.kdim, self.vdim = d_k, d_v, kdim, vdim
         self.bias, self.dtype, self.strategy = bool(bias), dtype, strategy
-        rng = np.random.default_rng(seed)
+        rng = as_generator(seed)
 
         shapes = {"q": (d_model, num_heads * d_k), "k": (kdim, hkv * d_k),
                   "v": (vdim, hkv * d_v), "o": (num_heads * d_v, d_model)}

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
+from .._checks import as_generator
 from .. import documents
 from .._atomic import atomic_path
 from ..documents import experiments as ex
@@ -89,7 +90,7 @@ def example_attention_weights(seed: int = 0):
     from ..core.masks import causal_mask
     from ..nn.multi_head_attention import MultiHeadAttention
     tokens = ["the", "tired", "mechanic", "fixed", "the", "engine"]
-    rng = np.random.default_rng(seed)
+    rng = as_generator(seed)
     x = rng.standard_normal((len(tokens), 8))  # (N, D)
     layer = MultiHeadAttention(8, 2, seed=seed)
     layer.params["W_q"] = layer.params["W_q"] * 3.0  # sharper scores, more readable maps

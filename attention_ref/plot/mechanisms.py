@@ -10,6 +10,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
+from .._checks import as_generator
 from ..core.masks import causal_mask
 from ..variants.blockwise import visited_tiles
 from ..variants.local import local_window_mask
@@ -78,7 +79,7 @@ def rope_scores_by_offset(d=64, max_offset=128, base=10000.0, pairs=256, seed=0,
     (q, k), q at position m and k at m + offset, for each m in ``starts`` (the curves coincide).
     Right: the score of a vector with itself ``offset`` positions apart, averaged over
     ``pairs`` random vectors (it decays). Both are ``q.k / sqrt(d)``."""
-    rng = np.random.default_rng(seed)
+    rng = as_generator(seed)
     offsets = np.arange(max_offset + 1)
     q, k = rng.standard_normal((2, 1, d))
     fig = Figure(figsize=(10, 3.6), layout="constrained")

@@ -15,7 +15,6 @@ transformers whose generate passes no ``prompt_ignore_length`` (4.57) counts the
 penalty; there the penalty runs on prompts of one length (the padded case is skipped, saying so).
 """
 import importlib
-import inspect
 
 import numpy as np
 import pytest
@@ -25,6 +24,7 @@ transformers = pytest.importorskip("transformers")
 
 import attention_ref as ar  # noqa: E402
 from attention_ref.interop import llama_in_float64, load_pretrained  # noqa: E402
+from _transformers_api import penalty_skips_padding  # noqa: E402
 
 generate_module = importlib.import_module("attention_ref.models.generate")  # the module, not the function
 
@@ -72,13 +72,7 @@ def _theirs(model, ids, mask, max_new_tokens, **settings):
                               pad_token_id=PAD, **settings)
 
 
-def _penalty_skips_padding():
-    """Whether the installed generate leaves the left padding out of the repetition penalty
-    (asked of its own source: 4.57's processor takes ``prompt_ignore_length`` but generate
-    does not pass it)."""
-    from transformers.generation.utils import GenerationMixin
-
-    return "prompt_ignore_length" in inspect.getsource(GenerationMixin._get_logits_processor)
+_penalty_skips_padding = penalty_skips_padding  # tests/_transformers_api.py
 
 
 @pytest.mark.parametrize("padded", [True, False])

@@ -9,9 +9,9 @@ angles in float32): ``attention_ref.interop.llama_in_float64()`` computes it wit
 in float64. Its eager softmax is float32 too: the ``sdpa`` attention is used. The ``labels=`` loss
 is float32 (``logits.float()``): the float64 loss is computed by the test from the logits.
 
-transformers 5.x names the untied head ``lm_head.weight`` in ``named_parameters()`` and
-``embed_out.weight`` in the saved file (4.x: ``embed_out.weight`` in both); ``to_transformers``
-gives the file's name, which both releases load.
+transformers 5.x names the head ``lm_head.weight`` in ``state_dict()`` and ``named_parameters()``
+(4.x: ``embed_out.weight``); ``to_transformers`` gives the installed release's name, so the state
+dict it returns loads with ``strict=True`` and a file written from it loads in ``from_pretrained``.
 """
 import numpy as np
 import pytest
@@ -53,9 +53,10 @@ MODELS = {"pythia": lambda: _neox(0.25), "sequential-half-rotary": lambda: _neox
 
 
 def _named(model):
-    """named_parameters() under the file's names (GPT-NeoX: 5.x's lm_head.weight is embed_out.weight)."""
-    neox = model.config.model_type == "gpt_neox"
-    return {("embed_out.weight" if neox and k == "lm_head.weight" else k): p for k, p in model.named_parameters()}
+    """Every parameter under each of its names (a tied head under the head's name too), as state_dict()."""
+    named = dict(model.named_parameters(remove_duplicate=False))
+    assert sorted(named) == sorted(model.state_dict())
+    return named
 
 
 @pytest.fixture(params=list(MODELS))
@@ -95,7 +96,7 @@ def test_logits_loss_and_every_gradient(saved):
     assert abs(loss - out.loss.item()) <= 1e-6 * abs(loss)  # labels=: computed in float32 by transformers
     theirs = to_transformers(grads, config)
     named = _named(model)
-    assert sorted(theirs) == sorted(named)  # every parameter, a tied one once under its own name
+    assert sorted(theirs) == sorted(named)  # every name of state_dict(), a tied head included
     for name, p in named.items():
         _close(theirs[name], p.grad, f"d {name}")
 

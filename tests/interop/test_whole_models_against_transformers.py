@@ -133,8 +133,8 @@ def test_logits_loss_and_every_gradient(saved):
     assert abs(loss - loss_64.item()) <= RTOL * abs(loss_64.item()), (loss, loss_64.item())
     assert abs(loss - out.loss.item()) <= 1e-6 * abs(loss)  # labels=: computed in float32 by transformers
     theirs = to_transformers(grads, config)
-    named = dict(model.named_parameters())
-    assert sorted(theirs) == sorted(named)  # every parameter, a tied one once under its own name
+    named = dict(model.named_parameters(remove_duplicate=False))  # = state_dict()'s names
+    assert sorted(theirs) == sorted(named) == sorted(model.state_dict())  # a tied head included
     for name, p in named.items():
         _close(theirs[name], p.grad, f"d {name}")
 

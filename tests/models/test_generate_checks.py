@@ -77,8 +77,8 @@ def test_a_weight_of_the_wrong_shape_is_named_against_the_config(family, name):
     ({"temperature": float("nan")}, ValueError, "temperature must be a finite number >= 0"),
     ({"top_k": -1}, ValueError, r"top_k must be None or a non-negative integer \(0: off\), got -1"),
     ({"top_k": True}, TypeError, r"top_k must be None or a non-negative integer \(0: off\), got True"),
-    ({"seed": -1}, ValueError, "seed must be a non-negative integer, got -1"),
-    ({"seed": "a"}, TypeError, "seed must be a non-negative integer, got 'a'"),
+    ({"seed": -1}, ValueError, "seed must be None, an integer >= 0 or a numpy.random.Generator, got -1"),
+    ({"seed": "a"}, TypeError, "seed must be None, an integer >= 0 or a numpy.random.Generator, got 'a'"),
     ({"config": {"model_type": "llama"}}, TypeError, "config must be an LMConfig"),
     ({"params": [1, 2]}, TypeError, "params must be a dict of arrays"),
 ])

@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from ..._checks import as_generator
 from ...core.attention import scaled_dot_product_attention_backward, scaled_dot_product_attention_forward
 from ...core.multi_head import multi_head_attention_forward
 from ...core.separate_heads import multi_head_attention_separate_heads_forward
@@ -26,7 +27,7 @@ __all__ = ["strategies_max_difference", "sum_formula_difference", "view_004", "m
 
 def strategies_max_difference(seed: int = 0) -> float:
     """Max |separate heads - weight-split parallel| over outputs, random inputs with a mask."""
-    rng = np.random.default_rng(seed)
+    rng = as_generator(seed)
     x = rng.standard_normal((2, 5, 12))  # (B, N, D)
     layer = MultiHeadAttention(12, 3, seed=seed)
     p = {n: w + 0.1 * rng.standard_normal(w.shape) for n, w in layer.params.items()}  # non-zero biases
@@ -39,7 +40,7 @@ def strategies_max_difference(seed: int = 0) -> float:
 def sum_formula_difference(seed: int = 0) -> float:
     """001's sum form, ``sum_i head_i W^O_i`` with ``W^O_i`` the i-th block of rows of
     ``W^O``, against ``Concat(head_1..head_h) W^O``: max absolute difference."""
-    rng = np.random.default_rng(seed)
+    rng = as_generator(seed)
     d_model, h = 8, 2
     d_v = d_model // h
     x = rng.standard_normal((5, d_model))  # (N, D)
@@ -69,7 +70,7 @@ def mask_convention_004(seed: int = 0) -> dict:
     """004's code fills ``scores`` with -1e9 where ``mask == 0``: 1 means "may attend", the
     library's boolean convention. Compares its weights with ours for a 0/1 mask that has a
     fully blocked row, and shows what passing a True = blocked mask does."""
-    rng = np.random.default_rng(seed)
+    rng = as_generator(seed)
     q, k, v = rng.standard_normal((3, 4)), rng.standard_normal((4, 4)), rng.standard_normal((4, 2))
     keep = np.array([[1, 1, 0, 0], [1, 1, 1, 0], [0, 0, 0, 0]])  # (Nq, Nk), last query blocked
     scores = q @ k.T / math.sqrt(4)  # (Nq, Nk)
@@ -88,7 +89,7 @@ def mask_convention_004(seed: int = 0) -> dict:
 def permutation_equivariance(seed: int = 0) -> float:
     """Max |MHA(P X) - P MHA(X)| for a random permutation P: without position encodings
     self-attention does not see word order (001 section 4.2)."""
-    rng = np.random.default_rng(seed)
+    rng = as_generator(seed)
     x = rng.standard_normal((6, 8))  # (N, D)
     layer = MultiHeadAttention(8, 2, seed=seed)
     perm = rng.permutation(6)
@@ -98,7 +99,7 @@ def permutation_equivariance(seed: int = 0) -> float:
 def linear_attention_check(n: int = 50, d: int = 8, seed: int = 0) -> dict:
     """003's ``phi(Q) (phi(K)^T V)`` with ``phi = elu + 1``: the regrouping is exact, but
     without dividing row i by ``phi(q_i) . sum_j phi(k_j)`` the implied weights do not sum to 1."""
-    rng = np.random.default_rng(seed)
+    rng = as_generator(seed)
     q, k, v = (rng.standard_normal((n, d)) for _ in range(3))  # (N, D) each
 
     def phi(t):
@@ -115,7 +116,7 @@ def linear_attention_check(n: int = 50, d: int = 8, seed: int = 0) -> dict:
 def direct_path(n: int = 16, d: int = 4, seed: int = 0) -> float:
     """|d out_0 / d x_{n-1}| (summed) through one self-attention with q = k = v = x:
     nonzero, so the first and last positions are one layer apart whatever n is."""
-    x = np.random.default_rng(seed).standard_normal((n, d))  # (N, D)
+    x = as_generator(seed).standard_normal((n, d))  # (N, D)
     out, cache = scaled_dot_product_attention_forward(x, x, x)
     dout = np.zeros_like(out)
     dout[0] = 1.0  # only the first position's output
@@ -126,7 +127,7 @@ def direct_path(n: int = 16, d: int = 4, seed: int = 0) -> float:
 def blockwise_and_linear(n: int = 200, d: int = 8, block: int = 32, seed: int = 0) -> dict:
     """Blockwise (flash) attention against exact attention, its cache's largest array,
     its recomputing backward, and linear attention against softmax attention."""
-    rng = np.random.default_rng(seed)
+    rng = as_generator(seed)
     q, k, v = (rng.standard_normal((n, d)) for _ in range(3))  # (N, D) each
     exact, ecache = scaled_dot_product_attention_forward(q, k, v)
     flash, fcache = flash_attention_forward(q, k, v, block_size=block)
@@ -150,7 +151,7 @@ def rope_relative(n: int = 8, d: int = 8, seed: int = 0) -> dict:
     """With RoPE, the score of the same query at m and the same key at n depends on m - n
     only (the score matrix is Toeplitz, and not constant); attention with RoPE is no
     longer permutation-equivariant."""
-    rng = np.random.default_rng(seed)
+    rng = as_generator(seed)
     q1, k1 = rng.standard_normal(d), rng.standard_normal(d)
     qr, _ = rope_forward(np.tile(q1, (n, 1)), layout="interleaved")  # (N, D)
     kr, _ = rope_forward(np.tile(k1, (n, 1)), layout="interleaved")  # (N, D)
@@ -169,7 +170,7 @@ def rope_relative(n: int = 8, d: int = 8, seed: int = 0) -> dict:
 def add_norm_statistics(n: int = 5, d_model: int = 8, h: int = 2, seed: int = 0) -> dict:
     """004 section 3 step 4: LN(x + MHA(x)) with gamma = 1, beta = 0: every row has mean 0
     and variance s^2 / (s^2 + eps), i.e. 1 to within eps / s^2."""
-    x = np.random.default_rng(seed).standard_normal((n, d_model))  # (N, D)
+    x = as_generator(seed).standard_normal((n, d_model))  # (N, D)
     s = MultiHeadAttention(d_model, h, seed=seed).forward(x)  # (N, D)
     y, _ = add_norm_forward(x, s, np.ones(d_model), np.zeros(d_model))  # (N, D)
     return {"max_abs_mean": float(np.abs(y.mean(axis=-1)).max()),

@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..._checks import as_generator
 from ...core.attention import scaled_dot_product_attention_forward
 from ...core.softmax import softmax_backward, softmax_forward
 from ...nn.multi_head_attention import MultiHeadAttention
@@ -29,7 +30,7 @@ def score_variance(d_k: int, samples: int = 10_000, seed: int = 0) -> tuple[floa
 
     Theory (002): ``Var(q . k) = d_k Var(q_l k_l) = d_k`` and ``Var(q . k / sqrt(d_k)) = 1``.
     """
-    rng = np.random.default_rng(seed)
+    rng = as_generator(seed)
     q = rng.standard_normal((samples, d_k))  # (T, Dk)
     k = rng.standard_normal((samples, d_k))  # (T, Dk)
     s = np.einsum("td,td->t", q, k)  # (T,)
@@ -53,7 +54,7 @@ def saturation(d_k: int, scaled: bool, n_keys: int = 8, trials: int = 500, seed:
     :func:`softmax_backward` (J is symmetric): its norm is how much the weights move when
     the scores move, which is what the gradient flowing to ``q`` and ``k`` is multiplied by.
     """
-    rng = np.random.default_rng(seed)
+    rng = as_generator(seed)
     q = rng.standard_normal((trials, 1, d_k))  # (T, 1, Dk)
     k = rng.standard_normal((trials, n_keys, d_k))  # (T, Nk, Dk)
     scores = (q @ k.swapaxes(-1, -2))[:, 0, :]  # (T, Nk)
@@ -92,7 +93,7 @@ def hull_single_query_search(n_directions: int = 3600, n_random: int = 20_000, s
     positive: ``s_3`` is the mean of ``s_1`` and ``s_2``; margins within a tie count as 0)
     and the largest deviation from that identity (rounding level).
     """
-    rng = np.random.default_rng(seed)
+    rng = as_generator(seed)
     angles = np.linspace(0.0, 2 * np.pi, n_directions, endpoint=False)
     circle = np.stack([np.cos(angles), np.sin(angles)], axis=1)  # (T, 2)
     random = rng.standard_normal((n_random, 2)) * rng.exponential(3.0, (n_random, 1))  # (T, 2)
@@ -119,7 +120,7 @@ def hull_vertices(n_directions: int = 3600) -> list[int]:
 def convex_combination(n: int = 6, d: int = 3, seed: int = 0) -> dict:
     """One head's weights are >= 0 and sum to 1, so each output row is a convex
     combination of the values: inside their bounding box, and P V recovers it."""
-    rng = np.random.default_rng(seed)
+    rng = as_generator(seed)
     q, k, v = rng.standard_normal((n, d)), rng.standard_normal((n, d)), rng.standard_normal((n, d))
     out, cache = scaled_dot_product_attention_forward(q, k, v)
     w = cache.weights  # (N, N)
@@ -131,7 +132,7 @@ def convex_combination(n: int = 6, d: int = 3, seed: int = 0) -> dict:
 def softmax_spectrum(n: int = 64, d_k: int = 16, scale: float = 1.0, seed: int = 0) -> np.ndarray:
     """Singular values (descending) of ``P = softmax(scale * Q K^T / sqrt(d_k))``
     for random N(0, 1) queries and keys, computed with the library's attention."""
-    rng = np.random.default_rng(seed)
+    rng = as_generator(seed)
     q = rng.standard_normal((n, d_k)) * math.sqrt(scale)  # (N, Dk)
     k = rng.standard_normal((n, d_k)) * math.sqrt(scale)  # (N, Dk)
     _, cache = scaled_dot_product_attention_forward(q, k, np.zeros((n, 1)))
@@ -149,7 +150,7 @@ def argmax_spectrum(n: int = 64, d_k: int = 16, seed: int = 0) -> dict:
     selects its argmax key. That row-selection matrix has rank = number of distinct argmax
     keys and singular values sqrt(number of queries selecting each key). Same Q, K as
     :func:`attention_ref.documents.experiments.softmax_spectrum` with the same seed."""
-    rng = np.random.default_rng(seed)
+    rng = as_generator(seed)
     q = rng.standard_normal((n, d_k))  # (N, Dk)
     k = rng.standard_normal((n, d_k))  # (N, Dk)
     counts = np.bincount((q @ k.T).argmax(axis=1), minlength=n)  # (N,)
