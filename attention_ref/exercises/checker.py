@@ -9,10 +9,12 @@ otherwise each classic mistake of the exercise is run on the same inputs, and th
 reproduces the attempt on every case is named; failing that,
 :func:`~attention_ref.exercises.diagnosis.observe` describes what it can see.
 
-The student's code runs under a time limit per case (a signal alarm, on the main thread of
-Unix-like systems), and its ``sys.exit``, ``SystemExit`` and ``KeyboardInterrupt`` are
-reported as what they are. NumPy's error settings, print options and global random state are
-the caller's again when :func:`check` returns, whatever the student's code changed.
+Where there is ``fork`` (POSIX), the cases run in a forked child (:func:`.process._in_child`):
+a time limit per case that ends the child's whole process group when the alarm does not stop
+the student's code, a memory limit (Linux), a fresh temporary working folder; the caller's
+signal handlers, NumPy settings and folder are never touched. Elsewhere they run here, under a
+signal alarm where there is one. The student's ``sys.exit``, ``SystemExit`` and
+``KeyboardInterrupt`` are reported as what they are.
 """
 from __future__ import annotations
 
@@ -41,7 +43,18 @@ from .diagnosis import (
     ratio,
 )
 from .mistakes import ANY
-from .process import _check_arguments, _numpy_state_kept, _OutOfTime, _stopped, _time_limit
+from .process import (
+    MEMORY_LIMIT,
+    ChildEnded,
+    _can_fork,
+    _check_arguments,
+    _check_memory_limit,
+    _in_child,
+    _numpy_state_kept,
+    _OutOfTime,
+    _stopped,
+    _student_code,
+)
 
 __all__ = ["CheckResult", "Run", "WrongOutput", "check", "hint"]
 
@@ -155,7 +168,7 @@ def hint(name: str, number: int = 1) -> str:
 
 
 def check(name: str, attempt, forward=None, *, seed: int = 0, hints_read=None,
-          time_limit: float | None = TIME_LIMIT) -> CheckResult:
+          time_limit: float | None = TIME_LIMIT, memory_limit: float | None = MEMORY_LIMIT) -> CheckResult:
     """Check a student's backward for exercise ``name`` (the library function's name).
 
     Parameters
@@ -169,6 +182,8 @@ def check(name: str, attempt, forward=None, *, seed: int = 0, hints_read=None,
         :func:`hint` returned in this process)
     time_limit : seconds the student's code may take on one case (None: no limit); the case
         that runs out is named and the check fails
+    memory_limit : MiB the student's code may add to its process's address space (Linux; None:
+        no limit); an allocation beyond it raises MemoryError in the student's code
 
     Returns
     -------
@@ -177,8 +192,40 @@ def check(name: str, attempt, forward=None, *, seed: int = 0, hints_read=None,
     """
     e = _exercise(name)
     _check_arguments(seed, time_limit)
+    _check_memory_limit(memory_limit)
+    hints_read = set(_HINTS_READ.get(name, ())) if hints_read is None else hints_read
+    if not _can_fork():  # Windows: in this process, under the alarm where there is one
+        return _check_here(e, attempt, forward, seed, hints_read, time_limit)
+    return _in_a_child(e, lambda: _check_here(e, attempt, forward, seed, hints_read, time_limit), hints_read,
+                       memory_limit)
+
+
+def _check_here(e, attempt, forward, seed, hints_read, time_limit) -> CheckResult:
+    """:func:`check` in this process (the child's, or the only one where there is no fork)."""
     with _numpy_state_kept():
         return _check(e, attempt, forward, seed, hints_read, time_limit)
+
+
+def _in_a_child(e, work, hints_read, memory_limit) -> CheckResult:
+    """``work()``'s CheckResult from a forked child (see :func:`.process._in_child`), or a FAIL
+    that says how the child's student code ran out of time or ended its process."""
+    result = _in_child(work, memory_limit)
+    return result if not isinstance(result, ChildEnded) else _ended(e, result, hints_read)
+
+
+def _ended(e, ended, hints_read) -> CheckResult:
+    """The report when the student's code ran past its time limit and ignored the alarm, or
+    ended the process it ran in."""
+    who, where = ended.label if isinstance(ended.label, tuple) else ("code", "")
+    if ended.why == "time":
+        diagnosis = (f"your {who} ran out of time{where}: {ended.how} (an ignored alarm? a thread, or a"
+                     " process it started?), so the check ended it")
+    else:
+        diagnosis = f"your {who} ended the process it ran in{where}: {ended.how}"
+    lines = [_fill(f"{where.strip()[3:]}: {'ran out of time' if ended.why == 'time' else 'ended'}")] if where else []
+    report = [f"{e.name}: FAIL", *lines, textwrap.fill(f"diagnosis: {diagnosis}", WIDTH, subsequent_indent="  ",
+                                                       break_on_hyphens=False)]
+    return CheckResult(e.name, False, diagnosis, "\n".join(report + _next(e, diagnosis, hints_read)))
 
 
 class Run(NamedTuple):
@@ -250,7 +297,7 @@ def _run_cases(e, attempt, forward, seed, time_limit) -> _Outcome:
         truth = _flatten(e.returns, reference)
         theirs, their_dout = copy.deepcopy(given), dout.copy()
         try:
-            with _time_limit(time_limit):
+            with _student_code(time_limit, ("backward", f" on case {i} ({case.describe()})")):
                 result = e.run(attempt, their_dout, theirs)
         except _OutOfTime:
             o.lines.append(_fill(f"case {i}: {case.describe()}: ran out of time"))
@@ -281,7 +328,7 @@ def _their_cache(e, own_forward, case, i, out, time_limit, o):
     """The cache of the student's own forward, after checking its output; sets ``o.stopped``
     when the forward fails."""
     try:
-        with _time_limit(time_limit):
+        with _student_code(time_limit, ("forward", f" on case {i} ({case.describe()})")):
             mine, given = own_forward(*copy.deepcopy(case.inputs), **copy.deepcopy(case.kwargs))
     except _OutOfTime:
         o.stopped = _out_of_time("forward", i, case, time_limit)
