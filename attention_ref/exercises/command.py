@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib.util
 import json
 import os
@@ -30,7 +31,7 @@ def skeleton(name: str, path: str) -> str:
                                       subsequent_indent="        ") for field, what in e.cache_fields)
     args = e.signature.split("(", 1)[1].split(")", 1)[0]
     returns = e.signature.split("->", 1)[1].strip()
-    extra = f"\n{_EXTRA[name]}\n" if name in _EXTRA else ""
+    extra = "".join(f"\n{text[name]}\n" for text in (_BROADCAST, _EXTRA) if name in text)
     return f'''"""Exercise: {name}
 
 {formula}
@@ -59,6 +60,30 @@ def {name}({args}):
     raise NotImplementedError("derive the gradient, then run the check")
 '''
 
+
+_RULE = ("The broadcast rule: an input broadcast along an axis of the output (an axis it lacks, or has"
+         " of size 1) gets its gradient summed over that axis, back to its own shape: ")
+#: the broadcast rule, said where an input may be broadcast (docs/exercises.md: the cases)
+_BROADCAST = {name: textwrap.fill(_RULE + what, WIDTH - 4) for name, what in {
+    "linear_backward": "W and b are shared by every row, so dW and db sum over every leading axis of x.",
+    "layer_norm_backward": "gamma and beta are shared by every row, so dgamma and dbeta sum over every"
+                           " leading axis.",
+    "scaled_dot_product_attention_backward": "q and k, v may have different batch axes (k, v of size 1, or"
+                                             " without batch axes, on any of the batch axes; or q so), and the"
+                                             " mask may be (n_k,), (1, n_k), (n_q, n_k) or have batch axes; a"
+                                             " query whose row the mask blocks entirely gets zero weights,"
+                                             " output and gradients.",
+    "flash_attention_backward": "k, v may have batch axes of size 1 or none where q has them, and the mask"
+                                " may be (n_k,), (1, n_k), (n_q, n_k) or have batch axes; a query that may"
+                                " attend no key gets zero weights, output and gradients.",
+    "multi_head_attention_backward": "the key and value (or the query) may have batch axes of size 1 or"
+                                     " none where the other has them, the weights and biases are shared by"
+                                     " every position, and the mask may be (n_k,), (1, n_k), (n_q, n_k) or"
+                                     " have batch axes; a query that may attend no key gets zero weights,"
+                                     " output and gradients.",
+    "encoder_block_backward": "every parameter is shared by every position and batch item, and the mask may"
+                              " broadcast; a query that may attend no key gets a zero attention output.",
+}.items()}
 
 #: what some skeletons say besides the fields
 _EXTRA = {
@@ -95,11 +120,19 @@ BUG = "{name}"
 
 def _write_new(path: Path, force: bool, text, todo: str, check_command: str) -> int:
     """Write ``text(path)`` to a new file (an existing one only with --force) and say what next."""
-    if path.exists() and not force:
-        print(f"{path} exists; pass --force to overwrite it", file=sys.stderr)
+    try:
+        if path.is_dir():
+            print(f"{_shown(path)} is a folder; give a file's path (e.g. {_shown(path / 'name.py')})",
+                  file=sys.stderr)
+            return 2
+        if path.exists() and not force:
+            print(f"{_shown(path)} exists; pass --force to overwrite it", file=sys.stderr)
+            return 2
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, text(path.as_posix()))
+    except OSError as exc:
+        print(f"cannot write {_shown(path)}: {_why(exc, path)}", file=sys.stderr)
         return 2
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, text(path.as_posix()))
     print(f"wrote {path}")
     print(f"{todo}, then run")
     print(f"    python -m attention_ref exercise {check_command} {path.as_posix()}")
@@ -197,10 +230,31 @@ def _fail(text):
     raise SystemExit(textwrap.fill(text, WIDTH, subsequent_indent="  ", break_on_hyphens=False))
 
 
+def _shown(path) -> str:
+    """A path for a one-line message: a long one shortened in the middle."""
+    text = str(path)
+    return text if len(text) <= 60 else f"{text[:28]}...{text[-28:]}"
+
+
+def _why(exc, path) -> str:
+    """An OSError in a few words; a name too long says how long it is."""
+    if exc.errno == errno.ENAMETOOLONG:
+        longest = max((len(os.fsencode(part)) for part in Path(path).parts), default=0)
+        return f"a name in it is {longest} bytes long, more than this file system allows"
+    return exc.strerror or type(exc).__name__
+
+
 def _existing(path) -> str:
     """``path`` made absolute, or the command ends with a one-line error when it is no file."""
-    if not Path(path).is_file():
-        if Path(f"{path}.py").is_file():
+    try:
+        is_file = Path(path).is_file()
+        near = not is_file and Path(f"{path}.py").is_file()
+    except OSError as exc:  # a name too long, a folder that cannot be read
+        raise SystemExit(f"cannot read {_shown(path)}: {_why(exc, path)}") from None
+    if not is_file:
+        if Path(path).is_dir():
+            raise SystemExit(f"{_shown(path)} is a folder; give the file to check")
+        if near:
             raise SystemExit(f"{path}: no such file; did you mean {path}.py?")
         start = f"python -m attention_ref exercise start {path}" if path in EXERCISES else \
             "python -m attention_ref exercise start <exercise> [PATH]"

@@ -269,7 +269,7 @@ def _watch(pid, reads, writes):
     streams = {out: lambda: sys.stdout, err: lambda: sys.stderr}
     buffer, label, deadline, limit, notes = b"", "code", None, None, {}
     open_fds = set(reads)
-    result, status = None, None
+    result, status, ended_at = None, None, None
     while result is None:
         timeout = 0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic()))
         ready = select.select(list(open_fds), [], [], timeout)[0] if open_fds else time.sleep(timeout) or []
@@ -301,8 +301,10 @@ def _watch(pid, reads, writes):
             return ChildEnded("time", label, f"it took more than {limit:g} s and did not stop when told", notes)
         if status is None:
             done, status = os.waitpid(pid, os.WNOHANG)
-            status = status if done else None
-        if status is not None and events not in open_fds:
+            status, ended_at = (status, time.monotonic()) if done else (None, None)
+        # ended without a result: what it sent is read first (a process it started may hold the
+        # pipe open, so half a second at most)
+        if status is not None and (events not in open_fds or time.monotonic() - ended_at > 0.5):
             return ChildEnded("ended", label, _ending(status), notes)
     for fd in (out, err):  # what the child printed before it returned
         while fd in open_fds and select.select([fd], [], [], 0.05)[0]:

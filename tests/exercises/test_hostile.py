@@ -158,3 +158,18 @@ def test_ctrl_c_in_the_caller_ends_the_child(tmp_path):
     time.sleep(0.2)
     with pytest.raises(ProcessLookupError):
         os.kill(child, 0)
+
+
+def test_an_attempt_that_ends_its_process_after_forking_is_told_so_at_once():
+    """A process the attempt started holds the child's pipes open; the child's end is seen all
+    the same."""
+    def forks_then_exits(dy, cache):
+        if os.fork() == 0:
+            time.sleep(1000)
+        os._exit(3)
+
+    started = time.monotonic()
+    result = check("softmax_backward", forks_then_exits, time_limit=None)
+    assert time.monotonic() - started < 15
+    assert not result.ok and "ended the process it ran in on case 1" in result.diagnosis
+    assert "exited with status 3" in result.diagnosis
