@@ -6,6 +6,7 @@ disk); after each, every target holds one whole version, old or new, and a faile
 no temporary file behind. ``_atomic``'s own contract (mode kept, temporary removed on an
 exception) is tested directly.
 """
+import errno
 import json
 import os
 import random
@@ -197,3 +198,29 @@ def test_json_and_text_round_trip(tmp_path):
     data = {"a": [1, 2.5, "é"]}
     path = write_atomic(tmp_path / "x.json", json.dumps(data, ensure_ascii=False))
     assert json.loads(path.read_text(encoding="utf-8")) == data
+
+
+@pytest.mark.parametrize("length", [200, 230, 245, 255])
+def test_a_name_near_the_file_systems_limit_gets_a_temporary_that_fits(tmp_path, length):
+    """The temporary adds a dot, 8 random characters and ``.tmp`` plus the suffix: the name is
+    shortened so that it fits, the suffix kept, and the write is as atomic as any other."""
+    target = tmp_path / ("n" * (length - 4) + ".npz")
+    with atomic_path(target) as tmp:
+        assert tmp.parent == tmp_path and len(os.fsencode(tmp.name)) <= 255
+        assert tmp.name.startswith(".nnn") and tmp.name.endswith(".tmp.npz")
+        np.savez(tmp, v=np.arange(3))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [target.name]
+    assert np.load(target)["v"].tolist() == [0, 1, 2]
+    write_atomic(target, b"new")
+    assert target.read_bytes() == b"new" and len(list(tmp_path.iterdir())) == 1
+
+
+def test_a_name_too_long_or_a_folder_is_refused_and_leaves_nothing(tmp_path):
+    with pytest.raises(OSError) as info:
+        write_atomic(tmp_path / ("n" * 300), b"x")
+    assert info.value.errno == errno.ENAMETOOLONG
+    (tmp_path / "a_folder").mkdir()
+    with pytest.raises(IsADirectoryError):
+        write_atomic(tmp_path / "a_folder", b"x")
+    assert [p.name for p in tmp_path.iterdir()] == ["a_folder"]
+    assert list((tmp_path / "a_folder").iterdir()) == []

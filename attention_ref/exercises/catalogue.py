@@ -133,7 +133,14 @@ CACHE_FIELDS = {
     "encoder_block_backward": (
         ("attn", "ResidualCache of the first sub-layer: sublayer (MultiHeadCache), norm (LayerNormCache),"
                  " norm_first, x_shape, y_shape, y_dtype"),
-        ("ffn", "ResidualCache of the second sub-layer: sublayer (FeedForwardCache), norm, ..."),
+        ("ffn", "ResidualCache of the second sub-layer: sublayer (FeedForwardCache), norm (LayerNormCache),"
+                " norm_first, x_shape, y_shape, y_dtype"),
+        ("ffn.sublayer", "FeedForwardCache: fc1 (LinearCache: x, W, has_bias), h (..., n, d_ff) the"
+                         " pre-activation, fc2 (LinearCache of the activation's output), activation ('relu',"
+                         " 'gelu' the tanh form, or 'gelu_exact' with erf: attention_ref.nn.erf.erf works in"
+                         " float32 and float64), param_keys"),
+        ("attn.norm, ffn.norm", "LayerNormCache: x_hat, rstd (..., n, 1) = 1/sqrt(var + eps), gamma"),
+        ("attn.sublayer.attention.scale", "the scale the scores were multiplied by (scale= or 1/sqrt(d_k))"),
         ("param_keys", "tuple, the keys of params in order")),
     "multi_head_attention_backward": (
         ("q_proj, k_proj, v_proj", "LinearCache (x, W, has_bias) of each projection"),

@@ -9,10 +9,12 @@ otherwise each classic mistake of the exercise is run on the same inputs, and th
 reproduces the attempt on every case is named; failing that,
 :func:`~attention_ref.exercises.diagnosis.observe` describes what it can see.
 
-The student's code runs under a time limit per case (a signal alarm, on the main thread of
-Unix-like systems), and its ``sys.exit``, ``SystemExit`` and ``KeyboardInterrupt`` are
-reported as what they are. NumPy's error settings, print options and global random state are
-the caller's again when :func:`check` returns, whatever the student's code changed.
+Where there is ``fork`` (POSIX), the cases run in a forked child (:func:`.process._in_child`):
+a time limit per case that ends the child's whole process group when the alarm does not stop
+the student's code, a memory limit (Linux), a fresh temporary working folder; the caller's
+signal handlers, NumPy settings and folder are never touched. Elsewhere they run here, under a
+signal alarm where there is one. The student's ``sys.exit``, ``SystemExit`` and
+``KeyboardInterrupt`` are reported as what they are.
 """
 from __future__ import annotations
 
@@ -40,8 +42,20 @@ from .diagnosis import (
     observe,
     ratio,
 )
+from .contracts import PAIRS
 from .mistakes import ANY
-from .process import _check_arguments, _numpy_state_kept, _OutOfTime, _stopped, _time_limit
+from .process import (
+    MEMORY_LIMIT,
+    ChildEnded,
+    _can_fork,
+    _check_arguments,
+    _check_memory_limit,
+    _in_child,
+    _numpy_state_kept,
+    _OutOfTime,
+    _stopped,
+    _student_code,
+)
 
 __all__ = ["CheckResult", "Run", "WrongOutput", "check", "hint"]
 
@@ -155,7 +169,7 @@ def hint(name: str, number: int = 1) -> str:
 
 
 def check(name: str, attempt, forward=None, *, seed: int = 0, hints_read=None,
-          time_limit: float | None = TIME_LIMIT) -> CheckResult:
+          time_limit: float | None = TIME_LIMIT, memory_limit: float | None = MEMORY_LIMIT) -> CheckResult:
     """Check a student's backward for exercise ``name`` (the library function's name).
 
     Parameters
@@ -169,6 +183,8 @@ def check(name: str, attempt, forward=None, *, seed: int = 0, hints_read=None,
         :func:`hint` returned in this process)
     time_limit : seconds the student's code may take on one case (None: no limit); the case
         that runs out is named and the check fails
+    memory_limit : MiB the student's code may add to its process's address space (Linux; None:
+        no limit); an allocation beyond it raises MemoryError in the student's code
 
     Returns
     -------
@@ -177,8 +193,40 @@ def check(name: str, attempt, forward=None, *, seed: int = 0, hints_read=None,
     """
     e = _exercise(name)
     _check_arguments(seed, time_limit)
+    _check_memory_limit(memory_limit)
+    hints_read = set(_HINTS_READ.get(name, ())) if hints_read is None else hints_read
+    if not _can_fork():  # Windows: in this process, under the alarm where there is one
+        return _check_here(e, attempt, forward, seed, hints_read, time_limit)
+    return _in_a_child(e, lambda: _check_here(e, attempt, forward, seed, hints_read, time_limit), hints_read,
+                       memory_limit)
+
+
+def _check_here(e, attempt, forward, seed, hints_read, time_limit) -> CheckResult:
+    """:func:`check` in this process (the child's, or the only one where there is no fork)."""
     with _numpy_state_kept():
         return _check(e, attempt, forward, seed, hints_read, time_limit)
+
+
+def _in_a_child(e, work, hints_read, memory_limit) -> CheckResult:
+    """``work()``'s CheckResult from a forked child (see :func:`.process._in_child`), or a FAIL
+    that says how the child's student code ran out of time or ended its process."""
+    result = _in_child(work, memory_limit)
+    return result if not isinstance(result, ChildEnded) else _ended(e, result, hints_read)
+
+
+def _ended(e, ended, hints_read) -> CheckResult:
+    """The report when the student's code ran past its time limit and ignored the alarm, or
+    ended the process it ran in."""
+    who, where = ended.label if isinstance(ended.label, tuple) else ("code", "")
+    if ended.why == "time":
+        diagnosis = (f"your {who} ran out of time{where}: {ended.how} (an ignored alarm? a thread, or a"
+                     " process it started?), so the check ended it")
+    else:
+        diagnosis = f"your {who} ended the process it ran in{where}: {ended.how}"
+    lines = [_fill(f"{where.strip()[3:]}: {'ran out of time' if ended.why == 'time' else 'ended'}")] if where else []
+    report = [f"{e.name}: FAIL", *lines, textwrap.fill(f"diagnosis: {diagnosis}", WIDTH, subsequent_indent="  ",
+                                                       break_on_hyphens=False)]
+    return CheckResult(e.name, False, diagnosis, "\n".join(report + _next(e, diagnosis, hints_read)))
 
 
 class Run(NamedTuple):
@@ -215,6 +263,7 @@ class _Outcome:
     notes: list = field(default_factory=list)
     stopped: str | None = None
     worst_rel: float = 0.0
+    quiet: list = field(default_factory=list)  # right cases of the covering set, not in the table
 
 
 def _check(e, attempt, forward, seed, hints_read, time_limit) -> CheckResult:
@@ -250,7 +299,7 @@ def _run_cases(e, attempt, forward, seed, time_limit) -> _Outcome:
         truth = _flatten(e.returns, reference)
         theirs, their_dout = copy.deepcopy(given), dout.copy()
         try:
-            with _time_limit(time_limit):
+            with _student_code(time_limit, ("backward", f" on case {i} ({case.describe()})")):
                 result = e.run(attempt, their_dout, theirs)
         except _OutOfTime:
             o.lines.append(_fill(f"case {i}: {case.describe()}: ran out of time"))
@@ -272,8 +321,13 @@ def _run_cases(e, attempt, forward, seed, time_limit) -> _Outcome:
             o.stopped = got
             break
         o.runs.append(Run(case, dout, cache, got, truth, keys))
+        wrong_before = len(o.wrong)
+        rows = _compare(o, case, got, truth)
+        if case.feature.startswith(PAIRS) and len(o.wrong) == wrong_before:
+            o.quiet.append(i)  # a right case of the covering set: counted, not shown
+            continue
         o.lines.append(_fill(f"case {i}: {case.describe()}"))
-        o.lines.extend(_compare(o, case, got, truth))
+        o.lines.extend(rows)
     return o
 
 
@@ -281,7 +335,7 @@ def _their_cache(e, own_forward, case, i, out, time_limit, o):
     """The cache of the student's own forward, after checking its output; sets ``o.stopped``
     when the forward fails."""
     try:
-        with _time_limit(time_limit):
+        with _student_code(time_limit, ("forward", f" on case {i} ({case.describe()})")):
             mine, given = own_forward(*copy.deepcopy(case.inputs), **copy.deepcopy(case.kwargs))
     except _OutOfTime:
         o.stopped = _out_of_time("forward", i, case, time_limit)
@@ -323,8 +377,8 @@ def _compare(o, case, got, truth) -> list:
             rows.append((n, "", "None" if ok else "expected None", ""))
         else:
             t = np.asarray(t)
-            ok = _right(g, t)
             arr = as_gradient_array(g)
+            ok = _right(g, t) or _rounding_only(arr, t, scale)
             if ok and t.size:  # relative to the case's largest gradient: a zero gradient is rounding
                 o.worst_rel = max(o.worst_rel, float(np.abs(arr - t).max()) / max(scale, ATOL))
             shape = str(arr.shape) if arr is not None else type(g).__name__
@@ -332,6 +386,16 @@ def _compare(o, case, got, truth) -> list:
         if not ok:
             o.wrong.append(WrongOutput(case, n, g, t))
     return _table(rows)
+
+
+def _rounding_only(arr, t, scale) -> bool:
+    """A true gradient that is rounding next to the case's largest one (at most 1e-8 of it, 1e-4
+    in float32: a softmax saturated to one key makes dS zero up to rounding) is matched by any
+    answer of its shape and dtype within that much: the digits of rounding are no evidence."""
+    if arr is None or arr.shape != t.shape or arr.dtype != t.dtype or not t.size or not np.isfinite(arr).all():
+        return False
+    floor = (1e-4 if t.dtype == np.float32 else 1e-8) * scale
+    return float(np.abs(t).max()) <= floor and float(np.abs(arr - t).max()) <= floor
 
 
 def _diagnose(e, o) -> tuple:
@@ -347,11 +411,23 @@ def _diagnose(e, o) -> tuple:
 def _report(e, o, passed, diagnosis, hints_read) -> CheckResult:
     """Step 3: the verdict, the table, the diagnosis and what to do next."""
     verdict = f"{e.name}: PASS on {len(o.cases)} cases" if passed else f"{e.name}: FAIL"
-    report = [verdict, *o.lines, textwrap.fill(f"diagnosis: {diagnosis}", WIDTH, subsequent_indent="  ",
+    quiet = [_fill(f"cases {_numbers(o.quiet)} (pairs of feature values): every output right")] if o.quiet else []
+    report = [verdict, *o.lines, *quiet, textwrap.fill(f"diagnosis: {diagnosis}", WIDTH, subsequent_indent="  ",
                                                break_on_hyphens=False)]
     if not passed:
         report += _next(e, diagnosis, hints_read)
     return CheckResult(e.name, passed, diagnosis, "\n".join(report))
+
+
+def _numbers(numbers) -> str:
+    """[3, 4, 5, 7] -> "3-5, 7"."""
+    spans = []
+    for n in numbers:
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
 
 def _table(rows) -> list:
@@ -441,7 +517,11 @@ def _name_the_mistake(e, runs, failed) -> str:
     # output has the wrong shape: that is a second mistake (a broadcast axis not summed back),
     # said after the name
     misshapen = [i for i, r in enumerate(runs, 1) if _misshapen(r[3], r[4])]
-    for skipped in ([], misshapen if len(misshapen) < len(runs) else []):
+    # (only gradients left at a broadcast shape: a mistake that matches the square cases alone,
+    # where another shape mistake does not show, is not named)
+    unsummed_only = misshapen and len(misshapen) < len(runs) and all(_unsummed(runs[i - 1][3], runs[i - 1][4])
+                                                                       for i in misshapen)
+    for skipped in ([], misshapen if unsummed_only else []):
         for mistake in e.mistakes:
             if _reproduces(e, mistake, [r for i, r in enumerate(runs, 1) if i not in skipped]):
                 return mistake.sentence + (_also_misshapen(e, runs, failed, skipped) if skipped else "")
@@ -457,36 +537,88 @@ def _name_the_mistake(e, runs, failed) -> str:
     factor = _factor_across_cases([r for i, r in enumerate(runs, 1) if i not in misshapen or not besides], name)
     if factor:
         return factor + besides
-    said = [_observe(e, c, n, g, t) for c, n, g, t in failed if c is case]  # every wrong output of that case
+    run = next((r for r in runs if r.case is case), None)
+    said = [_said_of(e, runs, c, n, g, t, run) for c, n, g, t in failed if c is case]  # every wrong output there
     specific = [x for x in said if "none of the classic mistakes explains" not in x]
     skipped = [x for x in specific if "was never computed" in x]  # a block of zeros says the most
+    if not skipped and any("is exactly 0 on case" in x for x in said):  # zeros here: a block of them elsewhere?
+        for r_i, r in enumerate(runs, 1):
+            blocks = [_observe(e, c, n, g, t, r) for c, n, g, t in failed if c is r.case and c is not case]
+            blocks = [x for x in blocks if "was never computed" in x]
+            if blocks:
+                skipped = [next(x for x in said if "is exactly 0 on case" in x) + f"; on case {r_i}, " + blocks[0]]
+                break
     seen = (skipped or specific or said)[0]
+    if "float32's precision" in seen:  # only when a float32 step reproduces the error on every case
+        seen = _unless_float32_everywhere(e, runs, failed, case, seen)
     varying = _varying_ratio(runs, name)
     if varying and ("times the true gradient (ratio " in seen or "multiple of the true gradient (ratio " in seen):  # one case's number is no factor of all
         seen = varying
     overflow = _overflow_note(runs, failed)
-    # which cases are wrong and which right, for the first wrong output: a right case whose true
-    # gradient of it is zero (one key: the softmax is constant) says nothing and is left out
-    wrong = sorted({i for i, (c, *_) in enumerate(runs, 1) if any(c is f[0] and f[1] == name for f in failed)})
+    # which cases are wrong and which right, judged on every wrong output (the table's WRONG
+    # rows): a right case whose true gradients of those outputs are zero (one key: the softmax
+    # is constant) says nothing and is left out
+    outputs = list(dict.fromkeys(f[1] for f in failed))
+    by_output = {n: sorted({i for i, (c, *_) in enumerate(runs, 1) if any(c is f[0] and f[1] == n for f in failed)})
+                 for n in outputs}
+    wrong = sorted(set().union(*by_output.values()))
     # a gradient given where None belongs, or None where one belongs: every case with the output
     # right says something, however small its true value (b_k's is zero up to rounding)
-    presence = any(f[1] == name and (as_gradient_array(f[2]) is None) != (f[3] is None) for f in failed)
+    presence = any((as_gradient_array(f[2]) is None) != (f[3] is None) for f in failed)
     right = [i for i in range(1, len(runs) + 1) if i not in wrong and not (besides and i in misshapen)
-             and (presence or _informative(runs[i - 1][4], {name}))]
+             and (presence or _informative(runs[i - 1][4], set(outputs)))]
     if right:  # some cases are right: say which are not, the inputs tell why
-        if len(wrong) <= len(right):
+        if len(wrong) <= min(3, len(right)):
             which = "only " + "; ".join(f"case {i} ({runs[i - 1][0].describe()})" for i in wrong) + \
                 f" {'is' if len(wrong) == 1 else 'are'} wrong, the other cases are right"
-        else:
-            which = (f"cases {', '.join(map(str, wrong))} are wrong; only "
+        elif len(right) <= 3:
+            which = (f"cases {_numbers(wrong)} are wrong; only "
                      + "; ".join(f"case {i} ({runs[i - 1][0].describe()})" for i in right)
                      + f" {'is' if len(right) == 1 else 'are'} right")
-        kept = sorted(wrong + right)
-        differs = _what_differs([runs[i - 1][0] for i in kept], [kept.index(i) + 1 for i in wrong])
+        else:
+            which = f"cases {_numbers(wrong)} are wrong, cases {_numbers(right)} are right"
+        if len({tuple(v) for v in by_output.values()}) > 1:  # the outputs are wrong on different cases
+            which += " (" + "; ".join(f"{_short(n)} on case{'s' if len(v) > 1 else ''} {_numbers(v)}"
+                                      for n, v in by_output.items()) + ")"
+        differs = _separating(runs, wrong, right)
         if differs and "none of the classic mistakes explains" in seen:
             seen = ""  # what separates the cases says more than a largest error does
         seen = f"{which}: " + (differs + "; " + seen if seen and differs else differs or seen)
     return _locate(e, runs, failed) + seen + overflow + besides
+
+
+def _separating(runs, wrong, right) -> str:
+    """What the wrong cases share and the right ones do not: one feature's values on all the
+    cases; failing that, on the cases that change one feature (said so); failing that, two
+    features' values together that every wrong case has and no right case."""
+    kept = sorted(wrong + right)
+    differs = _what_differs([runs[i - 1][0] for i in kept], [kept.index(i) + 1 for i in wrong])
+    if differs:
+        return differs
+    single = [i for i in kept if not runs[i - 1][0].feature.startswith(PAIRS)]
+    if set(wrong) & set(single) and set(right) & set(single):
+        differs = _what_differs([runs[i - 1][0] for i in single], [single.index(i) + 1 for i in wrong if i in single])
+        if differs:
+            return "among the cases that change one feature, " + differs
+    return _pair_in_every_wrong_case([runs[i - 1][0] for i in wrong], [runs[i - 1][0] for i in right])
+
+
+def _pair_in_every_wrong_case(wrong, right) -> str:
+    """"dtype = 'float32' with activation = 'gelu_exact' in every wrong case and in no right one"."""
+    if not wrong or not all(c.features for c in wrong + right):
+        return ""
+    names = list(wrong[0].features)
+    found = []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            pair = (wrong[0].features[a], wrong[0].features[b])
+            if all((c.features[a], c.features[b]) == pair for c in wrong) and \
+                    not any((c.features[a], c.features[b]) == pair for c in right):
+                found.append(f"{a} = {pair[0]!r} with {b} = {pair[1]!r}")
+    if not found:
+        return ""
+    return (f"{' and '.join(found[:2])} in every wrong case and in no right one (each alone is right: a mistake"
+            " that shows only where the two meet)")
 
 
 def _reproduces(e, mistake, runs) -> bool:
@@ -610,7 +742,17 @@ _WHY = {"h": "are the head count and width read from the arguments, the cache or
 
 #: what the right cases share, said without a cause, when the feature's question does not apply
 #: (an axis of size 1 in the right cases: a squeeze() would break those, not the others)
-_WHY_RIGHT = {"size_1": "the right cases share an axis of size 1."}
+_WHY_RIGHT = {"size_1": "the right cases share an axis of size 1.",
+              "dtype": "the float32 cases are judged to float32's tolerance: an error smaller than that passes"
+                       " there."}
+
+
+def _tiles_fit(case) -> bool:
+    """Whether a blockwise case's block_size divides both n_q and n_k."""
+    size = case.kwargs.get("block_size")
+    if not size or len(case.inputs) < 2:
+        return True
+    return case.inputs[0].shape[-2] % size == 0 and case.inputs[1].shape[-2] % size == 0
 
 
 def _what_differs(cases, wrong) -> str:
@@ -628,6 +770,11 @@ def _what_differs(cases, wrong) -> str:
             active = key in ("h", "d_head", "the first input's ndim", "axis", "norm_first") or \
                 not bad & {"None", "False"}  # a rule's question only where the wrong cases use it
             active = active and not (key == "size_1" and "'none'" in bad)  # size 1 only in right cases
+            active = active and not (key == "dtype" and "'float32'" not in bad)  # float64 wrong: no dtype question
+            if key == "block_size":  # the question only when the wrong sizes are those that do not divide n
+                bad_cases = [c for j, c in enumerate(cases, 1) if j in wrong]
+                good_cases = [c for j, c in enumerate(cases, 1) if j not in wrong]
+                active = active and not any(map(_tiles_fit, bad_cases)) and all(map(_tiles_fit, good_cases))
             why.append(_WHY.get(key, "") if active else _WHY_RIGHT.get(key, ""))
     if not said:
         return ""
@@ -638,13 +785,94 @@ def _what_differs(cases, wrong) -> str:
     return f"{'; '.join(said)}" + (f" ({said_why})" if said_why else "")
 
 
-def _observe(e, case, name, got, truth) -> str:
+def _said_of(e, runs, case, name, got, truth, run) -> str:
+    """The observation of one wrong output; "missing" only when the output is zero on every
+    case where its true gradient is not."""
+    said = _observe(e, case, name, got, truth, run)
+    if "this gradient is missing" not in said or _zero_wherever_informative(runs, name):
+        return said
+    i = next(j for j, r in enumerate(runs, 1) if r.case is case)
+    return (f"{_short(name)} is exactly 0 on case {i} where the true gradient is not, but not on every case:"
+            " a part of the work (a tile, a branch) is skipped on some inputs")
+
+
+def _unless_float32_everywhere(e, runs, failed, case, seen) -> str:
+    """``seen`` (a float32-precision sentence) when the reference recomputed in float32 is off by
+    about as much as the attempt (a factor 10 either way) on every float64 case where the output
+    is more than rounding; otherwise the size of the error, with the case that rules float32 out."""
+    name = next(n for c, n, *_ in failed if c is case and seen.startswith(_short(n)))
+    first = next(i for i, r in enumerate(runs, 1) if r.case is case)
+    for i, r in enumerate(runs, 1):
+        t = dict(r.truth).get(name)
+        if t is None or np.asarray(t).dtype != np.float64 or not _informative(r.truth, {name}):
+            continue
+        g, f32 = as_gradient_array(dict(r.got).get(name)), _float32_error(e, r, name)
+        if g is None or g.shape != np.shape(t) or f32 is None:
+            continue
+        rel = float(np.abs(g.astype(np.float64) - t).max()) / max(float(np.abs(t).max()), ATOL)
+        if not f32 / 10 <= rel <= 10 * f32:
+            rel_first = float(seen.split("only to about ", 1)[1].split(" ", 1)[0]) if "only to about " in seen else 0
+            how = "right" if rel <= _rtol(t) else f"off by {rel:.0e}"
+            return (f"{_short(name)} is wrong by about {rel_first:.0e} relative on case {first}, and {how} on case"
+                    f" {i}, where a float32 step would be off by {f32:.0e}: not float32's rounding; a small term"
+                    " added or left out (an eps, a clip such as 1e-8, a constant)?")
+    return seen
+
+
+def _zero_wherever_informative(runs, name) -> bool:
+    """Whether output ``name`` is exactly zero on every case where its true gradient is not."""
+    for r in runs:
+        t = dict(r.truth).get(name)
+        if t is None or not _informative(r.truth, {name}):
+            continue
+        g = as_gradient_array(dict(r.got).get(name))
+        if g is None or g.shape != np.shape(t) or g.any():
+            return False
+    return True
+
+
+def _observe(e, case, name, got, truth, run=None) -> str:
     masked = case.masked if name == e.returns[0] else None
     arr = as_gradient_array(got)
     return observe(name, got, truth, case.factors, masked, _axis_names(arr.ndim if arr is not None else 0, name),
                    parameter=name.startswith("grads[") or name not in ("dx", "dq", "dk", "dv", "dquery", "dkey",
                                                                        "dvalue", "dheads"),
-                   product=e.name not in ("split_heads_backward", "merge_heads_backward"))
+                   product=e.name not in ("split_heads_backward", "merge_heads_backward"),
+                   float32_error=None if run is None else _float32_error(e, run, name))
+
+
+def _to_float32(x):
+    """A cache (NamedTuples, dicts, lists of arrays) with every float64 array cast to float32."""
+    if isinstance(x, np.ndarray):
+        return x.astype(np.float32) if x.dtype == np.float64 else x
+    if isinstance(x, tuple) and hasattr(x, "_fields"):
+        return type(x)(*(_to_float32(v) for v in x))
+    if isinstance(x, (tuple, list)):
+        return type(x)(_to_float32(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _to_float32(v) for k, v in x.items()}
+    return x
+
+
+def _float32_error(e, run, name):
+    """The relative error of output ``name`` when the reference backward runs on the case's
+    cache and upstream gradient cast to float32 (what "done in float32" gives); None when the
+    case is float32 already or the reference cannot run so."""
+    truth = dict(run.truth).get(name)
+    if truth is None or np.asarray(truth).dtype != np.float64 or not np.size(truth):
+        return None
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            low = _flatten(e.returns, e.run(e.backward, run.dout.astype(np.float32),
+                                            _to_float32(copy.deepcopy(run.cache))), run.keys)
+            signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
+    except Exception:  # noqa: BLE001  (a backward that insists on float64: no measure)
+        return None
+    got = as_gradient_array(dict(low).get(name)) if not isinstance(low, str) else None
+    if got is None or got.shape != np.shape(truth):
+        return None
+    return float(np.abs(got.astype(np.float64) - truth).max()) / max(float(np.abs(truth).max()), ATOL)
 
 
 def _swapped(e, runs):

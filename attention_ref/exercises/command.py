@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib.util
 import json
 import os
@@ -13,8 +14,8 @@ from pathlib import Path
 from .._atomic import write_atomic
 from .bugs import BUGS
 from .catalogue import EXERCISES
-from .checker import TIME_LIMIT, check, hint
-from .process import _OutOfTime, _stopped, _time_limit
+from .checker import TIME_LIMIT, _check_here, _ended, check, hint
+from .process import MEMORY_LIMIT, ChildEnded, _can_fork, _in_child, _OutOfTime, _stopped, _student_code, _tell
 
 __all__ = ["main", "skeleton", "bug_file"]
 
@@ -30,7 +31,7 @@ def skeleton(name: str, path: str) -> str:
                                       subsequent_indent="        ") for field, what in e.cache_fields)
     args = e.signature.split("(", 1)[1].split(")", 1)[0]
     returns = e.signature.split("->", 1)[1].strip()
-    extra = f"\n{_EXTRA[name]}\n" if name in _EXTRA else ""
+    extra = "".join(f"\n{text[name]}\n" for text in (_BROADCAST, _EXTRA) if name in text)
     return f'''"""Exercise: {name}
 
 {formula}
@@ -59,6 +60,30 @@ def {name}({args}):
     raise NotImplementedError("derive the gradient, then run the check")
 '''
 
+
+_RULE = ("The broadcast rule: an input broadcast along an axis of the output (an axis it lacks, or has"
+         " of size 1) gets its gradient summed over that axis, back to its own shape: ")
+#: the broadcast rule, said where an input may be broadcast (docs/exercises.md: the cases)
+_BROADCAST = {name: textwrap.fill(_RULE + what, WIDTH - 4) for name, what in {
+    "linear_backward": "W and b are shared by every row, so dW and db sum over every leading axis of x.",
+    "layer_norm_backward": "gamma and beta are shared by every row, so dgamma and dbeta sum over every"
+                           " leading axis.",
+    "scaled_dot_product_attention_backward": "q and k, v may have different batch axes (k, v of size 1, or"
+                                             " without batch axes, on any of the batch axes; or q so), and the"
+                                             " mask may be (n_k,), (1, n_k), (n_q, n_k) or have batch axes; a"
+                                             " query whose row the mask blocks entirely gets zero weights,"
+                                             " output and gradients.",
+    "flash_attention_backward": "k, v may have batch axes of size 1 or none where q has them, and the mask"
+                                " may be (n_k,), (1, n_k), (n_q, n_k) or have batch axes; a query that may"
+                                " attend no key gets zero weights, output and gradients.",
+    "multi_head_attention_backward": "the key and value (or the query) may have batch axes of size 1 or"
+                                     " none where the other has them, the weights and biases are shared by"
+                                     " every position, and the mask may be (n_k,), (1, n_k), (n_q, n_k) or"
+                                     " have batch axes; a query that may attend no key gets zero weights,"
+                                     " output and gradients.",
+    "encoder_block_backward": "every parameter is shared by every position and batch item, and the mask may"
+                              " broadcast; a query that may attend no key gets a zero attention output.",
+}.items()}
 
 #: what some skeletons say besides the fields
 _EXTRA = {
@@ -95,11 +120,19 @@ BUG = "{name}"
 
 def _write_new(path: Path, force: bool, text, todo: str, check_command: str) -> int:
     """Write ``text(path)`` to a new file (an existing one only with --force) and say what next."""
-    if path.exists() and not force:
-        print(f"{path} exists; pass --force to overwrite it", file=sys.stderr)
+    try:
+        if path.is_dir():
+            print(f"{_shown(path)} is a folder; give a file's path (e.g. {_shown(path / 'name.py')})",
+                  file=sys.stderr)
+            return 2
+        if path.exists() and not force:
+            print(f"{_shown(path)} exists; pass --force to overwrite it", file=sys.stderr)
+            return 2
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, text(path.as_posix()))
+    except OSError as exc:
+        print(f"cannot write {_shown(path)}: {_why(exc, path)}", file=sys.stderr)
         return 2
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, text(path.as_posix()))
     print(f"wrote {path}")
     print(f"{todo}, then run")
     print(f"    python -m attention_ref exercise {check_command} {path.as_posix()}")
@@ -117,11 +150,8 @@ def _bug_main(args) -> int:
         return _write_new(Path(args.path or f"bug_{args.name.replace('-', '_')}.py"), args.force,
                           lambda path: bug_file(args.name, path),
                           f"find the bug in {BUGS[args.name].exercise}, fix it", "bug check")
-    name, attempt, forward, module = _load(args.path, with_module=True, time_limit=args.time_limit)
-    bug = BUGS.get(getattr(module, "BUG", None)) if isinstance(getattr(module, "BUG", None), str) else None
-    if bug is None:
-        _fail(f"{args.path} must set BUG to a bug's name (bug list shows them; bug start writes it)")
-    result = check(name, attempt, forward=forward, seed=args.seed, time_limit=args.time_limit)
+    result, bug = _check_file(args, None, bug=True)
+    bug = BUGS[bug]
     if result.ok:
         print(textwrap.fill(f"FIXED: {bug.name}, {result.diagnosis}", WIDTH, subsequent_indent="  "))
         print(textwrap.fill(f"the bug was: {bug.sentence}", WIDTH, subsequent_indent="  "))
@@ -200,36 +230,65 @@ def _fail(text):
     raise SystemExit(textwrap.fill(text, WIDTH, subsequent_indent="  ", break_on_hyphens=False))
 
 
-def _load(path, with_module=False, time_limit=TIME_LIMIT):
-    """The exercise name, the attempt and the optional forward defined in ``path`` (and the
-    module itself when ``with_module``); a file that exits, is interrupted or loops forever
-    while it is imported ends the command with a non-zero status that says so."""
-    if not Path(path).is_file():
-        if Path(f"{path}.py").is_file():
+def _shown(path) -> str:
+    """A path for a one-line message: a long one shortened in the middle."""
+    text = str(path)
+    return text if len(text) <= 60 else f"{text[:28]}...{text[-28:]}"
+
+
+def _why(exc, path) -> str:
+    """An OSError in a few words; a name too long says how long it is."""
+    if exc.errno == errno.ENAMETOOLONG:
+        longest = max((len(os.fsencode(part)) for part in Path(path).parts), default=0)
+        return f"a name in it is {longest} bytes long, more than this file system allows"
+    return exc.strerror or type(exc).__name__
+
+
+def _existing(path) -> str:
+    """``path`` made absolute, or the command ends with a one-line error when it is no file."""
+    try:
+        is_file = Path(path).is_file()
+        near = not is_file and Path(f"{path}.py").is_file()
+    except OSError as exc:  # a name too long, a folder that cannot be read
+        raise SystemExit(f"cannot read {_shown(path)}: {_why(exc, path)}") from None
+    if not is_file:
+        if Path(path).is_dir():
+            raise SystemExit(f"{_shown(path)} is a folder; give the file to check")
+        if near:
             raise SystemExit(f"{path}: no such file; did you mean {path}.py?")
         start = f"python -m attention_ref exercise start {path}" if path in EXERCISES else \
             "python -m attention_ref exercise start <exercise> [PATH]"
         raise SystemExit(f"{path}: no such file (write one with: {start})")
+    return os.path.abspath(path)
+
+
+def _load(path, with_module=False, time_limit=TIME_LIMIT, shown=None):
+    """The exercise name, the attempt and the optional forward defined in ``path`` (and the
+    module itself when ``with_module``); a file that exits, is interrupted or loops forever
+    while it is imported ends the command with a non-zero status that says so (``shown``: the
+    path as the user gave it, for the messages)."""
+    path = _existing(path)
+    shown = path if shown is None else shown
     spec = importlib.util.spec_from_file_location("attempt", path)
     if spec is None:
-        raise SystemExit(f"cannot import {path}: not a Python file")
+        raise SystemExit(f"cannot import {shown}: not a Python file")
     module = importlib.util.module_from_spec(spec)
     try:
-        with _time_limit(time_limit):
+        with _student_code(time_limit, ("file", " while it was imported")):
             spec.loader.exec_module(module)
     except _OutOfTime:
-        _fail(f"{path} did not finish importing within {time_limit:g} s (an endless loop at the top level?)")
+        _fail(f"{shown} did not finish importing within {time_limit:g} s (an endless loop at the top level?)")
     except (SystemExit, KeyboardInterrupt) as exc:
-        _fail(f"{path}: " + _stopped("file", exc, " while it was imported"))
+        _fail(f"{shown}: " + _stopped("file", exc, " while it was imported"))
     except Exception as exc:  # noqa: BLE001  (a student's file may fail to import in any way)
         line = f" (line {exc.lineno})" if isinstance(exc, SyntaxError) else ""
-        _fail(f"{path} does not run{line}: {type(exc).__name__}: {str(exc)[:200]}")
+        _fail(f"{shown} does not run{line}: {type(exc).__name__}: {str(exc)[:200]}")
     name = getattr(module, "EXERCISE", None)
     if not isinstance(name, str) or name not in EXERCISES:
-        _fail(f"{path} must set EXERCISE to an exercise's name (python -m attention_ref exercise list)")
+        _fail(f"{shown} must set EXERCISE to an exercise's name (python -m attention_ref exercise list)")
     attempt = getattr(module, name, None)
     if not callable(attempt):
-        _fail(f"{path} must define a function named {name}")
+        _fail(f"{shown} must define a function named {name}")
     forward = module.__dict__.get(EXERCISES[name].forward_name)
     own_forward = forward if forward is not None and getattr(forward, "__module__", None) == "attempt" else None
     return (name, attempt, own_forward, module) if with_module else (name, attempt, own_forward)
@@ -274,6 +333,16 @@ def _seconds(text):
     return value
 
 
+def _mebibytes(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"--memory-limit must be a number of MiB > 0, got {text!r}")
+    return value
+
+
 def _exercise_name(text):
     if text not in EXERCISES:
         raise argparse.ArgumentTypeError(f"no exercise {text!r} (python -m attention_ref exercise list)")
@@ -301,11 +370,14 @@ def main(argv=None) -> int:
     hints.add_argument("number", nargs="?", type=_hint_number, default=1)
     limit = dict(type=_seconds, default=TIME_LIMIT, metavar="SECONDS",
                  help=f"time the code may take on one case (default {TIME_LIMIT:g})")
+    memory = dict(type=_mebibytes, default=MEMORY_LIMIT, metavar="MIB",
+                  help=f"memory the code may add, in MiB (Linux; default {MEMORY_LIMIT})")
     seed = dict(type=_seed, default=0, help="seed of the inputs (default 0)")
     run = sub.add_parser("check", help="check the backward in a file written by start")
     run.add_argument("path")
     run.add_argument("--seed", **seed)
     run.add_argument("--time-limit", **limit)
+    run.add_argument("--memory-limit", **memory)
     bug = sub.add_parser("bug", help="spot the bug: a backward with one mistake to find and fix")
     bug_sub = bug.add_subparsers(dest="bug_action", required=True)
     bug_sub.add_parser("list", help="the buggy backwards")
@@ -317,6 +389,7 @@ def main(argv=None) -> int:
     bug_check.add_argument("path")
     bug_check.add_argument("--seed", **seed)
     bug_check.add_argument("--time-limit", **limit)
+    bug_check.add_argument("--memory-limit", **memory)
     args = parser.parse_args(argv)
 
     if args.action == "bug":
@@ -339,8 +412,35 @@ def main(argv=None) -> int:
             return 2
         _remember_hint(args.name, args.number)
         return 0
-    name, attempt, forward = _load(args.path, time_limit=args.time_limit)
-    result = check(name, attempt, forward=forward, seed=args.seed, hints_read=_hints_read().get(name, set()),
-                   time_limit=args.time_limit)
+    result, _ = _check_file(args, _hints_read())
     print(result)
     return 0 if result.ok else 1
+
+
+def _check_file(args, hints, bug=False):
+    """(the CheckResult, the bug's name or None) for the file at ``args.path``: imported and
+    checked in a child process where there is fork (see :func:`.process._in_child`)."""
+    path = _existing(args.path)
+
+    def work():
+        name, attempt, forward, module = _load(path, with_module=True, time_limit=args.time_limit, shown=args.path)
+        _tell("note", "exercise", name)
+        found = getattr(module, "BUG", None)
+        if bug and not (isinstance(found, str) and found in BUGS):
+            _fail(f"{args.path} must set BUG to a bug's name (bug list shows them; bug start writes it)")
+        hints_read = None if bug else hints.get(name, set())
+        return _check_here(EXERCISES[name], attempt, forward, args.seed, hints_read, args.time_limit), \
+            (found if bug else None)
+
+    if not _can_fork():
+        return work()
+    done = _in_child(work, args.memory_limit)
+    if not isinstance(done, ChildEnded):
+        return done
+    if "exercise" not in done.notes:  # while the file was imported
+        if done.why == "time":
+            _fail(f"{args.path} did not finish importing within {args.time_limit:g} s ({done.how}; an endless"
+                  " loop at the top level?)")
+        _fail(f"{args.path} ended the process it was imported in: {done.how}")
+    name = done.notes["exercise"]
+    return _ended(EXERCISES[name], done, None if bug else hints.get(name, set())), None

@@ -5,7 +5,8 @@ mutated mechanically, one change at a time, on its syntax tree: an operator swap
 dropped, a constant or an axis changed, a transpose dropped, a product's factors swapped,
 ``keepdims`` or ``axis=`` dropped, a reduction over fewer axes, two outputs swapped, an output
 cast to float64 or squeezed, the scale computed from a shape, the sum over broadcast axes
-dropped. A random sweep of inputs drawn
+dropped or done on the first axis only, the weights renormalised by their sum (0/0 on a row
+with no allowed key). A random sweep of inputs drawn
 from the exercise's contract (:meth:`Contract.sample_case`, never the checker's own cases)
 decides which mutants are wrong; the checker's default run must fail every one of them.
 
@@ -32,7 +33,7 @@ from .._atomic import write_atomic
 from .._checks import signals_land_here
 from .bugs import BUGS
 from .catalogue import EXERCISES
-from .checker import _right, check
+from .checker import _check_here, _right
 from .process import _OutOfTime, _time_limit
 
 __all__ = ["Mutant", "mutants", "verdict", "SWEEP"]
@@ -92,9 +93,15 @@ def _sites(tree):
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("unbroadcast",
                                                                                                "_sum_to"):
             found.append(("sum over the broadcast axes dropped", lambda n: n.args[0]))
+            if len(node.args) == 2:  # issue 42: a size-1 axis summed back only when it is the first
+                found.append(("sum over a broadcast axis of size 1 only when it is the first", lambda n: ast.Call(
+                    ast.Name("_mutant_sum_first_axis_only", ast.Load()), n.args, [])))
         elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
             if node.attr == "T":
                 found.append(("transpose .T dropped", lambda n: n.value))
+            if node.attr in ("weights", "y"):  # issue 42: renormalised: 0/0 on a row with no allowed key
+                found.append((f"{node.attr} renormalised by its sum along the last axis", lambda n: ast.parse(
+                    f"({ast.unparse(n)} / {ast.unparse(n)}.sum(axis=-1, keepdims=True))", mode="eval").body))
             if node.attr == "scale":
                 found.append(("scale from the last axis of q", lambda n: ast.parse(
                     f"(1 / np.sqrt({ast.unparse(n.value)}.q.shape[-1]))", mode="eval").body))
@@ -185,6 +192,80 @@ def _variants(source):
     return unique
 
 
+def _mutant_sum_first_axis_only(grad, shape):
+    """A mistaken sum back to ``shape``: the missing leading axes, and a size-1 axis only when it
+    is the first (the mutants' "only when it is the first")."""
+    extra = grad.ndim - len(shape)
+    grad = grad.sum(axis=tuple(range(extra))) if extra > 0 else grad
+    if len(shape) and shape[0] == 1 != grad.shape[0]:
+        grad = grad.sum(axis=0, keepdims=True)
+    return grad
+
+
+def _double_variants(source, rng, count):
+    """(words, mutated source) for ``count`` random pairs of changes at two different places of
+    ``source``'s first function (second-order mutants: two mistakes at once), drawn with ``rng``."""
+    tree = ast.parse(textwrap.dedent(source))
+    func = next(n for n in tree.body if isinstance(n, ast.FunctionDef))
+    if func.body and isinstance(func.body[0], ast.Expr) and isinstance(func.body[0].value, ast.Constant):
+        func.body = func.body[1:]
+    func.returns = None
+    for a in func.args.args:
+        a.annotation = None
+    sites = list(_sites(func))
+    changes = [(p, j) for p, (_, found) in enumerate(sites) for j in range(len(found))]
+    out = []
+    for _ in range(count if len(sites) > 1 else 0):
+        (p1, j1), (p2, j2) = (changes[int(i)] for i in rng.choice(len(changes), 2, replace=False))
+        if p1 == p2:
+            continue
+        mutated = copy.deepcopy(tree)
+        fn = next(x for x in mutated.body if isinstance(x, ast.FunctionDef))
+        nodes = [n for n, _ in _sites(fn)]
+        makes = [f for _, f in _sites(fn)]
+        first, second = (nodes[p1], makes[p1][j1]), (nodes[p2], makes[p2][j2])
+        if any(second[0] is n for n in ast.walk(first[0])) or any(first[0] is n for n in ast.walk(second[0])):
+            continue  # one inside the other: the outer change may drop the inner
+        for node, (_, make) in (first, second):
+            mutated = _Replace(node, make).visit(mutated)
+        words = f"line {getattr(sites[p1][0], 'lineno', 0)}: {sites[p1][1][j1][0]}; line" \
+                f" {getattr(sites[p2][0], 'lineno', 0)}: {sites[p2][1][j2][0]}"
+        out.append((words, ast.unparse(ast.fix_missing_locations(mutated))))
+    return out
+
+
+def held_out(per_origin=30, seed=2026) -> list:
+    """Second-order mutants (two changes at once) of every reference backward and bug fix:
+    wrong attempts that the checker was never tuned on, for measuring how often it is right on
+    attempts it never saw (docs/exercises.md). Returns their verdicts, as :func:`run` does."""
+    rng = np.random.default_rng(seed)
+    found = []
+    for e in EXERCISES.values():
+        module, target, public = _reference_targets(e)
+        for i, (words, text) in enumerate(_double_variants(inspect.getsource(module.__dict__[target]), rng,
+                                                           per_origin)):
+            namespace = {**module.__dict__, "_mutant_sum_first_axis_only": _mutant_sum_first_axis_only}
+            try:
+                exec(compile(text, f"<held-out {target} {i}>", "exec"), namespace)
+            except Exception:  # noqa: BLE001
+                continue
+            fn = namespace[target] if target == public.__name__ else types.FunctionType(
+                public.__code__, namespace, public.__name__, public.__defaults__, public.__closure__)
+            found.append(Mutant(e.name, f"reference: {module.__name__}.{target}", i, words, fn))
+    for bug in BUGS.values():
+        fixed = bug.source.replace(*bug.fix)
+        for i, (words, text) in enumerate(_double_variants(fixed, rng, per_origin)):
+            namespace = {"np": np, "_mutant_sum_first_axis_only": _mutant_sum_first_axis_only}
+            try:
+                exec(compile(fixed, "<fixed>", "exec"), namespace)
+                exec(compile(text, f"<held-out {bug.name} {i}>", "exec"), namespace)
+            except Exception:  # noqa: BLE001
+                continue
+            found.append(Mutant(bug.exercise, f"bug: {bug.name}", i, words, namespace[bug.exercise]))
+    draws = {name: _sweep(e, seed=54321) for name, e in EXERCISES.items()}
+    return [verdict(m, draws[m.exercise]) for m in found]
+
+
 # -- where the mutants come from -------------------------------------------------------------------
 
 def _reference_targets(e):
@@ -201,7 +282,7 @@ def _reference_mutants(e):
     module, target, public = _reference_targets(e)
     source = inspect.getsource(module.__dict__[target])
     for i, (words, text) in enumerate(_variants(source)):
-        namespace = dict(module.__dict__)
+        namespace = {**module.__dict__, "_mutant_sum_first_axis_only": _mutant_sum_first_axis_only}
         try:
             exec(compile(text, f"<mutant {target} {i}>", "exec"), namespace)
         except Exception:  # noqa: BLE001  (a mutant that does not compile is no mutant)
@@ -217,7 +298,7 @@ def _reference_mutants(e):
 def _bug_mutants(bug):
     fixed = bug.source.replace(*bug.fix)
     for i, (words, text) in enumerate(_variants(fixed)):
-        namespace = {"np": np}
+        namespace = {"np": np, "_mutant_sum_first_axis_only": _mutant_sum_first_axis_only}
         try:
             exec(compile(fixed, "<fixed>", "exec"), namespace)  # its helpers (_sum_to)
             exec(compile(text, f"<mutant {bug.name} {i}>", "exec"), namespace)
@@ -282,7 +363,8 @@ def verdict(m: Mutant, draws) -> dict:
     if wrong:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            caught = not check(m.exercise, m.function, time_limit=2.0).ok
+            # the library's own code, mutated: no process of its own needed (the student's gets one)
+            caught = not _check_here(e, m.function, None, 0, set(), 2.0).ok
             signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
     return {"origin": m.origin, "index": m.index, "change": m.change, "wrong": wrong, "caught": caught}
 
@@ -297,7 +379,18 @@ def main(argv=None) -> int:
                                      description="Mutate the reference backwards and the bugs' fixes; every"
                                                  " wrong mutant must fail the checker.")
     parser.add_argument("--write", metavar="PATH", help="save the verdicts as JSON (a new file, renamed into place)")
+    parser.add_argument("--held-out", type=int, metavar="N", help="instead: N random second-order mutants per"
+                        " origin (two changes at once, never used to tune the checker), and the score on them")
     args = parser.parse_args(argv)
+    if args.held_out:
+        results = held_out(args.held_out)
+        wrong = [r for r in results if r["wrong"]]
+        missed = [r for r in wrong if not r["caught"]]
+        print(f"{len(results)} second-order mutants, {len(wrong)} wrong on the sweep, {len(wrong) - len(missed)}"
+              f" of them fail the checker")
+        for r in missed:
+            print(f"  not caught: {r['origin']} #{r['index']}: {r['change']}")
+        return 0
     results = run()
     wrong = [r for r in results if r["wrong"]]
     missed = [r for r in wrong if not r["caught"]]

@@ -2,6 +2,8 @@
 import subprocess
 import sys
 
+import pytest
+
 from attention_ref.exercises import EXERCISES
 from attention_ref.exercises.command import main
 
@@ -33,7 +35,7 @@ def test_from_start_to_a_passing_check_with_the_hints_only(tmp_path, capsys, mon
         capsys.readouterr().out.replace("\n    ", " ")
     path.write_text(text.split("def softmax_backward")[0] + SOLUTION.lstrip())  # what hint 3 says
     assert main(["check", str(path)]) == 0
-    assert capsys.readouterr().out.startswith("softmax_backward: PASS on 10 cases")
+    assert capsys.readouterr().out.startswith("softmax_backward: PASS on 19 cases")
     assert main(["start", "softmax_backward"]) == 2  # never overwrites without --force
     assert "--force" in capsys.readouterr().err
 
@@ -141,3 +143,48 @@ def test_the_table_shows_the_expected_shape_and_the_size_of_the_error(capsys):
     assert "WRONG (expected (" in result
     result = str(check("softmax_backward", lambda dy, c: 2 * c.y * (dy - (c.y * dy).sum(c.axis, keepdims=True))))
     assert "WRONG (max error" in result and "max |true|" in result
+
+
+# -- issue 41 item 4: folders and names near the file system's limit -------------------------------
+
+def test_start_onto_a_folder_and_check_of_a_folder_are_one_line_errors(tmp_path, capsys):
+    (tmp_path / "afolder").mkdir()
+    assert main(["start", "softmax_backward", str(tmp_path / "afolder"), "--force"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "is a folder" in err
+    with pytest.raises(SystemExit) as info:
+        main(["check", str(tmp_path / "afolder")])
+    assert "is a folder" in str(info.value) and len(str(info.value).splitlines()) == 1
+
+
+@pytest.mark.parametrize("length", [230, 240, 252, 255])
+def test_names_near_the_file_systems_limit_work(tmp_path, length, capsys):
+    name = "s" * (length - 3) + ".py"
+    assert main(["start", "softmax_backward", str(tmp_path / name)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]  # no temporary left
+    assert main(["check", str(tmp_path / name)]) == 1  # the skeleton: not written yet
+    assert "is not written yet" in capsys.readouterr().out
+
+
+def test_a_300_byte_name_is_refused_by_name_in_one_line(tmp_path, capsys):
+    path = str(tmp_path / ("x" * 297 + ".py"))
+    assert main(["start", "softmax_backward", path]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "is 300 bytes long, more than this file system allows" in err
+    with pytest.raises(SystemExit) as info:
+        main(["check", path])
+    said = str(info.value)
+    assert len(said.splitlines()) == 1 and "is 300 bytes long" in said and len(said) <= 160
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_skeletons_state_the_broadcast_rule_and_the_encoders_cache(tmp_path):
+    from attention_ref.exercises.command import skeleton
+
+    for name in ("linear_backward", "layer_norm_backward", "scaled_dot_product_attention_backward",
+                 "flash_attention_backward", "multi_head_attention_backward", "encoder_block_backward"):
+        text = " ".join(skeleton(name, "x.py").split())
+        assert "gets its gradient summed over that axis, back to its own shape" in text, name
+    text = " ".join(skeleton("encoder_block_backward", "x.py").split())
+    assert "FeedForwardCache: fc1 (LinearCache: x, W, has_bias), h (..., n, d_ff) the pre-activation" in text
+    assert "rstd (..., n, 1) = 1/sqrt(var + eps)" in text and "attn.sublayer.attention.scale" in text

@@ -35,7 +35,7 @@ EXPECTED = {
     "b03_linear_T_batched.py": "at line 9",
     "b04_linear_db_always.py": "the error is in db",
     "b06_linear_db_column.py": "the error is in db",
-    "c01_attn_einsum_ok.py": "batch = 'k, v broadcast' in the wrong cases", "c06_attn_loop_ok.py": "at line 11",
+    "c01_attn_einsum_ok.py": "'k, v broadcast', 'q broadcast on axis 2', 'q broadcast' in the wrong cases", "c06_attn_loop_ok.py": "at line 11",
     "c02_attn_scale_from_dout.py": "widths = 'd_v != d_k' in the wrong cases and 'd_v = d_k' in the right ones",
     "c03_attn_recompute_nomask.py": "your gradient flows through masked positions",
     "c04_attn_dotT_batched.py": "at line 6",
@@ -51,7 +51,7 @@ EXPECTED = {
     "f02_ln_dgamma_axis0.py": "leading = 2 in the wrong cases",
     "f03_ln_sum_not_mean.py": "the error is in dx",
     "f04_ln_rstd_squared.py": "the error is in dx",
-    "g01_flash_dense_ok.py": "batch = 'k, v broadcast', 'k, v no batch' in the wrong cases",
+    "g01_flash_dense_ok.py": "'k, v broadcast', 'k, v no batch' in the wrong cases",
     "g06_flash_tiles_ok.py": "(batch = k, v broadcast)); new in this case: batch = 'k, v broadcast'",
     "g02_flash_window_no_offset.py": "rule = 'causal and window', 'window' in the wrong cases",
     "g03_flash_causal_topleft.py": "rule = 'causal and window', 'causal' in the wrong cases",
@@ -71,6 +71,27 @@ EXPECTED = {
     "i02_enc_prenorm_ln_of_sum.py": "norm_first = True in the wrong cases",
     "i03_enc_postnorm_dy_to_sub.py": "norm_first = False in the wrong cases",
     "i04_enc_only_query_path.py": "but not the value's",
+    # issue 42: wrong on inputs the docs allow that the one-feature cases never drew, and the
+    # misleading diagnoses a third student found, each written as the mistake it is
+    "j01_softmax_renormalise.py": "dx has NaN or infinity",
+    "j02_attn_D_over_rowsum.py": "mask = 'bool, an empty row' in the wrong cases",
+    "j03_attn_sum_first_axis_only.py": "'k, v broadcast on axis 2', 'q broadcast on axis 2' in the wrong cases",
+    "j04_flash_mask_sliced.py": "at line 19 of j04_flash_mask_sliced.py",
+    "j05_enc_scale_recomputed.py": "scale = 'given' in the wrong cases",
+    "j06_ln_no_eps.py": "dx is wrong by about 1e-06 relative",
+    "j07_flash_tile_max.py": "block_size = 1, 2, 3 in the wrong cases and 8 in the right ones",
+    "j08_flash_skip_partial_tile.py": "is exactly 0 on case",
+    "j09_merge_moveaxis.py": "the right number of entries in the wrong arrangement",
+    "j10_softmax_clip.py": "not float32's rounding",
+    "j11_ln_eps_twice.py": "dx is wrong by about 1e-06 relative",
+}
+
+#: file -> words its diagnosis must not contain (issue 42: a cause the checker has not tested)
+NOT_SAID = {
+    "j06_ln_no_eps.py": "float32's precision", "j11_ln_eps_twice.py": "float32's precision",
+    "j10_softmax_clip.py": "float32's precision", "j07_flash_tile_max.py": "does not divide",
+    "j08_flash_skip_partial_tile.py": "this gradient is missing", "j09_merge_moveaxis.py": "(Dh, H)",
+    "j06_ln_no_eps.py ": "is every step in the inputs' dtype",
 }
 
 
@@ -95,16 +116,40 @@ def test_student_file(file, monkeypatch):
     words = EXPECTED[file]
     if words is None:
         assert result.ok, str(result)
-    else:
-        assert not result.ok and words in result.diagnosis.replace("\n", " "), str(result)
+        return
+    said = result.diagnosis.replace("\n", " ")
+    assert not result.ok and words in said, str(result)
+    for key, never in NOT_SAID.items():
+        assert key.strip() != file or never not in said, str(result)
+    _agrees_with_the_table(result)
 
 
-def test_the_counts_in_docs_exercises_md():
-    """docs/exercises.md's table: 22 correct attempts and 104 wrong ones over both files."""
-    import test_student_attempts as attempts
+def _numbers(text):
+    """"6, 8, 40-42" -> {6, 8, 40, 41, 42}."""
+    found = set()
+    for part in text.split(", "):
+        a, _, b = part.partition("-")
+        found.update(range(int(a), int(b or a) + 1))
+    return found
 
-    correct = len(attempts.CORRECT) + len(attempts.OTHER_CORRECT) + sum(v is None for v in EXPECTED.values())
-    wrong = len(attempts.WRONG) + sum(v is not None for v in EXPECTED.values())
-    assert (correct, wrong) == (22, 104)
-    text = (Path(__file__).parents[2] / "docs" / "exercises.md").read_text()
-    assert "| correct | 22 | 22 |" in text and "| wrong | 104 | **0** |" in text
+
+def _agrees_with_the_table(result):
+    """The cases the diagnosis calls wrong have a WRONG row in the report, and those it calls
+    right have none (issue 42: the report judges every output, and the diagnosis agrees with it
+    on every case it mentions)."""
+    table, case = set(), None
+    for line in str(result).splitlines():
+        if line.startswith("case "):
+            case = int(line.split(":")[0].split()[1])
+        elif case is not None and (" WRONG" in line or line.endswith(" expected None")):
+            table.add(case)
+    d = result.diagnosis
+    if d.startswith("cases ") and " are wrong" in d:
+        wrong = _numbers(d[6:d.index(" are wrong")])
+        rest = d[d.index(" are wrong"):]
+        right = _numbers(rest.split("cases ", 1)[1].split(" are right")[0]) if rest.startswith(" are wrong, cases ") \
+            else {int(part.split(" ", 1)[0]) for part in rest.split(" right")[0].split("case ")[1:]}
+        assert wrong <= table and not right & table, (d[:300], sorted(table))
+    elif d.startswith("only case ") and " wrong, the other cases are right" in d:
+        said = {int(part.split(" ", 1)[0]) for part in d.split(" wrong, the other")[0].split("case ")[1:]}
+        assert said <= table, (d[:300], sorted(table))
