@@ -129,8 +129,8 @@ def _client(nb, path: Path):
 
 
 #: The notebooks about a mechanism, each of which shows it in at least one figure (12 is the
-#: exercises and 16 their solutions: their output is the checker's text and checked numbers)
-MECHANISMS = [p for p in NOTEBOOKS if not p.name.startswith(("12_", "16_"))]
+#: exercises and 17 their solutions: their output is the checker's text and checked numbers)
+MECHANISMS = [p for p in NOTEBOOKS if not p.name.startswith(("12_", "17_"))]
 
 
 @pytest.mark.parametrize("path", MECHANISMS, ids=lambda p: p.stem)
@@ -156,8 +156,8 @@ def test_notebook_executes_and_its_committed_outputs_are_current(path):
 
 
 
-#: The lessons: every notebook but the solutions (16)
-LESSONS = [p for p in NOTEBOOKS if not p.name.startswith("16_")]
+#: The lessons: every notebook but the solutions (17)
+LESSONS = [p for p in NOTEBOOKS if not p.name.startswith("17_")]
 ANSWERS = Path(__file__).resolve().parent.parent / "docs" / "answers.md"
 
 
@@ -168,7 +168,7 @@ def _numbered(text: str) -> int:
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
 def test_lesson_links_the_notation_and_ends_with_summary_questions_exercises(path):
     """The end of every lesson, as d2l's and CS231n's sections end: a summary, questions
-    answered on docs/answers.md (one answer per question) and exercises solved in notebook 16."""
+    answered on docs/answers.md (one answer per question) and exercises solved in notebook 17."""
     nb = nbformat.read(path, as_version=4)
     prose = [c.source for c in nb.cells if c.cell_type == "markdown"]
     assert any("../docs/notation.md" in t for t in prose), f"{path.name} does not link the notation page"
@@ -183,7 +183,7 @@ def test_lesson_links_the_notation_and_ends_with_summary_questions_exercises(pat
     assert _numbered(answers) == _numbered(questions), (f"{path.name} asks {_numbered(questions)} questions,"
                                                         f" docs/answers.md answers {_numbered(answers)}")
     exercises = next(t for t in prose if t.startswith("## Exercises"))
-    assert "16_solutions.ipynb" in exercises, f"{path.name}: its exercises do not point to the solutions"
+    assert "17_solutions.ipynb" in exercises, f"{path.name}: its exercises do not point to the solutions"
 
 
 def test_same_text_tolerates_jitter_but_not_change():
