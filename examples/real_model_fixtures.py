@@ -3,7 +3,7 @@
 Builds ``GPT2Model`` and ``LlamaModel`` (one layer each, grouped-query heads for Llama) from
 small configs with random weights (seeded; no download), in float64, runs a random input
 forward and a random upstream gradient backward, and stores the weights, the input, the
-output and every gradient in ``notebooks/data/{gpt2,llama}_layer.npz``. Notebook 13 checks
+output and every gradient in ``notebooks/data/{gpt2,llama}_layer.npz``. Notebook 16 checks
 ours against them without needing torch; ``tests/interop/test_against_transformers.py``
 regenerates them (where torch is installed) and checks the committed files still match.
 

@@ -14,6 +14,11 @@ import pytest
 
 import attention_ref
 
+try:
+    from notebook_checks import CHECKS  # tests/ is on sys.path under pytest and when run as a script
+except ImportError:  # pragma: no cover - imported from elsewhere
+    from tests.notebook_checks import CHECKS
+
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
 
 
@@ -57,7 +62,39 @@ def test_notebook_uses_the_package_and_is_committed_with_outputs(path):
                 f"{path.name} redefines attention_ref's {node.name}"
     assert all(c.execution_count is not None for c in cells), f"{path.name}: commit it executed"
     assert any(c.outputs for c in cells), f"{path.name}: commit it with its outputs"
-    assert "assert " in source, f"{path.name} asserts none of the numbers it shows"
+    assert "assert " in source or CHECKS.get(path.stem), f"{path.name}: nothing checks the numbers it shows"
+
+
+def test_every_check_follows_a_cell_of_its_notebook():
+    """A check keyed by a cell id that no longer exists would never run: each key is a code cell of its notebook."""
+    stems = {p.stem: p for p in NOTEBOOKS}
+    for stem, checks in CHECKS.items():
+        assert stem in stems, f"tests/notebook_checks.py checks {stem}, which is not a notebook"
+        ids = {c.id for c in code_cells(nbformat.read(stems[stem], as_version=4))}
+        missing = set(checks) - ids
+        assert not missing, f"tests/notebook_checks.py: {stem} has no code cell {sorted(missing)}"
+
+
+CHECK_TAG = "notebook-check"
+
+
+def with_checks(nb, stem: str):
+    """``nb`` with each check of tests/notebook_checks.py inserted as a code cell right after its cell."""
+    checks = CHECKS.get(stem, {})
+    cells = []
+    for cell in nb.cells:
+        cells.append(cell)
+        if cell.cell_type == "code" and cell.id in checks:
+            check = nbformat.v4.new_code_cell(checks[cell.id])
+            check.metadata["tags"] = [CHECK_TAG]
+            cells.append(check)
+    nb.cells = cells
+    return nb
+
+
+def without_checks(nb):
+    nb.cells = [c for c in nb.cells if CHECK_TAG not in c.metadata.get("tags", [])]
+    return nb
 
 
 _VOLATILE = [
@@ -129,8 +166,8 @@ def _client(nb, path: Path):
 
 
 #: The notebooks about a mechanism, each of which shows it in at least one figure (12 is the
-#: exercises and 16 their solutions: their output is the checker's text and checked numbers)
-MECHANISMS = [p for p in NOTEBOOKS if not p.name.startswith(("12_", "16_"))]
+#: exercises and 17 their solutions: their output is the checker's text and checked numbers)
+MECHANISMS = [p for p in NOTEBOOKS if not p.name.startswith(("12_", "17_"))]
 
 
 @pytest.mark.parametrize("path", MECHANISMS, ids=lambda p: p.stem)
@@ -146,18 +183,18 @@ def test_notebook_executes_and_its_committed_outputs_are_current(path):
     nb = nbformat.read(path, as_version=4)
     committed = [text_outputs(c) for c in code_cells(nb)]
     try:
-        _client(nb, path).execute()
+        _client(with_checks(nb, path.stem), path).execute()
     except nbclient.exceptions.CellExecutionError as err:
-        pytest.fail(f"{path.name}: a cell failed:\n{err}", pytrace=False)
-    fresh = [text_outputs(c) for c in code_cells(nb)]
+        pytest.fail(f"{path.name}: a cell or a check of tests/notebook_checks.py failed:\n{err}", pytrace=False)
+    fresh = [text_outputs(c) for c in code_cells(without_checks(nb))]
     for i, (old, new) in enumerate(zip(committed, fresh)):
         assert same_text(old, new), (f"{path.name}, code cell {i}: the committed output is stale; re-execute the"
                             f" notebook.\ncommitted:\n{old}\nfresh:\n{new}")
 
 
 
-#: The lessons: every notebook but the solutions (16)
-LESSONS = [p for p in NOTEBOOKS if not p.name.startswith("16_")]
+#: The lessons: every notebook but the solutions (17)
+LESSONS = [p for p in NOTEBOOKS if not p.name.startswith("17_")]
 ANSWERS = Path(__file__).resolve().parent.parent / "docs" / "answers.md"
 
 
@@ -168,7 +205,7 @@ def _numbered(text: str) -> int:
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
 def test_lesson_links_the_notation_and_ends_with_summary_questions_exercises(path):
     """The end of every lesson, as d2l's and CS231n's sections end: a summary, questions
-    answered on docs/answers.md (one answer per question) and exercises solved in notebook 16."""
+    answered on docs/answers.md (one answer per question) and exercises solved in notebook 17."""
     nb = nbformat.read(path, as_version=4)
     prose = [c.source for c in nb.cells if c.cell_type == "markdown"]
     assert any("../docs/notation.md" in t for t in prose), f"{path.name} does not link the notation page"
@@ -183,7 +220,7 @@ def test_lesson_links_the_notation_and_ends_with_summary_questions_exercises(pat
     assert _numbered(answers) == _numbered(questions), (f"{path.name} asks {_numbered(questions)} questions,"
                                                         f" docs/answers.md answers {_numbered(answers)}")
     exercises = next(t for t in prose if t.startswith("## Exercises"))
-    assert "16_solutions.ipynb" in exercises, f"{path.name}: its exercises do not point to the solutions"
+    assert "17_solutions.ipynb" in exercises, f"{path.name}: its exercises do not point to the solutions"
 
 
 def test_same_text_tolerates_jitter_but_not_change():
@@ -220,11 +257,12 @@ def test_stale_output_is_detected():
 
 
 def execute_in_place(path: Path) -> None:
-    """Re-execute one notebook top to bottom and save it with its fresh outputs."""
+    """Re-execute one notebook top to bottom, with its checks, and save it with its fresh outputs (not the checks)."""
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:  # no timestamps: a refresh changes only what a reader sees
         cell.metadata.pop("execution", None)
-    _client(nb, path).execute()
+    _client(with_checks(nb, path.stem), path).execute()  # a failed check stops the refresh
+    nb = without_checks(nb)
     from attention_ref._atomic import write_atomic
 
     text = nbformat.writes(nb)

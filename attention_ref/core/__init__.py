@@ -1,6 +1,6 @@
 """The reference: every step of multi-head attention as a forward/backward pair, formulas only.
 
-Read in this order, the student path of ``docs/reading_guide.md`` (after notebooks 01-06),
+Read in this order, the student path of ``docs/reading_guide.md`` (after notebooks 01-07),
 which is also the order of the imports below: ``linear.py`` (``Q = X W^Q``, the smallest
 pair), ``softmax.py`` (stable, with the full Jacobian in its backward), ``masks.py`` (the one
 mask convention), ``attention.py`` (scaled dot-product attention: four numbered steps, and the

@@ -57,10 +57,14 @@ def setup(app):
 
 
 #: the theme's article column is about 50em: the lessons' code lines (up to about 110 characters)
-#: wrapped or scrolled in it; this widens the column and the page to hold them
+#: wrapped or scrolled in it; this widens the column and the page to hold them, and wraps whatever is still
+#: wider (a narrow window, a long output line) inside the column instead of letting it overflow
 _WIDE_CSS = """
 .bd-page-width { max-width: 96rem; }
 .bd-main .bd-content .bd-article-container { max-width: 72em; }
+div.highlight pre, div.cell_output pre, div.output pre {
+  white-space: pre-wrap; overflow-wrap: anywhere; overflow-x: hidden; max-width: 100%;
+}
 """
 
 

@@ -270,7 +270,7 @@ def test_bert_model_layer():
     _every_gradient(model, theirs)  # the layer's 16 tensors and the embeddings'
 
 
-# -- the fixtures of notebook 13 still come from transformers ----------------------------------------
+# -- the fixtures of notebook 16 still come from transformers ----------------------------------------
 
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
 def test_notebook_fixtures_are_what_transformers_computes(name):

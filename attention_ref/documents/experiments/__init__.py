@@ -7,6 +7,6 @@ from .cost import *  # noqa: F401,F403
 from .cost import __all__ as _cost
 from .equivalences import *  # noqa: F401,F403
 from .equivalences import __all__ as _equivalences
-from .scores import HULL_TIE_TOL, _beats  # noqa: F401  (the tie rule, used by notebook 05 and tests)
+from .scores import HULL_TIE_TOL, _beats  # noqa: F401  (the tie rule, used by notebook 06 and tests)
 
 __all__ = _scores + _cost + _equivalences

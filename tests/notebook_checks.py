@@ -1,0 +1,279 @@
+"""The lessons' regression checks, kept out of the teaching cells.
+
+For each notebook (by file stem), the code to run right after the code cell with the given id, in the same
+kernel: ``tests/test_notebooks.py`` inserts each as a cell of its own after that cell, executes the notebook
+and fails on any failed assertion; the inserted cells are never saved. A lesson keeps, in view, at most the
+one check that is its idea (two computations agree); the printed values it shows are pinned here and by the
+comparison of fresh outputs with the committed ones."""
+
+CHECKS = {
+    "01_scaled_dot_product_attention": {
+        "ed533ff3": """\
+assert ob.shape == (4, 5, 3) and cb.weights.shape == (4, 5, 7)
+""",
+    },
+    "02_why_scale_by_sqrt_dk": {
+        "c92f3f1a": """\
+assert abs(var_same / 128 - 1) < 0.05
+""",
+        "ab67dd2f": """\
+import inspect
+defaults = inspect.signature(ex.saturation).parameters
+assert defaults["n_keys"].default == 8 and defaults["trials"].default == 500   # as the text says
+assert all(0.25 < sc.max_weight < 0.45 and sc.grad_norm > 0.3 for _, sc in rows.values())
+""",
+        "57747c67": """\
+assert rows[1024][0].max_weight > 0.97
+""",
+        "75c8d416": """\
+assert norms[0] < norms[1] and 0.3 < norms[0] < 0.5                    # |J| first rises a little ...
+assert norms[-1] < 0.05 * norms[0]                                     # ... then collapses
+""",
+        "3382a132": """\
+assert np.sqrt(1024) == 32                     # the d_k of the [0, 32] example
+""",
+        "54b4c9f8": """\
+_ref = ex.saturation(64, True)
+assert abs(p.max(axis=-1).mean() - _ref.max_weight) < 1e-12 and abs(np.median(np.linalg.norm(J, axis=(1, 2))) - _ref.grad_norm) < 1e-12
+""",
+    },
+    "03_masks": {
+        "3f83d0f4": """\
+assert pm.shape == (2, 1, 4)
+""",
+        "abb53143": """\
+assert np.abs(ob[1, 2:]).max() > 0.1                     # not zero: a padded query attends like any other
+assert moved > 0.1                                        # the filler would move the real tokens
+""",
+    },
+    "04_multi_head_attention": {
+        "93b8b51b": """\
+assert weights.shape == (2, 6, 6) and np.allclose(weights.sum(-1), 1)
+assert [t.get_text() for t in fig.axes[0].texts] == [f"{w:.2f}" for w in weights[0].ravel()]
+""",
+    },
+    "05_positions": {
+        "51c87be2": """\
+same = fig.axes[1].get_lines()[0].get_ydata()     # the right panel: a vector with itself
+assert same[96:].mean() < 0.5 * same[0] and same[96:].mean() < same[1:33].mean()   # it decays, with wiggles:
+                                                  # offsets 96-128 average below half the start
+""",
+    },
+    "06_what_one_head_cannot_do": {
+        "7d01c8fb": """\
+assert search["n_queries"] == len(queries) == 23_600
+""",
+        "fffd3282": """\
+assert np.allclose(weights[:3], weights[0]) and weights[3] < 0.01
+""",
+        "dda80054": """\
+assert s.argmax() == 3
+""",
+        "6cd85e66": """\
+assert (s1[2], s2[2]) == (5, 5) and (s1[0], s2[0]) == (10, 0)
+assert np.minimum(s1, s2).argmax() == 2
+""",
+    },
+    "07_backward_passes_and_gradcheck": {
+        "b4db4cde": """\
+assert sum(1 for a, _, _ in edges if a == "x") == 3      # x feeds three projections: three gradients add at x
+""",
+        "550c02b0": """\
+assert report.ok and len(report.rows) == 3 + 8
+""",
+        "642cdd30": """\
+assert round(terms) == 3 and abs(loss) < terms / 4
+assert all(row.scale > 0.1 for name, row in rows.items() if name != "params[b_k]")  # real gradients
+""",
+        "d7c799dd": """\
+assert not bad.ok and bad.rows[0].rel_err > 0.1
+""",
+    },
+    "08_kv_cache_and_gqa": {
+        "aad6cd91": """\
+assert cache.keys.shape == (2, 4, T, 4)
+""",
+        "b8ccc32a": """\
+assert per_sequence == 2 * 2**30
+""",
+        "56c7401d": """\
+assert p["W_q"].shape == (d_model, h * d_k) and p["W_k"].shape == p["W_v"].shape == (d_model, h_kv * d_k)
+""",
+        "41454e7d": """\
+assert rows[8][1] == 8 * rows[1][1]          # MQA's cache is h times smaller than MHA's
+assert rows[8] == (16640, 32768) and rows[1] == (9360, 4096)
+""",
+        "c880c58f": """\
+assert (round(-g[0], 2), round(changes[0], 2)) == (-1.95, -0.72)   # head 0, quoted below
+""",
+        "ff6d61e7": """\
+assert w.shape == (6, 5, 5) and np.allclose(w.sum(axis=-1), 1)
+""",
+    },
+    "09_blockwise_and_local_attention": {
+        "7ba13c75": """\
+assert shapes["row_max"] == shapes["log_row_sum"] == (2, 3, 100) and shapes["out"] == (2, 3, 100, 8)
+""",
+        "74494aaf": """\
+assert 8192 * 8192 * 4 * 4 == 2**30      # the introduction's "1 GiB": n = 8192, 4 heads, float32
+""",
+        "44a16738": """\
+assert (n_b, full, causal) == (5, n_b * n_b, n_b * (n_b + 1) // 2)
+""",
+        "a7181b2b": """\
+# per query block: at most ceil((B + 2w) / B) + 1 = 3 key blocks, 2 at the two ends
+per_block = np.bincount([qs // 50 for qs, ks in visited_tiles(n, n, 50, window=w)])
+assert (band_tiles, full_tiles) == (3 * n_b - 2, n_b * n_b)
+assert per_block.max() == -(-(50 + 2 * w) // 50) + 1 == 3 and per_block[0] == per_block[-1] == 2
+# doubling n doubles the tiles (3 n_b - 2), where the full path would quadruple them
+assert len(visited_tiles(2 * n, 2 * n, 50, window=w)) == 3 * (2 * n_b) - 2
+""",
+        "51295a43": """\
+assert len(visited_tiles(32, 32, 8, causal=True)) == 10 and len(visited_tiles(32, 32, 8, window=4)) == 10
+""",
+    },
+    "10_linear_attention": {
+        "0b56f7ed": """\
+assert cache.S.shape == (d, 4)
+""",
+        "3df72309": """\
+assert round(gap, 2) == 0.75                 # far from zero: a different model
+""",
+        "33c34a0c": """\
+assert round(plain_mib) == n * n * 8 / 2**20 + 2 * nd_mib == 130  # plain: the n x n weights (128 MiB),
+                                                                # the output and the caller's copy of it
+""",
+        "135fc79c": """\
+assert 0.3 < soft.weights.max() < 0.6 and 0.02 < linear_w.max() < 0.06
+""",
+    },
+    "11_transformer_blocks": {
+        "d2cf4f32": """\
+assert round(d_exact[40], 2) == 0.5 and round(d_exact.min(), 3) == -0.129 and round(u[d_exact.argmin()], 1) == -1.4
+assert d_exact[u < -0.8].max() < 0 < d_exact[u > -0.7].min()   # the sign change near -0.75
+""",
+        "92f33b8a": """\
+assert n_params == 4 * (8 * 8 + 8) + 2 * 8 + (8 * 16 + 16 + 16 * 8 + 8) + 2 * 8
+""",
+        "72e86436": """\
+assert np.abs(out_changed[:, 3] - out[:, 3]).max() > 0.1
+""",
+        "7bc0e248": """\
+assert w_cross.shape == (2, 2, 4, 6)
+""",
+        "b6bea654": """\
+assert report.ok and len(report.rows) == 2 + len(dp) == 28     # x, memory and 26 parameter arrays
+""",
+        "fe897be0": """\
+assert 1e-2 < np.median(cos) < 0.1 and np.abs(dx_ln.mean(-1)).max() < 1e-12   # the last rows, std 0.01: far from orthogonal
+""",
+    },
+    "13_training_two_heads": {
+        "1a32f0ca": """\
+# embedding + summary token + attention (4 projections) + 2 layer norms + FFN + read-out
+D, F = 16, 32
+assert sizes[1] == sizes[2] == (3 * D + D) + D + 4 * (D * D + D) + 2 * 2 * D + (D * F + F + F * D + D) + (D * 2 + 2)
+""",
+        "50cddfbc": """\
+lib = {h: toy_task.train_toy_model(h, seed=0, epochs=EPOCHS) for h in (1, 2)}   # the library's loop: the same numbers
+for h in (1, 2):
+    assert np.allclose(lib[h].losses, results[h][1], rtol=1e-12) and abs(lib[h].final_loss - results[h][2]) < 1e-12
+assert multi < 0.5 * single
+assert 0.4375 - 0.02 < single < 1.15 * 0.4375 and results[1][1][-1] < 1.1 * 0.4375 and multi < 0.02
+for _, losses, _ in results.values():
+    assert len(losses) == EPOCHS and losses[0] > 1 and losses[-1] < 0.6 * losses[0]
+""",
+        "6b4355a7": """\
+assert share1.max() > 0.8 and share1.min() < 0.3            # one head commits to one target
+assert share2.max(axis=1).min() > 0.8
+""",
+        "f5e9ca34": """\
+assert all(abs(e - 1) < 0.02 for e in [np.mean((w / (w**2 + (1 - w)**2) * (w * X + (1 - w) * Y) - X) ** 2) + np.mean(((1 - w) / (w**2 + (1 - w)**2) * (w * X + (1 - w) * Y) - Y) ** 2) for w in (1.0, 0.75, 0.5)])
+""",
+        "a7595d45": """\
+assert np.abs(pred - toy_task.toy_model_forward(xb, params, 2)[0]).max() < 1e-12 and report.ok
+""",
+    },
+    "14_whole_model": {
+        "7544a06a": """\
+D, V, F, n_layers = 16, 10, 32, 2                         # width, vocabulary, feed-forward, blocks
+per_block = 4 * (D * D + D) + 2 * 2 * D + (D * F + F + F * D + D)  # attention, two layer norms, MLP
+assert len(params) == 2 + 16 * n_layers + 2 and sum(p.size for p in params.values()) == V * D + 24 * D + n_layers * per_block + 2 * D == 5024
+""",
+        "11d8c16d": """\
+assert abs(float(loss) - np.log(config.vocab_size)) < 0.05   # small random weights: nearly uniform
+""",
+        "c6e199cd": """\
+assert not dW_lookup[0].any() and int((ids == 1).sum()) == 3
+""",
+        "b9008e48": """\
+assert after < before and abs(before - np.log(10)) < 0.05     # it starts near ln V, as above
+assert second_half == 1.0 and abs(losses[-1] - 7 / 15 * np.log(10)) < 0.1
+""",
+    },
+    "15_model_families": {
+        "4f0c067a": """\
+assert params["self_attn.q_norm.weight"].shape == (8,) and params["self_attn.b_q"].shape == (32,)
+assert set(grads) == set(params) and all(grads[k].shape == params[k].shape for k in params)
+assert len(report.rows) == 1 + len(params) == 15                                       # x and 14 arrays
+""",
+        "50a0ab1f": """\
+assert abs(np.abs(scores).max() - 75.5) < 0.05 and np.isclose(np.abs(capped).max(), 50 * np.tanh(np.abs(scores).max() / 50))
+assert round(2 * np.pi / local[-1]) == 58470 and round(2 * np.pi / glob[-1]) == 5640335
+""",
+        "5fc41d07": """\
+assert masks.max() == 2 and masks[11, 7] == 1 and masks[11, 8] == 2                     # key 7: global only
+assert (ratio == 1).sum() == 29 and np.isclose(ratio, 1 / 8).sum() == 29
+""",
+        "807945c5": """\
+assert len(qwen) == 1 + 2 * 11 + 1 and sum(p.size for p in qwen.values()) == 11 * 16 + 2 * (2 * 16 + (512 + 256 + 256 + 512) + 2 * 8 + 3 * 384) + 16  # embedding, blocks, final norm
+
+assert abs(loss - 2.4348) < 1e-4 and abs(loss - np.log(11)) < 0.05 and set(grads) == set(qwen)
+""",
+    },
+    "16_real_models": {
+        "57f39a5c": """\
+assert params["self_attn.W_k"].shape == (16, 8) and all(r < 1e-10 for r in checks.values())
+""",
+        "3ff63765": """\
+assert keys.shape == (2, 2, 1, 8, 4) and (np.triu(w, 1) == 0).all()
+""",
+        "fa8984e1": """\
+a, b = (line.get_ydata() for line in fig.axes[0].get_lines()[:2])
+same = fig.axes[1].get_lines()[0].get_ydata()
+t = np.arange(len(same))
+assert same[63] > 0.9 * same[0] and same.min() < -0.5 * same[0]  # periodic: back near offset 63
+assert np.corrcoef(same, np.cos(t) + np.cos(t / 10))[0, 1] > 0.99  # about cos(t) + cos(t/10)
+
+
+assert np.allclose(a, b, atol=1e-12)  # one curve from either start
+assert 62 < 20 * np.pi < 63 and np.isclose(np.cos(20 * np.pi) + np.cos(2 * np.pi), 2)  # its period, 20 pi
+""",
+        "4f1d240d": """\
+assert mistakes["none (the check above)"] < 1e-10 and gpt2_rel(True) < 1e-10
+assert all(v > 1e-3 for k, v in mistakes.items() if k.startswith(("q_proj", "RoPE", "GPT-2")))
+assert 1e-9 < mistakes["RMSNorm eps 1e-5, not the config's 1e-6"] < 1e-2
+""",
+    },
+    "18_appendix_document_examples_and_errata": {
+        "b6ede97c": """\
+assert lsq["both"]["worst"] > 1.2 and lsq["head1"]["worst"] > 0.05        # not reproduced
+assert lsq["head2"]["worst"] < 0.05                                        # reproduced within print precision
+""",
+        "14b30469": """\
+verdicts = [c.verdict for c in rows]
+assert verdicts.count("wrong") == 11 and verdicts.count("ambiguous") == 1 and verdicts.count("holds") == 3
+""",
+        "695cd194": """\
+assert len(labels) == 12 and not np.allclose(printed, computed)
+""",
+        "ab2ffd99": """\
+assert round(st.score, 4) == 0.1848 and round(0.45 / np.sqrt(3), 4) == 0.2598
+assert st.alpha == 1.0 and np.allclose(st.output, [1, 2, 3])
+""",
+        "36fb3d5b": """\
+assert readings["001"] == {"single": 3 * 512**2, "multi": 7 * 512**2}
+assert readings["split"] == {"single": 4 * 512**2, "multi": 4 * 512**2}
+""",
+    },
+}
