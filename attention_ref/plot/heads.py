@@ -25,14 +25,16 @@ def _ticks(ax, labels, n, size):
     ax.set_yticks(range(n), labels, fontsize=size, family="monospace")
 
 
-def plot_attention_heads(weights, labels, *, scores=None, score_name="score", title=None) -> Figure:
-    """A grid of heatmaps, one row per layer and one column per head: row t of a panel is how the query at
-    token t spreads its attention over the keys (causal: nothing right of the diagonal).
+def plot_attention_heads(weights, labels, *, heads=None, scores=None, score_name="score", title=None) -> Figure:
+    """Heatmaps of heads' attention on one sequence, one row per layer and one column per head (or one row of
+    the ``heads`` asked for): row t of a panel is how the query at token t spreads its attention over the keys
+    (causal: nothing right of the diagonal).
 
     Parameters
     ----------
     weights : list (one per layer) of arrays (H, T, T), the attention of one sequence
     labels : T tick labels (e.g. :func:`byte_labels` of the text)
+    heads : optional list of ``(layer, head)`` pairs to show, in one row (default: every head)
     scores : optional (layers, H) numbers written in each panel's title (e.g. previous-token scores)
     """
     layers = [np.asarray(w, float) for w in weights]
@@ -41,13 +43,20 @@ def plot_attention_heads(weights, labels, *, scores=None, score_name="score", ti
     H, T, _ = layers[0].shape
     if len(labels) != T:
         raise ValueError(f"{len(labels)} labels for {T} positions")
+    if heads is None:
+        grid = [[(layer, head) for head in range(H)] for layer in range(len(layers))]
+    else:
+        grid = [[(int(layer), int(head)) for layer, head in heads]]
+        if not grid[0] or any(not (0 <= l < len(layers) and 0 <= h < H) for l, h in grid[0]):
+            raise ValueError(f"heads must be (layer, head) pairs within {len(layers)} layers of {H} heads, got {heads}")
     size = 7 if T <= 40 else 5
-    fig = Figure(figsize=(3.3 * H + 0.8, 3.6 * len(layers) + 0.8), layout="constrained")
-    axes = fig.subplots(len(layers), H, squeeze=False)
-    for layer, w in enumerate(layers):
-        for head in range(H):
-            ax = axes[layer, head]
-            im = ax.imshow(w[head], cmap="viridis", vmin=0.0, vmax=1.0)
+    rows, cols = len(grid), len(grid[0])
+    fig = Figure(figsize=(3.3 * cols + 1.2, 3.6 * rows + 0.8), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False)
+    for r, row in enumerate(grid):
+        for c, (layer, head) in enumerate(row):
+            ax = axes[r, c]
+            im = ax.imshow(layers[layer][head], cmap="viridis", vmin=0.0, vmax=1.0)
             _ticks(ax, labels, T, size)
             extra = "" if scores is None else f"\n{score_name} {np.asarray(scores)[layer, head]:.2f}"
             ax.set_title(f"layer {layer}, head {head}{extra}", fontsize=9)
