@@ -14,6 +14,21 @@ def _rng():
     return np.random.default_rng(0)
 
 
+def _induction_case():
+    """A result shaped as examples/induction_heads.py writes it, for an untrained model."""
+    from attention_ref.documents import induction as ind
+
+    ids, _ = ind.repeated_sequences(_rng(), 1)
+    params = ind.init_attention_only_params()
+    scores = {"induction": [[0.1, 0.2], [0.9, 0.3]], "previous_token": [[0.4, 0.1], [0.0, 0.1]]}
+    result = {"settings": {"num_heads": 2},
+              "two_layer": {"curve": {"step": [50, 100], "best_induction": [0.1, 0.9]}, **scores},
+              "one_layer": {"curve": {"step": [50, 100], "best_induction": [0.1, 0.2]}},
+              "ablation": {"none": scores, "layer 0 head 0": {"induction": [[0, 0], [0.1, 0.2]]},
+                           "layer 0 head 1": {"induction": [[0, 0], [0.8, 0.3]]}}}
+    return result, {"two_layer": params}, ids[0]
+
+
 CASES = {
     **{f"{builder.__name__} ({name})": builder for name, builder in plot.FIGURES.items()},
     "attention_heatmaps, 8 heads of 8 tokens": lambda: plot.attention_heatmaps(
@@ -28,6 +43,16 @@ CASES = {
     "rope_scores_by_offset": lambda: plot.rope_scores_by_offset(d=16, max_offset=40, pairs=8),
     "printed_vs_computed": lambda: plot.printed_vs_computed([f"Q{i}[{j}]" for i in range(3) for j in range(4)],
                                                             _rng().random(12), _rng().random(12)),
+    "plot_attention_heads, 2 layers of 4 heads on 20 bytes": lambda: plot.plot_attention_heads(
+        list(_rng().dirichlet(np.ones(20), size=(2, 4, 20))), plot.byte_labels(b"def f(x):\n    return"[:20]),
+        scores=_rng().random((2, 4)), score_name="previous token", title="a tiny GPT"),
+    "plot_head_scores": lambda: plot.plot_head_scores({"previous token": _rng().random((2, 4)),
+                                                       "open bracket": _rng().random((2, 4))},
+                                                      baselines={"previous token": 0.1}, title="scores"),
+    "plot_qkv": lambda: plot.plot_qkv(_rng().standard_normal(16), _rng().standard_normal((9, 16)),
+                                      _rng().standard_normal((9, 16)), plot.byte_labels(b"(a, b[1])"),
+                                      title="one query"),
+    "plot_induction": lambda: plot.plot_induction(*_induction_case()),
     "training.plot_loss_curves": lambda: training.plot_loss_curves({"one head": [1, 0.5, 0.4], "two heads": [1, 0.1, 0.01]}),
     "training.plot_attention_maps": lambda: training.plot_attention_maps(
         {"1 head: head 0": _rng().random((6, 5)), "2 heads: head 0": _rng().random((6, 5)),
@@ -38,7 +63,7 @@ CASES = {
 def test_every_public_figure_function_is_rendered_here():
     names = " ".join(CASES)
     for function in plot.__all__ + training.__all__:
-        if function in ("save_all", "FIGURES", "example_attention_weights"):
+        if function in ("save_all", "FIGURES", "example_attention_weights", "byte_labels"):  # not figures
             continue
         assert function in names, f"{function} has no case in test_figure_layout"
 
