@@ -152,6 +152,10 @@ def _softmax_variants(s, case):
                 lambda c, s: (softmax_forward(_f64(c.args[0]), axis=-2 if c.args[0].ndim > 1 else -1)[0], None)),
         Variant("softmax_axis: along the first axis", "softmax_axis", "normalisation",
                 lambda c, s: (softmax_forward(_f64(c.args[0]), axis=0)[0], None)),
+        Variant("softmax_axis: along axis 1", "softmax_axis", "normalisation",
+                lambda c, s: (softmax_forward(_f64(c.args[0]), axis=1 if c.args[0].ndim > 1 else 0)[0], None)),
+        Variant("softmax_axis: over every entry at once", "softmax_axis", "normalisation",
+                lambda c, s: (_quiet(_stable_softmax, _f64(c.args[0]).reshape(-1)).reshape(c.args[0].shape), None)),
         Variant("softmax_overflow: exp(x) / sum(exp(x))", "softmax_overflow", "max subtraction",
                 lambda c, s: (_f64(_quiet(_naive_softmax, c.args[0])), None)),
         *_lowered("exponentials", lambda c, s, t: _stable_softmax(c.args[0].astype(t))),
@@ -213,8 +217,11 @@ def _attention_cases(s, rng):
 
 
 def _repeat_kv(q, k, v, order="repeat"):
+    """Key/value head of each query head h: h // (H / Hkv) (repeat); h % Hkv (tile); h // Hkv, clipped
+    (the group size and the group count confused)."""
     H, Hkv = q.shape[-3], k.shape[-3]
-    heads = np.arange(H) // (H // Hkv) if order == "repeat" else np.arange(H) % Hkv
+    heads = {"repeat": np.arange(H) // (H // Hkv), "tile": np.arange(H) % Hkv,
+             "by count": np.minimum(np.arange(H) // Hkv, Hkv - 1)}[order]
     return k[..., heads, :, :], v[..., heads, :, :]
 
 
@@ -266,7 +273,9 @@ def _attention_variants(s, case):
         return Variant(key, mistake, step, compute)
 
     out = [variant("gqa_head_order: key/value heads tiled (h % Hkv)", "gqa_head_order", "grouped heads",
-                   order="tile")]
+                   order="tile"),
+           variant("gqa_head_order: query head h reads h // Hkv", "gqa_head_order", "grouped heads",
+                   order="by count")]
     scales = {"1/sqrt(D)": lambda D, H: 1 / math.sqrt(D), "1/sqrt(d_model)": lambda D, H: 1 / math.sqrt(D * H),
               "1/D": lambda D, H: 1 / D, "1 (no scale)": lambda D, H: 1.0}
     for label, scale_of in scales.items():

@@ -35,7 +35,12 @@ def attention(q, k, v, mask, order="repeat_interleave", scale=None, mask_mode="k
     if dtype is not None:
         q, k, v = (a.astype(dtype) for a in (q, k, v))
     g = q.shape[1] // k.shape[1]
-    k, v = ((np.repeat(a, g, axis=1) if order == "repeat_interleave" else np.tile(a, (1, g, 1, 1))) for a in (k, v))
+    if order == "by count":  # the group size and the group count confused: head h reads h // Hkv
+        heads = np.minimum(np.arange(q.shape[1]) // k.shape[1], k.shape[1] - 1)
+        k, v = k[:, heads], v[:, heads]
+    else:
+        k, v = ((np.repeat(a, g, axis=1) if order == "repeat_interleave" else np.tile(a, (1, g, 1, 1)))
+                for a in (k, v))
     s = q @ k.swapaxes(-1, -2) * (1 / math.sqrt(q.shape[-1]) if scale is None else scale)
     if softcap is not None:
         s = softcap * np.tanh(s / softcap)
@@ -203,9 +208,11 @@ CORRECT = [
 #: (the id it must be named, operation, the user's function, the settings the user meant)
 PLANTED = [
     ("softmax_axis", "softmax", P(softmax, axis=0), {}),
+    ("softmax_axis", "softmax", P(softmax, axis=1), {}),
     ("softmax_overflow", "softmax", P(softmax, shift=False), {}),
     ("low_precision", "softmax", P(softmax, dtype=np.float32), {}),
     ("gqa_head_order", "scaled_dot_product_attention", P(attention, order="tile"), {}),
+    ("gqa_head_order", "scaled_dot_product_attention", P(attention, order="by count"), {}),
     ("attention_scale", "scaled_dot_product_attention", lambda q, k, v, m: attention(q, k, v, m, scale=1 / q.shape[-1]),
      {}),
     ("attention_scale", "scaled_dot_product_attention",
