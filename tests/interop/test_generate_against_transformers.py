@@ -4,9 +4,10 @@
 * greedy, token for token, on a left-padded batch with two eos ids (rows finish and continue
   with the pad token, generation stops when all have finished), ``min_new_tokens`` and
   ``repetition_penalty``;
-* sampled, with ``num_return_sequences``, top-k, top-p, temperature, repetition penalty: the
-  random draws differ (torch's and NumPy's generators), so transformers' run is replayed in
-  ours, its tokens taken as our draws: our processed logits at each step equal its ``scores``
+* sampled, with ``num_return_sequences``, top-k, top-p, temperature, repetition penalty, eos ids:
+  transformers' run is replayed in ours, its tokens taken as our draws (``generate(draw=...)``;
+  the draws themselves, with ``interop.torch_draw``, are compared in
+  ``test_sampling_against_transformers.py``): our processed logits at each step equal its ``scores``
   (the -inf pattern exactly, the values to float32 rounding, since transformers processes the
   logits in float32), each drawn token is one our processing allows, and our eos/pad/stop rule
   gives its sequences exactly.
@@ -14,7 +15,6 @@
 transformers whose generate passes no ``prompt_ignore_length`` (4.57) counts the left padding in the repetition
 penalty; there the penalty runs on prompts of one length (the padded case is skipped, saying so).
 """
-import importlib
 
 import numpy as np
 import pytest
@@ -26,7 +26,6 @@ import attention_ref as ar  # noqa: E402
 from attention_ref.interop import llama_in_float64, load_pretrained  # noqa: E402
 from _transformers_api import penalty_skips_padding  # noqa: E402
 
-generate_module = importlib.import_module("attention_ref.models.generate")  # the module, not the function
 
 PAD = 0
 
@@ -98,7 +97,7 @@ def test_greedy_with_eos_token_for_token(saved, padded, settings):
 
 
 @pytest.mark.parametrize("padded", [True, False])
-def test_sampled_run_replayed_through_our_processing(saved, padded, monkeypatch):
+def test_sampled_run_replayed_through_our_processing(saved, padded):
     model, params, config = saved
     ids, mask = _prompts(config.vocab_size, padded)
     settings = dict(temperature=0.8, top_k=9, top_p=0.85, min_new_tokens=2)
@@ -115,8 +114,7 @@ def test_sampled_run_replayed_through_our_processing(saved, padded, monkeypatch)
     assert sequences.shape[0] == 3 * len(ids)
     processed = []
 
-    def replay(scores, do_sample, rng):  # transformers' draw, in place of ours
-        assert do_sample
+    def replay(scores):  # transformers' draw, in place of ours (generate's draw=)
         step = len(processed)
         processed.append(scores)
         drawn = sequences[:, T + step]
@@ -124,9 +122,8 @@ def test_sampled_run_replayed_through_our_processing(saved, padded, monkeypatch)
         assert allowed.all(), f"step {step}: transformers drew a token our processing removed"
         return drawn
 
-    monkeypatch.setattr(generate_module, "_next_tokens", replay)
     ours = ar.generate(ids, params, config, 7, attention_mask=mask, do_sample=True, num_return_sequences=3,
-                       eos_token_id=eos, pad_token_id=PAD, **settings)
+                       eos_token_id=eos, pad_token_id=PAD, draw=replay, **settings)
     np.testing.assert_array_equal(ours, sequences)
     assert len(processed) == len(out.scores)
     for step, (scores, theirs) in enumerate(zip(processed, out.scores)):

@@ -119,3 +119,16 @@ def test_a_draw_replaces_numpy_and_is_checked():
                    dict(do_sample=True, draw="torch")):
         with pytest.raises(ValueError, match="^draw must be a callable, given only when sampling"):
             ar.generate(np.array([[1, 2]]), params, GPT2, 3, **kwargs)
+
+
+def test_torch_draw_without_torch_says_how_to_install_it(monkeypatch):
+    import sys
+
+    from attention_ref.interop import torch_draw
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # as if torch were not installed
+    with pytest.raises(ImportError, match=r'^torch_draw needs torch: pip install -e "\.\[interop\]"'):
+        torch_draw(0)
+    for seed, error in ((-1, ValueError), (None, TypeError), (np.random.default_rng(0), TypeError)):
+        with pytest.raises(error, match="^seed must be a non-negative integer"):
+            torch_draw(seed)  # torch's generator takes an integer seed only
