@@ -153,3 +153,14 @@ def _agrees_with_the_table(result):
     elif d.startswith("only case ") and " wrong, the other cases are right" in d:
         said = {int(part.split(" ", 1)[0]) for part in d.split(" wrong, the other")[0].split("case ")[1:]}
         assert said <= table, (d[:300], sorted(table))
+
+
+def test_the_counts_in_docs_exercises_md():
+    """docs/exercises.md's table: 22 correct attempts and 115 wrong ones over both files."""
+    import test_student_attempts as attempts
+
+    correct = len(attempts.CORRECT) + len(attempts.OTHER_CORRECT) + sum(v is None for v in EXPECTED.values())
+    wrong = len(attempts.WRONG) + sum(v is not None for v in EXPECTED.values())
+    assert (correct, wrong) == (22, 115)
+    text = (Path(__file__).parents[2] / "docs" / "exercises.md").read_text()
+    assert "| correct | 22 | 22 |" in text and "| wrong | 115 | **0** |" in text
