@@ -387,7 +387,7 @@ def _flash(rng, dtype, batch, mask, mask_shape, rule, block_size, widths, size_1
     kwargs = {"mask": _mask(rng, mask, n_q, n_k, dt, mask_shape, np.broadcast_shapes(lead, k_lead))} \
         if mask != "none" else {}
     kwargs.update({"causal": True} if "causal" in rule else {})
-    kwargs.update({"window": 1} if "window" in rule else {})
+    kwargs.update({"window": 0 if rule == "window 0" else 1} if "window" in rule else {})  # 0: the diagonal only
     kwargs["block_size"] = block_size
     return _case(tuple(a.astype(dt) for a in (q, k, v)), kwargs, scale_factors(d_k),
                  feature="scores near 800" if scores == "near 800" else "")
@@ -396,7 +396,7 @@ def _flash(rng, dtype, batch, mask, mask_shape, rule, block_size, widths, size_1
 FLASH = Contract({"dtype": ("float64", "float32"),
                   "batch": ("one", "none", "two", "k, v broadcast", "k, v no batch", "k, v broadcast on axis 2"),
                   "mask": ("none", "bool", "float -inf", "bool, an empty row"), "mask_shape": _MASK_SHAPES,
-                  "rule": ("none", "causal", "window", "causal and window"),
+                  "rule": ("none", "causal", "window", "causal and window", "window 0"),
                   "block_size": (2, 3, 1, 8), "widths": ("d_v != d_k", "d_v = d_k"),
                   "size_1": ("none", "n_q", "d_k", "d_v", "batch"), "scores": ("ordinary", "near 800")}, _flash,
                  together=({"mask": "bool", "rule": "causal and window"}, {"mask": "float -inf", "rule": "causal"}),
