@@ -210,6 +210,23 @@ assert not dW_lookup[0].any() and int((ids == 1).sum()) == 3
 assert after < before and abs(before - np.log(10)) < 0.05     # it starts near ln V, as above
 assert second_half == 1.0 and abs(losses[-1] - 7 / 15 * np.log(10)) < 0.1
 """,
+        # issue 44: the copy head fails at another period; the induction head, measured from the committed weights
+        "a44c0de1": """\
+assert copied < 0.3                                   # "near chance" (10%), where period 8 gave 100%
+""",
+        "c2d3e4f5": """\
+for _name in ("two_layer", "one_layer"):               # the committed JSON is what these weights give
+    _l, _c = ind.attention_only_forward(rows, models[_name], 2)
+    assert np.allclose([induction_scores(w, rows) for w in _c.weights], run[_name]["induction"], rtol=1e-9)
+    assert abs(ind.predictable_loss(_l, rows, periods) - run[_name]["repeat_loss"]) < 1e-9
+assert min(run["two_layer"]["induction"][1]) > 0.85 > 0.3 > max(run["one_layer"]["induction"][0])
+assert run["two_layer"]["repeat_loss"] < 0.25 and 2.0 < run["one_layer"]["repeat_loss"] < 2.3
+assert first[0][0] > 0.9 and 0.4 < run["two_layer"]["previous_token"][0][0] < 0.5
+_cut = run["ablation"]["layer 0 head 0"]
+assert _cut["induction"][1][0] < 0.15 and _cut["repeat_loss"] > np.log(32) > 3.4
+assert abs(induction_scores(cache_a.weights[1], rows)[0] - run["ablation"]["layer 0 head 1"]["induction"][1][0]) < 1e-9
+assert max(run["two_layer"]["curve"]["best_induction"][:5]) < 0.3 < 0.8 < run["two_layer"]["curve"]["best_induction"][7]
+""",
     },
     "15_model_families": {
         "4f0c067a": """\
