@@ -74,7 +74,7 @@ def plot_head_scores(scores: dict, *, baselines: dict | None = None, title=None)
     names = list(scores)
     arrays = [np.asarray(scores[n], float) for n in names]
     L, H = arrays[0].shape
-    fig = Figure(figsize=(1.5 + 0.55 * L * H * len(names), 4.0), layout="constrained")
+    fig = Figure(figsize=(1.5 + 0.3 * L * H * len(names), 4.0), layout="constrained")
     ax = fig.subplots()
     x = np.arange(L * H)
     width = 0.8 / len(names)
