@@ -78,6 +78,23 @@ def test_nothing_is_written_beside_the_book(book):
     assert (book / MARKER).is_file()
 
 
+def test_no_tex_outside_the_maths(book):
+    """Every bit of TeX sits in a maths element for MathJax: a display block that myst-nb did not take as maths
+    (for instance $$ glued to the line above it) leaves its TeX, and the dollars after it, as plain page text."""
+    tex = re.compile(r"\\(mathrm|frac|sqrt|hat|odot|text|lVert|big|Big)\b|\$")
+    for page in sorted(book.glob("[0-9][0-9]_*.html")):
+        text = page.read_text(encoding="utf-8")
+        main = text[text.find("<main"):text.find("</main>")]
+        # the theme's print-only header repeats the title as plain text (never shown on screen): not the lesson's text
+        main = re.sub(r'class="onlyprint">\s*<h1>.*?</h1>', 'class="onlyprint">', main, flags=re.S)
+        for pattern in (r'<span class="math[^"]*">.*?</span>', r'<div class="math[^"]*"[^>]*>.*?</div>',
+                        r"<pre.*?</pre>", r"<code.*?</code>"):
+            main = re.sub(pattern, "", main, flags=re.S)
+        words = re.sub(r"<[^>]+>", "", main)
+        found = [words[max(0, m.start() - 30):m.end() + 30] for m in tex.finditer(words)]
+        assert not found, f"{page.name}: TeX outside the maths: {found[:2]}"
+
+
 def test_nothing_is_fetched_from_the_network(book):
     for page in book.glob("*.html"):
         text = page.read_text(encoding="utf-8")
