@@ -130,7 +130,8 @@ def train(steps=3000, batch_size=16, lr=3e-3, eval_every=100, seed=0, show_progr
         ids = np.frombuffer(prompt, np.uint8).astype(np.int64)
         out = ar.generate(ids, adam.params, CONFIG, T - len(ids), temperature=0.8, top_k=40, seed=i)  # to 64 bytes
         samples.append(bytes(out.astype(np.uint8)).decode("utf-8", errors="replace"))
-    return {"params": adam.params, "config": CONFIG.to_dict(), "corpus": list(CORPUS), "bytes": {"train": len(train_ids),
+    return {"params": adam.params,  # popped before the JSON is written; save_model keeps them
+            "config": CONFIG.to_dict(), "corpus": list(CORPUS), "bytes": {"train": len(train_ids),
             "held_out": len(val_ids)}, "steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed,
             "parameters": int(sum(v.size for v in params.values())), "curve": record, "final_held_out": record["held_out"][-1], "uniform": float(np.log(256)),
             "seconds": round(seconds, 1), "samples": samples, "python": platform.python_version(),

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["lm_attention", "current_token_scores", "previous_token_scores", "induction_scores", "bracket_scores", "line_start_scores",
-           "uniform_baseline", "open_bracket_positions", "last_newline_positions"]
+__all__ = ["lm_attention", "current_token_scores", "previous_token_scores", "induction_scores", "bracket_scores",
+           "line_start_scores", "uniform_baseline", "open_bracket_positions", "last_newline_positions"]
 
 _OPEN, _CLOSE = b"([{", b")]}"
 

@@ -122,9 +122,9 @@ def test_committed_run_shows_the_circuit(committed):
 
 
 def test_a_short_run_retraces_the_committed_curve_and_the_score_rises(committed):
-    """400 steps (about 15 s; 45 s on a loaded machine) of the committed run's settings: the same losses and induction scores at
-    every evaluation as the committed 1000-step run (the training stream does not depend on the length), and
-    the best induction score well above where it started."""
+    """400 steps (about 8 s; 45 s on a loaded machine) of the committed run's settings: the same losses and
+    induction scores at every evaluation as the committed 1000-step run (the training stream does not depend on
+    the length), and the best induction score well above where it started."""
     script, result, _ = committed
     s = result["settings"]
     run = ind.train_attention_only(2, steps=400, eval_every=s["eval_every"], batch_size=s["batch_size"],
