@@ -5,6 +5,17 @@
                                                      # docs/figures/train_tiny_gpt.png and the
                                                      # generated block of docs/whole_models.md
     python examples/train_tiny_gpt.py --steps 200    # a shorter run
+    python examples/train_tiny_gpt.py --save-model DIR   # also keeps the weights in DIR
+
+``--write`` also keeps the trained weights in ``notebooks/data/tiny_gpt/`` (``MODEL``), a folder
+as transformers' ``save_pretrained`` writes it: ``config.json`` (GPT-2's fields) and
+``model.safetensors`` (float32, transformers' tensor names), which
+``attention_ref.interop.load_pretrained`` and transformers' ``GPT2LMHeadModel.from_pretrained``
+both read; beside them ``held_out.txt`` (the held-out text, byte for byte), ``training.json``
+(the command, Python and NumPy versions, date, the training text's modules and SHA-256, the
+held-out windows and the held-out loss of the saved float32 weights) and a ``README.md``
+rendered from it. ``--save-model DIR`` writes the same folder elsewhere (DIR is created if
+needed; nothing else in it is touched).
 
 The text is real and on every machine without a download: the source of ten modules of
 Python's own standard library (``CORPUS``), read as bytes (a vocabulary of 256), the last
@@ -19,7 +30,9 @@ The standard library differs a little between Python versions, so the numbers do
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import os
 import platform
 import re
 import sys
@@ -41,6 +54,8 @@ CORPUS = ("argparse", "textwrap", "calendar", "difflib", "pprint", "shlex", "fra
 RESULTS = ROOT / "docs" / "train_tiny_gpt.json"
 FIGURE = ROOT / "docs" / "figures" / "train_tiny_gpt.png"
 DOC = ROOT / "docs" / "whole_models.md"
+MODEL = ROOT / "notebooks" / "data" / "tiny_gpt"  # the kept weights (--write)
+_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 _BLOCK = re.compile(r"(<!-- begin generated: train_tiny_gpt -->\n)(.*?)(<!-- end generated: train_tiny_gpt -->)", re.S)
 
 CONFIG = ar.LMConfig(family="gpt2", vocab_size=256, d_model=64, num_layers=2, num_heads=4, num_kv_heads=4, d_ff=256,
@@ -63,14 +78,16 @@ def windows(ids, starts, length):
     return np.stack([ids[s:s + length] for s in starts])  # (B, length)
 
 
-def held_out_loss(params, val, starts):
-    loss, _ = ar.cross_entropy_forward(*_logits_and_targets(params, windows(val, starts, CONFIG.max_positions)))
+def held_out_starts(val):
+    """The 64 fixed held-out windows' first positions."""
+    return np.random.default_rng(12345).integers(0, len(val) - CONFIG.max_positions, 64)
+
+
+def held_out_loss(params, val, starts, config=CONFIG):
+    """Mean next-byte loss (nats) over the windows of ``val`` that begin at ``starts``."""
+    logits, _ = ar.lm_forward(windows(val, starts, config.max_positions), params, config)
+    loss, _ = ar.cross_entropy_forward(logits, ar.next_token_targets(windows(val, starts, config.max_positions)))
     return float(loss)
-
-
-def _logits_and_targets(params, batch):
-    logits, _ = ar.lm_forward(batch, params, CONFIG)
-    return logits, ar.next_token_targets(batch)
 
 
 def progress(step, steps, train, val, start):
@@ -86,7 +103,7 @@ def train(steps=3000, batch_size=16, lr=3e-3, eval_every=100, seed=0, show_progr
     train_ids, val_ids = split(corpus())
     rng = np.random.default_rng(seed)
     T = CONFIG.max_positions
-    val_starts = np.random.default_rng(12345).integers(0, len(val_ids) - T, 64)  # fixed held-out windows
+    val_starts = held_out_starts(val_ids)  # fixed held-out windows
     params = ar.init_lm_params(CONFIG, seed=seed)
     adam = ar.Adam(params, lr=lr)
     record = {"step": [], "train": [], "held_out": []}
@@ -113,11 +130,83 @@ def train(steps=3000, batch_size=16, lr=3e-3, eval_every=100, seed=0, show_progr
         ids = np.frombuffer(prompt, np.uint8).astype(np.int64)
         out = ar.generate(ids, adam.params, CONFIG, T - len(ids), temperature=0.8, top_k=40, seed=i)  # to 64 bytes
         samples.append(bytes(out.astype(np.uint8)).decode("utf-8", errors="replace"))
-    return {"config": CONFIG.to_dict(), "corpus": list(CORPUS), "bytes": {"train": len(train_ids),
+    return {"params": adam.params,  # popped before the JSON is written; save_model keeps them
+            "config": CONFIG.to_dict(), "corpus": list(CORPUS), "bytes": {"train": len(train_ids),
             "held_out": len(val_ids)}, "steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed,
             "parameters": int(sum(v.size for v in params.values())), "curve": record, "final_held_out": record["held_out"][-1], "uniform": float(np.log(256)),
             "seconds": round(seconds, 1), "samples": samples, "python": platform.python_version(),
             "numpy": np.__version__, "date": time.strftime("%Y-%m-%d")}
+
+
+def hf_config(config=CONFIG) -> dict:
+    """config.json as transformers' GPT2Config writes it (the fields that matter to the maths, and no
+    token ids: the vocabulary is the 256 bytes, with no special tokens)."""
+    return {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": config.vocab_size,
+            "n_embd": config.d_model, "n_layer": config.num_layers, "n_head": config.num_heads,
+            "n_inner": config.d_ff, "n_positions": config.max_positions, "n_ctx": config.max_positions,
+            "layer_norm_epsilon": config.eps, "activation_function": "gelu_new", "tie_word_embeddings": True,
+            "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False, "reorder_and_upcast_attn": False,
+            "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "bos_token_id": None, "eos_token_id": None,
+            "torch_dtype": "float32"}
+
+
+def save_model(result, folder, command):
+    """Keep the trained weights in ``folder`` (see the module's docstring); returns the metadata."""
+    from attention_ref.interop import to_transformers, write_safetensors
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    params32 = {name: np.asarray(value, np.float32) for name, value in result["params"].items()}
+    train_ids, val_ids = split(corpus())
+    starts = held_out_starts(val_ids)
+    kept = {name: value.astype(np.float64) for name, value in params32.items()}  # what a reader loads, in float64
+    meta = {"command": command, "python": result["python"], "numpy": result["numpy"], "date": result["date"],
+            "corpus": result["corpus"], "training_bytes": len(train_ids),
+            "training_sha256": hashlib.sha256(bytes(train_ids.astype(np.uint8))).hexdigest(),
+            "held_out_file": "held_out.txt", "held_out_bytes": len(val_ids),
+            "held_out_sha256": hashlib.sha256(bytes(val_ids.astype(np.uint8))).hexdigest(),
+            "held_out_starts": [int(s) for s in starts], "window": CONFIG.max_positions,
+            "held_out_loss": held_out_loss(kept, val_ids, starts), "weights_dtype": "float32",
+            "steps": result["steps"], "batch_size": result["batch_size"], "lr": result["lr"], "seed": result["seed"],
+            "seconds": result["seconds"], "parameters": result["parameters"]}
+    write_atomic(folder / "config.json", json.dumps(hf_config(), indent=1) + "\n")
+    write_safetensors(to_transformers(params32, CONFIG), folder / "model.safetensors", metadata={"format": "pt"})
+    write_atomic(folder / "held_out.txt", bytes(val_ids.astype(np.uint8)))
+    write_atomic(folder / "training.json", json.dumps(meta, indent=1) + "\n")
+    write_atomic(folder / "README.md", render_model_readme(meta))
+    return meta
+
+
+def render_model_readme(meta) -> str:
+    """The kept model's README.md, from its training.json."""
+    return "\n".join([
+        "# A tiny byte-level GPT trained by attention_ref",
+        "",
+        f"GPT-2's architecture at {meta['parameters']:,} parameters (2 blocks, 4 heads, width 64, contexts of"
+        f" {meta['window']} bytes, a vocabulary of the 256 bytes), trained from scratch by"
+        " `examples/train_tiny_gpt.py` with the package's hand-derived gradients and Adam. Written by:",
+        "",
+        "```",
+        meta["command"],
+        "```",
+        "",
+        f"on {meta['date']} with Python {meta['python']} and NumPy {meta['numpy']}: {meta['steps']} steps of"
+        f" {meta['batch_size']} windows, {meta['seconds']:.0f} s on 2 shared cores.",
+        "",
+        f"Training text: the source of the standard library modules {', '.join(meta['corpus'])} of that Python,"
+        f" concatenated in this order, read as bytes; the first 90% ({meta['training_bytes']:,} bytes, SHA-256"
+        f" `{meta['training_sha256']}`) trained it. The last 10% is kept here byte for byte as"
+        f" `{meta['held_out_file']}` ({meta['held_out_bytes']:,} bytes): nothing of it was trained on.",
+        "",
+        f"Held-out loss of these (float32) weights, computed in float64 by `attention_ref` on the"
+        f" {len(meta['held_out_starts'])} windows of {meta['window']} bytes of `held_out.txt` that begin at"
+        f" `held_out_starts` in `training.json`: **{meta['held_out_loss']:.4f}** nats per byte (uniform over 256"
+        " bytes: 5.5452). `tests/models/test_tiny_gpt_model.py` recomputes it from these files.",
+        "",
+        "Files: `config.json` and `model.safetensors` as transformers' `save_pretrained` writes them (read by"
+        " `attention_ref.interop.load_pretrained` and by `transformers.GPT2LMHeadModel.from_pretrained`);"
+        " `training.json`, this run's record; `held_out.txt`.",
+        ""])
 
 
 def render_block(result) -> str:
@@ -130,6 +219,11 @@ def render_block(result) -> str:
              f" (uniform over 256 bytes: {result['uniform']:.3f}).",
              "",
              "![Training and held-out loss of the tiny GPT](figures/train_tiny_gpt.png)",
+             "",
+             "The trained weights are kept in `notebooks/data/tiny_gpt/` (config.json and model.safetensors, as"
+             " transformers' `save_pretrained` writes them, with the held-out text and the run's record); lessons 01"
+             " and 04 open with its attention maps, and `tests/models/test_tiny_gpt_model.py` recomputes its held-out"
+             " loss from those files.",
              "",
              "Samples (temperature 0.8, top 40), each from its prompt:",
              ""]
@@ -174,7 +268,14 @@ def main(argv=None):
     parser.add_argument("--write", action="store_true",
                         help="rewrite docs/train_tiny_gpt.json, its figure and the block of docs/whole_models.md")
     parser.add_argument("--render", action="store_true", help="rewrite the doc block from the committed JSON only")
+    parser.add_argument("--save-model", metavar="DIR",
+                        help="keep the trained weights in DIR (config.json, model.safetensors, held_out.txt, ...)")
     args = parser.parse_args(argv)
+    if args.render and args.save_model:
+        parser.error("--save-model needs a training run; --render only rewrites the doc block")
+    threads = " ".join(f"{v}={os.environ[v]}" for v in _THREADS if v in os.environ)  # part of the command run
+    command = (threads + " " if threads else "") + "python examples/train_tiny_gpt.py " + " ".join(
+        sys.argv[1:] if argv is None else argv)
     if args.render:
         result = json.loads(RESULTS.read_text())
     else:
@@ -183,6 +284,10 @@ def main(argv=None):
               f" ({result['seconds']:.0f} s); uniform: {result['uniform']:.3f}")
         for sample in result["samples"]:
             print("---\n" + sample)
+    for folder in ([MODEL] if args.write else []) + ([Path(args.save_model)] if args.save_model else []):
+        meta = save_model(result, folder, command.strip())
+        print(f"kept the weights in {folder}: held-out loss {meta['held_out_loss']:.4f} (float32 weights)")
+    result.pop("params", None)
     if args.write:
         write_atomic(RESULTS, json.dumps(result, indent=1) + "\n")
         plot(result, FIGURE)

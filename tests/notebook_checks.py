@@ -8,6 +8,15 @@ comparison of fresh outputs with the committed ones."""
 
 CHECKS = {
     "01_scaled_dot_product_attention": {
+        # issue 44: the trained tiny GPT's head that looks most at the previous character, and one query of it
+        "a01e0002": """\
+assert (layer, head) == (0, 2) and 0.3 < prev[0, 2] < 0.35 and prev[0, 2] > 5 * hs.uniform_baseline(np.arange(64) - 1)
+assert len(text_ids) == 52 and maps[0].shape == (4, 52, 52)
+""",
+        "a01e0004": """\
+assert (t, int(w.argmax())) == (37, 36) and 0.7 < w[36] < 0.8 and np.allclose(w, maps[layer][head, t, :t + 1])
+assert abs(scores[36] - 5.09) < 0.01 and abs(np.exp(scores[36] - np.sort(scores)[-2]) - 11) < 0.5
+""",
         "ed533ff3": """\
 assert ob.shape == (4, 5, 3) and cb.weights.shape == (4, 5, 7)
 """,
@@ -47,6 +56,18 @@ assert moved > 0.1                                        # the filler would mov
 """,
     },
     "04_multi_head_attention": {
+        # issue 44: what each head of the trained tiny GPT attends to, as the reading cell says
+        "a04e0002": """\
+_s = {k: np.asarray(v) for k, v in scores.items()}
+assert _s["the character itself"][0, 0] > 0.6 and _s["the character itself"][0, 1] > 0.5
+assert np.unravel_index(_s["previous character"].argmax(), (2, 4)) == (0, 2)
+assert abs(_s["previous character"][0, 2] / even["previous character"] - 5.4) < 0.1
+assert np.unravel_index(_s["innermost open bracket"].argmax(), (2, 4)) == (1, 3)
+assert 4.8 < _s["innermost open bracket"][1, 3] / even["innermost open bracket"] < 5.5
+assert np.unravel_index(_s["last newline"].argmax(), (2, 4)) == (1, 3)
+assert abs(_s["last newline"][1, 3] / even["last newline"] - 6.5) < 0.2
+assert _s["innermost open bracket"][0, :2].max() < 0.02
+""",
         "93b8b51b": """\
 assert weights.shape == (2, 6, 6) and np.allclose(weights.sum(-1), 1)
 assert [t.get_text() for t in fig.axes[0].texts] == [f"{w:.2f}" for w in weights[0].ravel()]
@@ -209,6 +230,23 @@ assert not dW_lookup[0].any() and int((ids == 1).sum()) == 3
         "b9008e48": """\
 assert after < before and abs(before - np.log(10)) < 0.05     # it starts near ln V, as above
 assert second_half == 1.0 and abs(losses[-1] - 7 / 15 * np.log(10)) < 0.1
+""",
+        # issue 44: the copy head fails at another period; the induction head, measured from the committed weights
+        "a44c0de1": """\
+assert copied < 0.3                                   # "near chance" (10%), where period 8 gave 100%
+""",
+        "c2d3e4f5": """\
+for _name in ("two_layer", "one_layer"):               # the committed JSON is what these weights give
+    _l, _c = ind.attention_only_forward(rows, models[_name], 2)
+    assert np.allclose([induction_scores(w, rows) for w in _c.weights], run[_name]["induction"], rtol=1e-9)
+    assert abs(ind.predictable_loss(_l, rows, periods) - run[_name]["repeat_loss"]) < 1e-9
+assert min(run["two_layer"]["induction"][1]) > 0.85 > 0.3 > max(run["one_layer"]["induction"][0])
+assert run["two_layer"]["repeat_loss"] < 0.25 and 2.0 < run["one_layer"]["repeat_loss"] < 2.3
+assert first[0][0] > 0.9 and 0.4 < run["two_layer"]["previous_token"][0][0] < 0.5
+_cut = run["ablation"]["layer 0 head 0"]
+assert _cut["induction"][1][0] < 0.15 and _cut["repeat_loss"] > np.log(32) > 3.4
+assert abs(induction_scores(cache_a.weights[1], rows)[0] - run["ablation"]["layer 0 head 1"]["induction"][1][0]) < 1e-9
+assert max(run["two_layer"]["curve"]["best_induction"][:5]) < 0.3 < 0.8 < run["two_layer"]["curve"]["best_induction"][7]
 """,
     },
     "15_model_families": {

@@ -6,6 +6,7 @@ that ignored the rule and spread its weight evenly over the t + 1 keys a causal 
 would score the mean of 1 / (t + 1) over the same queries: :func:`uniform_baseline` gives that
 number, to compare with.
 
+* :func:`current_token_scores`: the weight from query t on key t, itself.
 * :func:`previous_token_scores`: the weight from query t on key t - 1.
 * :func:`induction_scores`: the weight from query t on the keys j whose previous token is the
   current token (``ids[j - 1] == ids[t]``, j <= t): "after the last time I saw this token",
@@ -21,8 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["lm_attention", "previous_token_scores", "induction_scores", "bracket_scores", "line_start_scores",
-           "uniform_baseline", "open_bracket_positions", "last_newline_positions"]
+__all__ = ["lm_attention", "current_token_scores", "previous_token_scores", "induction_scores", "bracket_scores",
+           "line_start_scores", "uniform_baseline", "open_bracket_positions", "last_newline_positions"]
 
 _OPEN, _CLOSE = b"([{", b")]}"
 
@@ -55,6 +56,11 @@ def _rows_to_keys(weights, keys):
     heads = picked.shape[-2]
     return (np.where(counted, picked, 0.0).reshape(-1, heads, picked.shape[-1]).sum(axis=(0, 2))
             / counted.reshape(-1, heads, picked.shape[-1]).sum(axis=(0, 2)))  # (H,)
+
+
+def current_token_scores(weights) -> np.ndarray:
+    """(H,): mean weight from query t on key t (itself), over t = 0..T-1 and the batch."""
+    return _rows_to_keys(weights, np.arange(_check_weights(weights).shape[-1]))
 
 
 def previous_token_scores(weights) -> np.ndarray:

@@ -49,9 +49,10 @@ def plot_attention_heads(weights, labels, *, heads=None, scores=None, score_name
         grid = [[(int(layer), int(head)) for layer, head in heads]]
         if not grid[0] or any(not (0 <= l < len(layers) and 0 <= h < H) for l, h in grid[0]):
             raise ValueError(f"heads must be (layer, head) pairs within {len(layers)} layers of {H} heads, got {heads}")
-    size = 7 if T <= 40 else 5
     rows, cols = len(grid), len(grid[0])
-    fig = Figure(figsize=(3.3 * cols + 1.2, 3.6 * rows + 0.8), layout="constrained")
+    side = max(3.3, 0.12 * T) if cols <= 2 else 3.3  # one or two panels: room for every tick label
+    size = 7 if side / T >= 0.1 else 5
+    fig = Figure(figsize=((side + 0.1) * cols + 1.2, (side + 0.4) * rows + 0.8), layout="constrained")
     axes = fig.subplots(rows, cols, squeeze=False)
     for r, row in enumerate(grid):
         for c, (layer, head) in enumerate(row):
@@ -74,7 +75,7 @@ def plot_head_scores(scores: dict, *, baselines: dict | None = None, title=None)
     names = list(scores)
     arrays = [np.asarray(scores[n], float) for n in names]
     L, H = arrays[0].shape
-    fig = Figure(figsize=(1.5 + 0.55 * L * H * len(names), 4.0), layout="constrained")
+    fig = Figure(figsize=(1.5 + 0.3 * L * H * len(names), 4.0), layout="constrained")
     ax = fig.subplots()
     x = np.arange(L * H)
     width = 0.8 / len(names)
@@ -113,7 +114,7 @@ def plot_qkv(q, k, v, labels, *, scale=None, title=None) -> Figure:
     s = scale * (k @ q)  # (n,)
     w = np.exp(s - s.max())
     w /= w.sum()
-    fig = Figure(figsize=(13, 0.22 * n + 2.6), layout="constrained")
+    fig = Figure(figsize=(13, 0.15 * n + 2.4), layout="constrained")
     a, b, c, d = fig.subplots(1, 4, gridspec_kw={"width_ratios": [3, 1.2, 1.2, 3]})
     qk = np.vstack([q, k])
     lim = np.abs(qk).max()

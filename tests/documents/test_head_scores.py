@@ -26,6 +26,7 @@ def test_previous_token_scores_against_a_loop():
     w = _weights(np.random.default_rng(0), 3, 4, 7)
     expected = _loop_mean(w, lambda b, t: [t - 1] if t >= 1 else [])
     np.testing.assert_allclose(hs.previous_token_scores(w), expected, rtol=1e-12)
+    np.testing.assert_allclose(hs.current_token_scores(w), _loop_mean(w, lambda b, t: [t]), rtol=1e-12)
 
 
 def test_induction_scores_against_a_loop():

@@ -46,6 +46,9 @@ CASES = {
     "plot_attention_heads, 2 layers of 4 heads on 20 bytes": lambda: plot.plot_attention_heads(
         list(_rng().dirichlet(np.ones(20), size=(2, 4, 20))), plot.byte_labels(b"def f(x):\n    return"[:20]),
         scores=_rng().random((2, 4)), score_name="previous token", title="a tiny GPT"),
+    "plot_attention_heads, one chosen head on 52 bytes": lambda: plot.plot_attention_heads(
+        list(_rng().dirichlet(np.ones(52), size=(2, 4, 52))), plot.byte_labels(b"\n    elif len(key) == 1 and x[0]:" * 2)[:52],
+        heads=[(0, 2)], title="one head"),
     "plot_head_scores": lambda: plot.plot_head_scores({"previous token": _rng().random((2, 4)),
                                                        "open bracket": _rng().random((2, 4))},
                                                       baselines={"previous token": 0.1}, title="scores"),
