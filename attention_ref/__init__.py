@@ -126,7 +126,7 @@ from .nn.optim import SGD, Adam, AdamW, clip_grad_norm, cosine_lr_schedule
 from .nn.embedding import EmbeddingCache, embedding_backward, embedding_forward
 from .nn.cross_entropy import CrossEntropyCache, cross_entropy_backward, cross_entropy_forward, next_token_targets
 
-# models: GPT-2 and Llama as whole language models (ids -> logits -> loss and back), generation
+# models: every family (models/families/) as a whole language model (ids -> logits -> loss and back), generation
 # (the logits processed as transformers' generate does; left_pad for prompts of different lengths)
 from .models.config import FAMILIES, LMConfig
 from .models.params import block_params, init_lm_params, param_names

@@ -69,8 +69,6 @@ def llama_in_float64():
     float64; any other type raises ``ValueError`` in its forward rather than being changed."""
     import torch
     from transformers import modeling_rope_utils as rope_utils
-    from transformers.models.llama import modeling_llama as m
-
     class TorchFloatIs64:
         """``torch`` with ``torch.float`` meaning float64, for the init functions' module."""
 
@@ -111,16 +109,14 @@ def llama_in_float64():
 
     import importlib
 
-    classes = [m.LlamaRMSNorm, m.LlamaRotaryEmbedding]  # then the same steps of the Llama-like families
-    for module, prefix in (("qwen2", "Qwen2"), ("qwen3", "Qwen3"), ("mistral", "Mistral")):
-        family = importlib.import_module(f"transformers.models.{module}.modeling_{module}")
-        classes += [getattr(family, f"{prefix}RMSNorm"), getattr(family, f"{prefix}RotaryEmbedding")]
-    from transformers.models.gpt_neox import modeling_gpt_neox  # its partial RoPE: the same formula over r features
+    from ..models.families import FAMILY
 
-    classes.append(modeling_gpt_neox.GPTNeoXRotaryEmbedding)
-    from transformers.models.phi3 import modeling_phi3  # Llama's two float32 steps
-
-    classes += [modeling_phi3.Phi3RMSNorm, modeling_phi3.Phi3RotaryEmbedding]
+    classes = []  # each family's float32 RMSNorm and RoPE (its module's float32_steps): the same formulas
+    for family in FAMILY.values():
+        for module, prefix in family.float32_steps:
+            found = importlib.import_module(f"transformers.models.{module}.modeling_{module}")
+            classes += [getattr(found, f"{prefix}{kind}") for kind in ("RMSNorm", "RotaryEmbedding")
+                        if hasattr(found, f"{prefix}{kind}")]  # GPT-NeoX: its partial RoPE only
     with _patched([(cls, "forward", rms_norm if cls.__name__.endswith("RMSNorm") else rotary) for cls in classes]):
         yield
 

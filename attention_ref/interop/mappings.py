@@ -1,6 +1,7 @@
 """Where each tensor of a real model goes in our parameter dicts: one table per model, as data.
 
-The converters of :mod:`.converters` apply these tables, and ``docs/model_mappings.md`` is
+The family tables come from each family module's parameter table
+(:mod:`attention_ref.models.families`); the converters of :mod:`.converters` apply them, and ``docs/model_mappings.md`` is
 rendered from them (:func:`render_markdown`), so the two cannot disagree. Every weight is
 stored by PyTorch's ``nn.Linear`` as ``(out, in)``: we use the row-vector convention
 ``y = x W`` with ``W`` of shape ``(in, out)``, so those are transposed. GPT-2's ``Conv1D``
@@ -11,6 +12,8 @@ columns for ``Conv1D`` (``c_attn``: Q, K, V side by side), along the rows for
 from __future__ import annotations
 
 from typing import NamedTuple
+
+from ..models.families import FAMILY
 
 __all__ = ["Rule", "MAPPINGS", "WHOLE_MODELS", "render_markdown", "HOW"]
 
@@ -49,20 +52,6 @@ MAPPINGS = {
         Rule("c_proj.weight", ("W_o",), "as is"),
         Rule("c_proj.bias", ("b_o",), "as is"),
     ],
-    "transformers GPT2Block (h.<i>.)": [
-        Rule("ln_1.weight", ("ln1.gamma",), "as is"),
-        Rule("ln_1.bias", ("ln1.beta",), "as is"),
-        Rule("attn.c_attn.weight", tuple(f"self_attn.{n}" for n in _QKV), "split columns"),
-        Rule("attn.c_attn.bias", tuple(f"self_attn.{n}" for n in _QKV_BIAS), "split"),
-        Rule("attn.c_proj.weight", ("self_attn.W_o",), "as is"),
-        Rule("attn.c_proj.bias", ("self_attn.b_o",), "as is"),
-        Rule("ln_2.weight", ("ln2.gamma",), "as is"),
-        Rule("ln_2.bias", ("ln2.beta",), "as is"),
-        Rule("mlp.c_fc.weight", ("ffn.W_1",), "as is"),
-        Rule("mlp.c_fc.bias", ("ffn.b_1",), "as is"),
-        Rule("mlp.c_proj.weight", ("ffn.W_2",), "as is"),
-        Rule("mlp.c_proj.bias", ("ffn.b_2",), "as is"),
-    ],
     "transformers BertLayer (encoder.layer.<i>.)": [
         Rule("attention.self.query.weight", ("self_attn.W_q",), "transpose"),
         Rule("attention.self.query.bias", ("self_attn.b_q",), "as is"),
@@ -87,138 +76,15 @@ MAPPINGS = {
         Rule("v_proj.weight", ("W_v",), "transpose"),
         Rule("o_proj.weight", ("W_o",), "transpose"),
     ],
-    "transformers LlamaDecoderLayer (layers.<i>.)": [
-        Rule("input_layernorm.weight", ("input_norm.weight",), "as is"),
-        Rule("self_attn.q_proj.weight", ("self_attn.W_q",), "transpose"),
-        Rule("self_attn.k_proj.weight", ("self_attn.W_k",), "transpose"),
-        Rule("self_attn.v_proj.weight", ("self_attn.W_v",), "transpose"),
-        Rule("self_attn.o_proj.weight", ("self_attn.W_o",), "transpose"),
-        Rule("post_attention_layernorm.weight", ("post_attention_norm.weight",), "as is"),
-        Rule("mlp.gate_proj.weight", ("mlp.W_gate",), "transpose"),
-        Rule("mlp.up_proj.weight", ("mlp.W_up",), "transpose"),
-        Rule("mlp.down_proj.weight", ("mlp.W_down",), "transpose"),
-    ],
-    "transformers Qwen2DecoderLayer (layers.<i>.)": [
-        Rule("input_layernorm.weight", ("input_norm.weight",), "as is"),
-        Rule("self_attn.q_proj.weight", ("self_attn.W_q",), "transpose"),
-        Rule("self_attn.q_proj.bias", ("self_attn.b_q",), "as is"),
-        Rule("self_attn.k_proj.weight", ("self_attn.W_k",), "transpose"),
-        Rule("self_attn.k_proj.bias", ("self_attn.b_k",), "as is"),
-        Rule("self_attn.v_proj.weight", ("self_attn.W_v",), "transpose"),
-        Rule("self_attn.v_proj.bias", ("self_attn.b_v",), "as is"),
-        Rule("self_attn.o_proj.weight", ("self_attn.W_o",), "transpose"),
-        Rule("post_attention_layernorm.weight", ("post_attention_norm.weight",), "as is"),
-        Rule("mlp.gate_proj.weight", ("mlp.W_gate",), "transpose"),
-        Rule("mlp.up_proj.weight", ("mlp.W_up",), "transpose"),
-        Rule("mlp.down_proj.weight", ("mlp.W_down",), "transpose"),
-    ],
-    "transformers Qwen3DecoderLayer (layers.<i>.)": [
-        Rule("input_layernorm.weight", ("input_norm.weight",), "as is"),
-        Rule("self_attn.q_proj.weight", ("self_attn.W_q",), "transpose"),
-        Rule("self_attn.k_proj.weight", ("self_attn.W_k",), "transpose"),
-        Rule("self_attn.v_proj.weight", ("self_attn.W_v",), "transpose"),
-        Rule("self_attn.o_proj.weight", ("self_attn.W_o",), "transpose"),
-        Rule("self_attn.q_norm.weight", ("self_attn.q_norm.weight",), "as is"),
-        Rule("self_attn.k_norm.weight", ("self_attn.k_norm.weight",), "as is"),
-        Rule("post_attention_layernorm.weight", ("post_attention_norm.weight",), "as is"),
-        Rule("mlp.gate_proj.weight", ("mlp.W_gate",), "transpose"),
-        Rule("mlp.up_proj.weight", ("mlp.W_up",), "transpose"),
-        Rule("mlp.down_proj.weight", ("mlp.W_down",), "transpose"),
-    ],
-    "transformers GPTNeoXLayer (layers.<i>.)": [
-        Rule("input_layernorm.weight", ("input_layernorm.gamma",), "as is"),
-        Rule("input_layernorm.bias", ("input_layernorm.beta",), "as is"),
-        Rule("attention.query_key_value.weight", ("attention.W_qkv",), "transpose"),  # per-head order kept
-        Rule("attention.query_key_value.bias", ("attention.b_qkv",), "as is"),
-        Rule("attention.dense.weight", ("attention.W_dense",), "transpose"),
-        Rule("attention.dense.bias", ("attention.b_dense",), "as is"),
-        Rule("post_attention_layernorm.weight", ("post_attention_layernorm.gamma",), "as is"),
-        Rule("post_attention_layernorm.bias", ("post_attention_layernorm.beta",), "as is"),
-        Rule("mlp.dense_h_to_4h.weight", ("mlp.W_1",), "transpose"),
-        Rule("mlp.dense_h_to_4h.bias", ("mlp.b_1",), "as is"),
-        Rule("mlp.dense_4h_to_h.weight", ("mlp.W_2",), "transpose"),
-        Rule("mlp.dense_4h_to_h.bias", ("mlp.b_2",), "as is"),
-    ],
-    "transformers Phi3DecoderLayer (layers.<i>.)": [
-        Rule("input_layernorm.weight", ("input_norm.weight",), "as is"),
-        Rule("self_attn.qkv_proj.weight", ("self_attn.W_qkv",), "transpose"),  # [q | k | v] kept fused
-        Rule("self_attn.o_proj.weight", ("self_attn.W_o",), "transpose"),
-        Rule("post_attention_layernorm.weight", ("post_attention_norm.weight",), "as is"),
-        Rule("mlp.gate_up_proj.weight", ("mlp.W_gate_up",), "transpose"),  # [gate | up] kept fused
-        Rule("mlp.down_proj.weight", ("mlp.W_down",), "transpose"),
-    ],
-    "transformers Gemma2DecoderLayer (layers.<i>.)": [
-        Rule("input_layernorm.weight", ("input_norm.weight",), "as is"),
-        Rule("self_attn.q_proj.weight", ("self_attn.W_q",), "transpose"),
-        Rule("self_attn.k_proj.weight", ("self_attn.W_k",), "transpose"),
-        Rule("self_attn.v_proj.weight", ("self_attn.W_v",), "transpose"),
-        Rule("self_attn.o_proj.weight", ("self_attn.W_o",), "transpose"),
-        Rule("post_attention_layernorm.weight", ("post_attention_norm.weight",), "as is"),
-        Rule("pre_feedforward_layernorm.weight", ("pre_feedforward_norm.weight",), "as is"),
-        Rule("post_feedforward_layernorm.weight", ("post_feedforward_norm.weight",), "as is"),
-        Rule("mlp.gate_proj.weight", ("mlp.W_gate",), "transpose"),
-        Rule("mlp.up_proj.weight", ("mlp.W_up",), "transpose"),
-        Rule("mlp.down_proj.weight", ("mlp.W_down",), "transpose"),
-    ],
-    "transformers Gemma3DecoderLayer (layers.<i>.)": [
-        Rule("input_layernorm.weight", ("input_norm.weight",), "as is"),
-        Rule("self_attn.q_proj.weight", ("self_attn.W_q",), "transpose"),
-        Rule("self_attn.k_proj.weight", ("self_attn.W_k",), "transpose"),
-        Rule("self_attn.v_proj.weight", ("self_attn.W_v",), "transpose"),
-        Rule("self_attn.o_proj.weight", ("self_attn.W_o",), "transpose"),
-        Rule("self_attn.q_norm.weight", ("self_attn.q_norm.weight",), "as is"),
-        Rule("self_attn.k_norm.weight", ("self_attn.k_norm.weight",), "as is"),
-        Rule("post_attention_layernorm.weight", ("post_attention_norm.weight",), "as is"),
-        Rule("pre_feedforward_layernorm.weight", ("pre_feedforward_norm.weight",), "as is"),
-        Rule("post_feedforward_layernorm.weight", ("post_feedforward_norm.weight",), "as is"),
-        Rule("mlp.gate_proj.weight", ("mlp.W_gate",), "transpose"),
-        Rule("mlp.up_proj.weight", ("mlp.W_up",), "transpose"),
-        Rule("mlp.down_proj.weight", ("mlp.W_down",), "transpose"),
-    ],
-    "transformers GPT2LMHeadModel (whole model; blocks: transformer.h.<i>. as GPT2Block)": [
-        Rule("transformer.wte.weight", ("wte",), "as is"),
-        Rule("transformer.wpe.weight", ("wpe",), "as is"),
-        Rule("transformer.ln_f.weight", ("ln_f.gamma",), "as is"),
-        Rule("transformer.ln_f.bias", ("ln_f.beta",), "as is"),
-        Rule("lm_head.weight", ("lm_head.W",), "transpose", optional=True),  # tied (the default): absent
-    ],
-    "transformers LlamaForCausalLM (whole model; blocks: model.layers.<i>. as LlamaDecoderLayer)": [
-        Rule("model.embed_tokens.weight", ("embed_tokens",), "as is"),
-        Rule("model.norm.weight", ("norm.weight",), "as is"),
-        Rule("lm_head.weight", ("lm_head.W",), "transpose", optional=True),  # tied: absent
-    ],
-    "transformers GPTNeoXForCausalLM (whole model; blocks: gpt_neox.layers.<i>. as GPTNeoXLayer)": [
-        Rule("gpt_neox.embed_in.weight", ("embed_in",), "as is"),
-        Rule("gpt_neox.final_layer_norm.weight", ("final_layer_norm.gamma",), "as is"),
-        Rule("gpt_neox.final_layer_norm.bias", ("final_layer_norm.beta",), "as is"),
-        # the file's name in 4.x and 5.x (5.x's named_parameters() call it lm_head.weight)
-        Rule("embed_out.weight", ("lm_head.W",), "transpose", optional=True),  # tied: absent
-    ],
 }
+# each family's tables, from its module's parameter table (attention_ref/models/families/)
+for _family in FAMILY.values():
+    MAPPINGS.setdefault(_family.block_title, [Rule(t.theirs, t.ours, t.how, t.optional) for t in _family.block])
+    MAPPINGS.setdefault(_family.model_title, [Rule(t.theirs, t.ours, t.how, t.optional)
+                                              for t in _family.top + _family.final])
 
 #: Whole models: their table, the prefix of layer i in their state dict and its block table.
-WHOLE_MODELS = {
-    "gpt2": ("transformers GPT2LMHeadModel (whole model; blocks: transformer.h.<i>. as GPT2Block)",
-             "transformer.h.{i}.", "transformers GPT2Block (h.<i>.)"),
-    "llama": ("transformers LlamaForCausalLM (whole model; blocks: model.layers.<i>. as LlamaDecoderLayer)",
-              "model.layers.{i}.", "transformers LlamaDecoderLayer (layers.<i>.)"),
-    # Qwen2ForCausalLM: Llama's outer names (model.embed_tokens, model.norm, lm_head)
-    "qwen2": ("transformers LlamaForCausalLM (whole model; blocks: model.layers.<i>. as LlamaDecoderLayer)",
-              "model.layers.{i}.", "transformers Qwen2DecoderLayer (layers.<i>.)"),
-    "qwen3": ("transformers LlamaForCausalLM (whole model; blocks: model.layers.<i>. as LlamaDecoderLayer)",
-              "model.layers.{i}.", "transformers Qwen3DecoderLayer (layers.<i>.)"),
-    "mistral": ("transformers LlamaForCausalLM (whole model; blocks: model.layers.<i>. as LlamaDecoderLayer)",
-                "model.layers.{i}.", "transformers LlamaDecoderLayer (layers.<i>.)"),
-    "phi3": ("transformers LlamaForCausalLM (whole model; blocks: model.layers.<i>. as LlamaDecoderLayer)",
-             "model.layers.{i}.", "transformers Phi3DecoderLayer (layers.<i>.)"),
-    "gpt_neox": ("transformers GPTNeoXForCausalLM (whole model; blocks: gpt_neox.layers.<i>. as GPTNeoXLayer)",
-                 "gpt_neox.layers.{i}.", "transformers GPTNeoXLayer (layers.<i>.)"),
-    # Gemma3ForCausalLM: Llama's outer names (model.embed_tokens, model.norm, lm_head; the norm's weight is w of 1 + w)
-    "gemma2": ("transformers LlamaForCausalLM (whole model; blocks: model.layers.<i>. as LlamaDecoderLayer)",
-               "model.layers.{i}.", "transformers Gemma2DecoderLayer (layers.<i>.)"),
-    "gemma3_text": ("transformers LlamaForCausalLM (whole model; blocks: model.layers.<i>. as LlamaDecoderLayer)",
-                    "model.layers.{i}.", "transformers Gemma3DecoderLayer (layers.<i>.)"),
-}
+WHOLE_MODELS = {name: (f.model_title, f.their_layer, f.block_title) for name, f in FAMILY.items()}
 
 
 def render_markdown() -> str:

@@ -16,41 +16,15 @@ import math
 import os
 from pathlib import Path
 
-from ..models.config import GEMMA, LLAMA_LIKE, LMConfig
-from ..models.params import LAYER_PREFIX, gpt_neox_block_shapes, param_names, phi3_block_shapes
+from ..models.config import LMConfig
+from ..models.families import FAMILY
+from ..models.params import tensor_shapes
 from .safetensors import open_regular, read_safetensors
 
 __all__ = ["read_config", "read_state_dir", "expected_shapes", "MAX_JSON_BYTES"]
 
 #: config.json and the shard index are small; a bigger one is refused before it is read.
 MAX_JSON_BYTES = 50_000_000
-
-_LLAMA_POSITIVE = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
-_POSITIVE = {"gpt2": ("vocab_size", "n_embd", "n_layer", "n_head", "n_positions"),
-             **dict.fromkeys(LLAMA_LIKE, _LLAMA_POSITIVE), "gpt_neox": _LLAMA_POSITIVE,
-             "phi3": _LLAMA_POSITIVE}
-_OPTIONAL_POSITIVE = {"gpt2": ("n_inner",),
-                      **dict.fromkeys(LLAMA_LIKE, ("num_key_value_heads", "head_dim", "max_position_embeddings",
-                                                   "sliding_window")),
-                      "gpt_neox": ("max_position_embeddings",),
-                      "phi3": ("num_key_value_heads", "head_dim", "max_position_embeddings", "sliding_window")}
-_FLAGS = {"gpt2": ("tie_word_embeddings", "scale_attn_weights", "scale_attn_by_inverse_layer_idx",
-                   "add_cross_attention"),
-          **dict.fromkeys(LLAMA_LIKE, ("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window")),
-          "gpt_neox": ("tie_word_embeddings", "attention_bias", "use_parallel_residual"),
-          "phi3": ("tie_word_embeddings",)}
-_NUMBERS = {"gpt2": ("layer_norm_epsilon",), **dict.fromkeys(LLAMA_LIKE, ("rms_norm_eps", "rope_theta")),
-            "gpt_neox": ("layer_norm_eps", "rotary_emb_base", "rope_theta", "rotary_pct", "partial_rotary_factor"),
-            "phi3": ("rms_norm_eps", "rope_theta", "partial_rotary_factor")}
-_STRINGS = {"gpt2": ("activation_function",), **dict.fromkeys(LLAMA_LIKE, ("hidden_act",)), "gpt_neox": ("hidden_act",),
-            "phi3": ("hidden_act",)}
-# Gemma 3 (text): the Llama fields, and its own
-_POSITIVE.update(dict.fromkeys(GEMMA, _LLAMA_POSITIVE))
-_OPTIONAL_POSITIVE.update(dict.fromkeys(GEMMA, ("num_key_value_heads", "head_dim", "max_position_embeddings",
-                                                "sliding_window", "sliding_window_pattern")))
-_FLAGS.update(dict.fromkeys(GEMMA, ("tie_word_embeddings", "attention_bias")))  # use_bidirectional_attention: null in Gemma 2
-_NUMBERS.update(dict.fromkeys(GEMMA, ("rms_norm_eps", "rope_theta", "rope_local_base_freq", "query_pre_attn_scalar")))
-_STRINGS.update(dict.fromkeys(GEMMA, ("hidden_activation",)))
 
 
 def _read_json(path: Path, what: str):
@@ -69,27 +43,28 @@ def _kind(value) -> str:
 
 def _check_fields(d: dict, path: Path) -> None:
     """The fields :meth:`LMConfig.from_dict` reads, by type and range; one error naming the field."""
-    family = d.get("model_type")
-    if family not in _POSITIVE:
+    family = FAMILY.get(d.get("model_type"))
+    if family is None:
         return  # from_dict names an unsupported model_type
-    for name in _POSITIVE[family]:
+    fields = family.fields  # the fields its reader reads, by kind
+    for name in fields.positive:
         if name not in d:
             raise ValueError(f"{path}: field {name!r} is missing (a positive integer is expected)")
-    for name in _POSITIVE[family] + _OPTIONAL_POSITIVE[family]:
+    for name in fields.positive + fields.optional_positive:
         value = d.get(name)
-        if (name in d and value is not None or name in _POSITIVE[family]) and not (
+        if (name in d and value is not None or name in fields.positive) and not (
                 isinstance(value, int) and not isinstance(value, bool) and value >= 1):
             raise ValueError(f"{path}: field {name!r} must be a positive integer, found {value!r} ({_kind(value)})")
-    for name in _FLAGS[family]:
+    for name in fields.flags:
         if name in d and not isinstance(d[name], bool):
             raise ValueError(f"{path}: field {name!r} must be a JSON boolean (true or false), found {d[name]!r}"
                              f" ({_kind(d[name])})")
-    for name in _NUMBERS[family]:
+    for name in fields.numbers:
         value = d.get(name)
         if name in d and not (isinstance(value, (int, float)) and not isinstance(value, bool)
                               and math.isfinite(value) and value > 0):
             raise ValueError(f"{path}: field {name!r} must be a positive number, found {value!r} ({_kind(value)})")
-    for name in _STRINGS[family]:
+    for name in fields.strings:
         if name in d and not isinstance(d[name], str):
             raise ValueError(f"{path}: field {name!r} must be a string, found {d[name]!r} ({_kind(d[name])})")
     for name in ("rope_parameters", "rope_scaling"):
@@ -106,11 +81,10 @@ def _check_fields(d: dict, path: Path) -> None:
     pad = d.get("pad_token_id")
     if pad is not None and not (isinstance(pad, int) and not isinstance(pad, bool)):
         raise ValueError(f"{path}: field 'pad_token_id' must be an integer or null, found {pad!r} ({_kind(pad)})")
-    width, heads = (d["n_embd"], d["n_head"]) if family == "gpt2" else (d["hidden_size"], d["num_attention_heads"])
-    if family == "gpt2" and width % heads:
-        raise ValueError(f"{path}: field 'n_embd' = {width} must be a multiple of 'n_head' = {heads}")
-    if family == "gpt_neox" and width % heads:
-        raise ValueError(f"{path}: field 'hidden_size' = {width} must be a multiple of 'num_attention_heads' = {heads}")
+    if fields.width_heads is not None:
+        width, heads = fields.width_heads
+        if d[width] % d[heads]:
+            raise ValueError(f"{path}: field {width!r} = {d[width]} must be a multiple of {heads!r} = {d[heads]}")
 
 
 def read_config(folder) -> LMConfig:
@@ -186,30 +160,6 @@ def _read_shards(folder: Path, index: Path, sources) -> dict:
 
 
 def expected_shapes(config: LMConfig) -> dict:
-    """Our parameter names -> the shapes config.json implies (the token table (V, D), ...)."""
-    V, D, F, P = config.vocab_size, config.d_model, config.d_ff, config.max_positions
-    d_head = config.d_head
-    d_q, d_kv = d_head * config.num_heads, d_head * config.num_kv_heads
-    if config.family == "gpt2":
-        block = {"ln1.gamma": (D,), "ln1.beta": (D,), "ln2.gamma": (D,), "ln2.beta": (D,), "ffn.W_1": (D, F),
-                 "ffn.b_1": (F,), "ffn.W_2": (F, D), "ffn.b_2": (D,), "self_attn.W_o": (D, D), "self_attn.b_o": (D,)}
-        block.update({f"self_attn.{w}_{x}": (D, D) if w == "W" else (D,) for w in "Wb" for x in "qkv"})
-        top = {"wte": (V, D), "wpe": (P, D), "ln_f.gamma": (D,), "ln_f.beta": (D,)}
-    elif config.family == "gpt_neox":
-        block = gpt_neox_block_shapes(D, F)
-        top = {"embed_in": (V, D), "final_layer_norm.gamma": (D,), "final_layer_norm.beta": (D,)}
-    elif config.family == "phi3":
-        block = phi3_block_shapes(config)
-        top = {"embed_tokens": (V, D), "norm.weight": (D,)}
-    else:
-        block = {"input_norm.weight": (D,), "post_attention_norm.weight": (D,), "self_attn.W_q": (D, d_q),
-                 "self_attn.W_k": (D, d_kv), "self_attn.W_v": (D, d_kv), "self_attn.W_o": (d_q, D),
-                 "mlp.W_gate": (D, F), "mlp.W_up": (D, F), "mlp.W_down": (F, D),
-                 "self_attn.b_q": (d_q,), "self_attn.b_k": (d_kv,), "self_attn.b_v": (d_kv,),  # Qwen2's biases
-                 "self_attn.q_norm.weight": (d_head,), "self_attn.k_norm.weight": (d_head,),  # Qwen3's norms
-                 "pre_feedforward_norm.weight": (D,), "post_feedforward_norm.weight": (D,)}  # Gemma 3's
-        top = {"embed_tokens": (V, D), "norm.weight": (D,)}
-    top["lm_head.W"] = (D, V)
-    prefix = LAYER_PREFIX[config.family]
-    shapes = {**top, **{f"{prefix}.{i}.{k}": s for i in range(config.num_layers) for k, s in block.items()}}
-    return {name: shapes[name] for name in param_names(config)}
+    """Our parameter names -> the shapes config.json implies (the token table (V, D), ...): the
+    family's parameter table, :func:`attention_ref.models.params.tensor_shapes`."""
+    return tensor_shapes(config)

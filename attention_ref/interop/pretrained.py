@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from .._checks import check_float_dtype
-from ..models.config import LMConfig
+from ..models.config import LMConfig, family_of
 from ..models.params import LAYER_PREFIX, TOKEN_TABLE, param_names
 from .converters import _apply
 from .mappings import MAPPINGS, WHOLE_MODELS
@@ -68,7 +68,7 @@ def _check_shapes(params, config, state, sources, folder):
     for i in range(config.num_layers):
         theirs.update({f"{LAYER_PREFIX[config.family]}.{i}.{ours}": layer_prefix.format(i=i) + rule.theirs
                        for rule in MAPPINGS[block_table] for ours in rule.ours})
-    base = _BASE.get(config.family, "model.")
+    base = family_of(config).base
     for name, shape in expected_shapes(config).items():
         if name not in params:
             continue
@@ -86,16 +86,15 @@ def _check_shapes(params, config, state, sources, folder):
                              f" max_positions={config.max_positions}) makes it {shape} as our {name!r}")
 
 
-#: the base model's prefix in each family's LM (Llama-like: "model.")
-_BASE = {"gpt2": "transformer.", "gpt_neox": "gpt_neox."}
-
-
 def _strip_base(state, family):
     """A bare base model's state (``GPT2Model``: ``wte.weight``; ``LlamaModel``: ``embed_tokens.weight``)
-    under the LM's names (``transformer.``, ``model.``)."""
-    base = _BASE.get(family, "model.")
-    if family == "gpt_neox" and "lm_head.weight" in state and "embed_out.weight" not in state:
-        state = {("embed_out.weight" if k == "lm_head.weight" else k): v for k, v in state.items()}  # 5.x's name
+    under the LM's names (the family's ``base``: ``transformer.``, ``model.``); a head stored under
+    another name than ``lm_head.weight`` (GPT-NeoX's ``embed_out.weight``) is read under either."""
+    spec = family_of(family)
+    base = spec.base
+    head = [t.theirs for t in spec.final if t.ours == ("lm_head.W",)]
+    if head and head[0] != "lm_head.weight" and "lm_head.weight" in state and head[0] not in state:
+        state = {(head[0] if k == "lm_head.weight" else k): v for k, v in state.items()}  # 5.x's name
     if any(k.startswith(base) for k in state):
         return state
     return {k if k.startswith("lm_head.") else base + k: v for k, v in state.items()}

@@ -1,13 +1,17 @@
-"""Whole language models above the blocks of ``nn``: GPT-2 and Llama from token ids to the
-logits and back, their loss, and generation with one key/value cache per layer.
+"""Whole language models above the blocks of ``nn``: every family of :data:`FAMILIES` from token
+ids to the logits and back, their loss, and generation with one key/value cache per layer.
 
-``config`` (:class:`LMConfig`, read from transformers' ``config.json``), ``params`` (one flat
-dict named like transformers' modules, random initialisation), ``gpt2``, ``llama``, ``gpt_neox``
-and ``phi3`` (the forward and backward of each family, numbered steps), ``lm`` (:func:`lm_forward` and
-:func:`lm_backward` for either, :func:`lm_loss`), ``logits_processing`` (transformers' logits
+``config`` (:class:`LMConfig`, read from transformers' ``config.json``), ``family`` (what a family
+is: :class:`Family`, its parameter table and features), ``families`` (one module per family: its
+reader, parameter table, block steps and hooks; the registry), ``params`` (one flat dict named
+like transformers' modules, random initialisation, derived from the families' tables), ``lm``
+(the whole model's steps written once: :func:`lm_forward`, :func:`lm_backward`,
+:func:`lm_loss`), ``gpt2``, ``llama``, ``gpt_neox``, ``phi3``, ``gemma`` (0.3's per-family names,
+deprecated aliases), ``logits_processing`` (transformers' logits
 processors as pure functions, :func:`left_pad`), ``generate`` (:class:`LMDecoder`, :func:`generate`). May import from ``core``, ``fast``, ``variants`` and ``nn``.
 """
-from .config import FAMILIES, LMConfig
+from .families import FAMILIES  # the registry: each family module registers itself with LMConfig
+from .config import LMConfig
 from .params import block_params, init_lm_params, param_names
 from .gpt2 import GPT2LMCache, gpt2_lm_backward, gpt2_lm_forward
 from .llama import LlamaLMCache, llama_lm_backward, llama_lm_forward

@@ -19,21 +19,11 @@ import numpy as np
 
 from .._checks import as_generator, check_nonnegative_int, check_positive_int, signals_land_here
 from .._token_checks import as_attention_mask, as_token_ids
-from ..fast.dispatch import linear_formula
-from ..nn.encoder_block import ENCODER_GROUPS
-from ..nn.gemma_block import gemma_decode_formula
-from ..nn.gpt2_block import gpt2_decode_formula
-from ..nn.gpt_neox_block import PartialRotaryHalf, gpt_neox_attention_params, gpt_neox_decode_formula
-from ..nn.layer_norm import layer_norm_formula
-from ..nn.llama_block import RotaryHalf, llama_decode_formula
-from ..nn.residual import split_params
-from ..nn.rms_norm import rms_norm_formula
 from ..variants.kv_cache import KVCache
-from .config import GEMMA, LMConfig
-from .gemma import embedding_normalizer, final_soft_cap
+from .config import LMConfig, family_of
+from .lm import prepared_blocks, run_steps
 from .logits_processing import check_logits_settings, processed_logits
-from .phi3 import phi3_block_as_llama
-from .params import TOKEN_TABLE, block_params, check_lm_params, head_weight
+from .params import check_lm_params
 
 __all__ = ["LMDecoder", "generate"]
 
@@ -52,13 +42,8 @@ class LMDecoder:
     def __init__(self, params, config: LMConfig):
         self.params = check_lm_params(params, config)  # checked once: the steps compute on these
         self.config = config
-        self.blocks = [block_params(self.params, config, layer) for layer in range(config.num_layers)]
-        if config.family == "gpt2":  # the block's groups (ln1, self_attn, ln2, ffn), as its formula takes them
-            self.blocks = [split_params(block, ENCODER_GROUPS) for block in self.blocks]
-        if config.family == "phi3":  # Llama's block names: the fused weights split once, not at every step
-            self.blocks = [phi3_block_as_llama(block, config)[0] for block in self.blocks]
-        if config.family == "gpt_neox":  # the fused QKV split once, not at every step
-            self.blocks = [(block, gpt_neox_attention_params(block, config.num_heads)[0]) for block in self.blocks]
+        self.blocks = prepared_blocks(self.params, config)  # fused weights split once, not at every step
+        self.layers = family_of(config).layers(config)  # each layer's RoPE frequencies, window, scale: once
         self.caches = [KVCache() for _ in range(config.num_layers)]
         self.keys_mask = None
         self.positions = None
@@ -90,54 +75,17 @@ class LMDecoder:
         return self._run(next_ids[:, None], self.positions[:, None])[:, 0]  # (B, V)
 
     def _run(self, ids, positions, last_only=False):
-        """The new tokens ``ids`` (B, t) at ``positions`` (B, t), both checked, through the model:
-        logits (B, t, V), or (B, 1, V) of the last position with ``last_only``. Every array here
-        was checked by :meth:`__init__` or :meth:`prefill`, so each step calls the formulas directly."""
-        config, params = self.config, self.params
+        """The new tokens ``ids`` (B, t) at ``positions`` (B, t), both checked, through the model's
+        steps (:func:`attention_ref.models.lm.run_steps`, the forward's own, each block with its
+        KVCache): logits (B, t, V), or (B, 1, V) of the last position with ``last_only``. Every
+        array here was checked by :meth:`__init__` or :meth:`prefill`, so each step calls the
+        formulas directly."""
         mask = self.keys_mask[:, None, :]  # (B, 1, T_seen): real keys only, causal added by the blocks
         if mask.all():
             mask = None
-        x = params[TOKEN_TABLE[config.family]][ids]  # (B, t, D): the embedding lookup
-        if config.family == "gpt2":
-            if positions.max() >= config.max_positions:
-                raise ValueError(f"position {int(positions.max())} is past GPT-2's max_positions ="
-                                 f" {config.max_positions}")
-            x = x + params["wpe"][positions]  # (B, t, D)
-            for block, cache, scale in zip(self.blocks, self.caches, config.head_scale):
-                x = gpt2_decode_formula(x, block, config.num_heads, cache, eps=config.eps, scale=scale,
-                                        mask=mask)  # (B, t, D)
-            x = x[:, -1:] if last_only else x  # (B, 1, D) with last_only: the head sees the last position only
-            h, _ = layer_norm_formula(x, params["ln_f.gamma"], params["ln_f.beta"], config.eps)  # (B, t, D)
-        elif config.family == "gpt_neox":
-            at = positions[:, None, :]  # (B, 1, t): the same positions for every head
-            rotary = PartialRotaryHalf(at, at, config.rope_frequencies())
-            for (block, attn), cache in zip(self.blocks, self.caches):
-                x = gpt_neox_decode_formula(x, block, attn, config.num_heads, cache, eps=config.eps, mask=mask,
-                                            rotary=rotary, parallel=config.use_parallel_residual)  # (B, t, D)
-            x = x[:, -1:] if last_only else x  # (B, 1, D) with last_only
-            h, _ = layer_norm_formula(x, params["final_layer_norm.gamma"], params["final_layer_norm.beta"],
-                                      config.eps)  # (B, t, D)
-        elif config.family in GEMMA:  # embeddings times sqrt(D); each layer its RoPE base and window
-            x = x * embedding_normalizer(config, x.dtype)  # (B, t, D)
-            at = positions[:, None, :]  # (B, 1, t)
-            for block, cache, (theta, window), scale in zip(self.blocks, self.caches, config.gemma_layers(),
-                                                            config.head_scale):
-                x = gemma_decode_formula(x, block, config.num_heads, config.num_kv_heads, cache, eps=config.eps,
-                                         scale=scale, mask=mask, rotary=RotaryHalf(at, at, 1.0, theta),
-                                         window=window, cap=config.attn_softcap)  # (B, t, D)
-            x = x[:, -1:] if last_only else x  # (B, 1, D) with last_only
-            h, _ = rms_norm_formula(x, 1.0 + params["norm.weight"], config.eps)  # (B, t, D): (1 + w) gain
-            return final_soft_cap(linear_formula(h, head_weight(params, config), None), config)[0]  # Gemma 2's cap
-        else:
-            at = positions[:, None, :]  # (B, 1, t): the same positions for every head
-            rotary = RotaryHalf(at, at, float(config.rope_theta), config.rope_frequencies())
-            for block, cache in zip(self.blocks, self.caches):
-                x = llama_decode_formula(x, block, config.num_heads, config.num_kv_heads, cache, eps=config.eps,
-                                         scale=None, mask=mask, rotary=rotary,
-                                         window=config.sliding_window)  # (B, t, D)
-            x = x[:, -1:] if last_only else x  # (B, 1, D) with last_only
-            h, _ = rms_norm_formula(x, params["norm.weight"], config.eps)  # (B, t, D)
-        return linear_formula(h, head_weight(params, config), None)  # (B, t, V)
+        logits, _ = run_steps(ids, positions, self.params, self.config, mask, blocks=self.blocks, layers=self.layers,
+                              kv=self.caches, last_only=last_only)
+        return logits  # (B, t, V)
 
 
 def check_prompts(ids, attention_mask, vocab_size):
@@ -287,7 +235,7 @@ def generate(ids, params, config: LMConfig, max_new_tokens, attention_mask=None,
     if copies > 1 and not do_sample:
         raise ValueError(f"num_return_sequences = {copies} needs sampling (do_sample=True): greedy decoding gives the"
                          " same sequence every time (transformers refuses it too)")
-    if config.family == "gpt2":  # positions count real tokens only: padding takes none
+    if not config.features.rotary:  # a position table (GPT-2): positions count real tokens only, padding none
         real = int(keep.sum(axis=-1).max())
         if real + max_new_tokens > config.max_positions:
             raise ValueError(f"{real} prompt tokens + max_new_tokens = {max_new_tokens} is more than GPT-2's"

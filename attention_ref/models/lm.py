@@ -1,45 +1,139 @@
-"""One entry for both families: :func:`lm_forward` picks GPT-2 or Llama from the config,
-:func:`lm_backward` from the cache, and :func:`lm_loss` adds transformers' ``labels=`` loss
-(the next token's cross-entropy) on top."""
+"""The whole language model, written once over the family modules: :func:`lm_forward`,
+:func:`lm_backward` and :func:`lm_loss` (transformers' ``labels=`` loss on top); the decoder
+(:mod:`.generate`) runs the same steps with a key/value cache per layer (:func:`run_steps`).
+
+Symbols: B batch (any leading axes), T positions, D width, V vocabulary, L layers.
+
+Forward, numbered so the backward can walk it in reverse; each step is a hook of the config's
+family (:class:`attention_ref.models.family.Family`), the transformers module it computes in
+brackets:
+
+1. ``x = embed(ids, positions)``          (B, T, D)  ``model.embed_tokens`` (GPT-2: ``wte`` + ``wpe``)
+2. ``x = block_l(x)`` for l = 0 .. L-1    (B, T, D)  ``model.layers.<l>``, the family's numbered steps
+3. ``h = final_norm(x)``                  (B, T, D)  ``model.norm``
+4. ``z = h W_head``                       (B, T, V)  ``lm_head`` (the token table transposed when tied)
+5. ``logits = cap(z)``                    (B, T, V)  Gemma 2's final soft cap; the identity elsewhere
+
+Backward: the five steps in reverse; the head's gradient is added to the token table's when tied.
+"""
 from __future__ import annotations
 
+from typing import NamedTuple
+
+import numpy as np
+
+from .._checks import as_upstream
+from ..core.linear import LinearCache
+from ..fast.dispatch import linear_backward, linear_formula
 from ..nn.cross_entropy import cross_entropy_backward, cross_entropy_forward, next_token_targets
-from .config import GEMMA, LLAMA_LIKE, LMConfig
-from .gemma import GemmaLMCache, gemma_lm_backward, gemma_lm_forward
-from .gpt2 import GPT2LMCache, gpt2_lm_backward, gpt2_lm_forward
-from .llama import LlamaLMCache, llama_lm_backward, llama_lm_forward
-from .gpt_neox import GPTNeoXLMCache, gpt_neox_lm_backward, gpt_neox_lm_forward
-from .phi3 import Phi3LMCache, phi3_lm_backward, phi3_lm_forward
+from .config import LMConfig, family_of
+from .params import add_head_gradient, block_params, check_lm_inputs, head_weight, param_names
 
-__all__ = ["lm_forward", "lm_backward", "lm_loss"]
+__all__ = ["LMCache", "lm_forward", "lm_backward", "lm_loss", "run_steps", "prepared_blocks", "STEP_MODULES"]
 
-_FORWARD = {"gpt2": gpt2_lm_forward, **dict.fromkeys(LLAMA_LIKE, llama_lm_forward), "gpt_neox": gpt_neox_lm_forward,
-            "phi3": phi3_lm_forward, **dict.fromkeys(GEMMA, gemma_lm_forward)}
+#: each step's transformers module (the trace of issue 38 names its outputs so); ``{l}`` the layer
+STEP_MODULES = {"embed": "model.embed_tokens", "block": "model.layers.{l}", "final_norm": "model.norm",
+                "head": "lm_head", "cap": "lm_head (final_logit_softcapping)"}
 
 
-def lm_forward(ids, params, config: LMConfig, attention_mask=None):
-    """Logits (..., T, V) of the config's model for the token ``ids`` (..., T), and the cache
-    for :func:`lm_backward` (:func:`attention_ref.models.gpt2_lm_forward` or
-    :func:`attention_ref.models.llama_lm_forward`)."""
+class LMCache(NamedTuple):
+    """The caches of the five steps, and what the backward needs to name the gradients."""
+
+    config: LMConfig
+    embed: object  # step 1, the family's embedding cache
+    blocks: list  # step 2, one block cache per layer
+    norm: object  # step 3
+    head: object  # step 4, LinearCache
+    cap: object  # step 5, or None
+    param_keys: tuple
+    logits_shape: tuple
+    dtype: np.dtype
+
+
+def _check_config(config):
     if not isinstance(config, LMConfig):
         raise TypeError(f"config must be an LMConfig (attention_ref.LMConfig.from_dict(config.json)),"
                         f" got {type(config).__name__}")
-    return _FORWARD[config.family](ids, params, config, attention_mask)
+
+
+def prepared_blocks(params: dict, config: LMConfig) -> list:
+    """Each layer's params as its family's block takes them (fused weights split once)."""
+    family = family_of(config)
+    return [family.prepare(block_params(params, config, layer), config) for layer in range(config.num_layers)]
+
+
+def run_steps(ids, positions, params, config: LMConfig, mask, *, blocks=None, layers=None, kv=None,
+              last_only=False):
+    """Steps 1-5 on checked inputs: ``ids`` (..., t) at ``positions`` ((t,) in a forward, (B, t)
+    when decoding), ``mask`` None or (..., 1, T_seen); ``blocks`` and ``layers`` as
+    :func:`prepared_blocks` and the family's ``layers`` give them (computed when None); ``kv`` a
+    :class:`KVCache` per layer when decoding (then the block caches are None). With
+    ``last_only`` steps 3-5 see the last position only. Returns ``(logits, caches)``."""
+    family = family_of(config)
+    blocks = prepared_blocks(params, config) if blocks is None else blocks
+    layers = family.layers(config) if layers is None else layers
+    # 1. embeddings
+    x, embed = family.embed(ids, positions, params, config)  # (..., t, D)
+    # 2. the blocks, each with its own cache (or its KVCache when decoding)
+    caches = []
+    for layer in range(config.num_layers):
+        x, cache = family.block_forward(x, blocks[layer], config, layers[layer], mask, positions,
+                                        None if kv is None else kv[layer])  # (..., t, D)
+        caches.append(cache)
+    x = x[..., -1:, :] if last_only else x  # (..., 1, D) with last_only
+    # 3. the final norm
+    h, norm = family.final_norm(x, params, config)  # (..., t, D)
+    # 4. the LM head
+    W_head = head_weight(params, config)  # (D, V)
+    z = linear_formula(h, W_head, None)  # (..., t, V)
+    # 5. the logits' cap (Gemma 2)
+    logits, cap = (z, None) if family.logits is None else family.logits(z, config)
+    return logits, (embed, caches, norm, LinearCache(h, W_head, False), cap)
+
+
+def lm_forward(ids, params, config: LMConfig, attention_mask=None):
+    """Logits (..., T, V) of the config's model for the token ``ids`` (..., T), positions 0 .. T-1,
+    and the cache for :func:`lm_backward`.
+
+    Parameters
+    ----------
+    ids : integer array (..., T), token ids in ``[0, vocab_size)``
+    params : dict with the keys of :func:`attention_ref.models.param_names`
+    config : LMConfig
+    attention_mask : optional (..., T) of 0/1, 0 for padding: no query attends to a padding key
+        (positions still count from 0, as transformers' forward without position_ids)
+    """
+    _check_config(config)
+    ids, params, mask = check_lm_inputs(ids, params, config, attention_mask)  # mask: (..., 1, T) or None
+    # everything is checked: the steps are the formulas
+    logits, (embed, blocks, norm, head, cap) = run_steps(ids, np.arange(ids.shape[-1]), params, config, mask)
+    keys = tuple(k for k in param_names(config) if params.get(k) is not None)
+    return logits, LMCache(config, embed, blocks, norm, head, cap, keys, logits.shape, logits.dtype)
 
 
 def lm_backward(dlogits, cache):
     """Gradients of :func:`lm_forward`: a dict with the keys and shapes of the params."""
-    if isinstance(cache, GPT2LMCache):
-        return gpt2_lm_backward(dlogits, cache)
-    if isinstance(cache, LlamaLMCache):
-        return llama_lm_backward(dlogits, cache)
-    if isinstance(cache, GPTNeoXLMCache):
-        return gpt_neox_lm_backward(dlogits, cache)
-    if isinstance(cache, Phi3LMCache):
-        return phi3_lm_backward(dlogits, cache)
-    if isinstance(cache, GemmaLMCache):
-        return gemma_lm_backward(dlogits, cache)
-    raise TypeError(f"cache must be what lm_forward returned, got {type(cache).__name__}")
+    if not isinstance(cache, LMCache):
+        raise TypeError(f"cache must be what lm_forward returned, got {type(cache).__name__}")
+    config = cache.config
+    family = family_of(config)
+    dlogits = as_upstream(dlogits, cache.logits_shape, cache.dtype, "dlogits")
+    g = {}
+    # 5. logits = cap(z)
+    dz = dlogits if family.logits_backward is None else family.logits_backward(dlogits, cache.cap)  # (..., T, V)
+    # 4. z = h W_head
+    dh, dW_head, _ = linear_backward(dz, cache.head)  # (..., T, D), (D, V)
+    # 3. h = final_norm(x)
+    dx, norm_grads = family.final_norm_backward(dh, cache.norm)  # (..., T, D)
+    g.update(norm_grads)
+    # 2. the blocks in reverse
+    for layer in reversed(range(config.num_layers)):
+        dx, block_grads = family.block_backward(dx, cache.blocks[layer])  # (..., T, D)
+        g.update({f"{family.layer_prefix}.{layer}.{k}": v for k, v in block_grads.items()})
+    # 1. x = embed(ids): the scatter-add of the lookups
+    g.update(family.embed_backward(dx, cache.embed, config))
+    add_head_gradient(g, dW_head, config)  # tied: the table's gradient is the sum of its two uses
+    return {k: g[k] for k in cache.param_keys if k in g}
 
 
 def lm_loss(ids, params, config: LMConfig, attention_mask=None):

@@ -1,5 +1,6 @@
 """A whole model's parameters: one flat dict, named like transformers' modules.
 
+Each family's names are its parameter table's (:mod:`attention_ref.models.families`), e.g.
 GPT-2: ``wte`` (V, D), ``wpe`` (P, D), ``h.<i>.<block name>`` (the names of
 :func:`attention_ref.gpt2_block_forward`), ``ln_f.gamma``, ``ln_f.beta``, and ``lm_head.W``
 (D, V) only when the head is not tied to ``wte``.
@@ -23,47 +24,43 @@ import numpy as np
 from .._checks import as_generator
 from .._checks import as_real_array, cast, common_dtype
 from .._token_checks import as_attention_mask, as_token_ids
-from ..nn.encoder_block import ENCODER_GROUPS
-from ..nn.gpt2_block import init_gpt2_block_params
-from ..nn.gpt_neox_block import GPT_NEOX_PARAM_NAMES, init_gpt_neox_block_params
-from ..nn.gemma_block import GEMMA2_PARAM_NAMES, GEMMA_PARAM_NAMES, init_gemma_block_params
-from ..nn.llama_block import LLAMA_PARAM_NAMES, QK_NORM_NAMES, QKV_BIAS_NAMES, init_llama_block_params
-from .config import GEMMA, LLAMA_LIKE, LMConfig
+from .config import LMConfig, family_of
+from .family import block_tensors
+from .families import FAMILY
+from .families.gpt_neox import gpt_neox_block_shapes
+from .families.phi3 import PHI3_PARAM_NAMES, phi3_block_shapes
 
-__all__ = ["PHI3_PARAM_NAMES", "param_names", "tensor_shapes", "block_params", "init_lm_params", "check_lm_params", "check_lm_inputs", "head_weight",
-           "add_head_gradient", "TOKEN_TABLE", "LAYER_PREFIX"]
+__all__ = ["PHI3_PARAM_NAMES", "param_names", "tensor_shapes", "block_params", "init_lm_params", "check_lm_params",
+           "check_lm_inputs", "head_weight", "add_head_gradient", "TOKEN_TABLE", "LAYER_PREFIX",
+           "gpt_neox_block_shapes", "phi3_block_shapes", "optional_names"]
 
-#: The token table's name and a layer's prefix in each family.
-TOKEN_TABLE = {"gpt2": "wte", **dict.fromkeys(LLAMA_LIKE, "embed_tokens"), "gpt_neox": "embed_in",
-               "phi3": "embed_tokens", **dict.fromkeys(GEMMA, "embed_tokens")}
-LAYER_PREFIX = {"gpt2": "h", **dict.fromkeys(LLAMA_LIKE, "layers"), "gpt_neox": "layers", "phi3": "layers",
-                **dict.fromkeys(GEMMA, "layers")}
-#: Phi-3's block: Llama's with the q, k, v projections fused, and the MLP's gate and up
-PHI3_PARAM_NAMES = ("input_norm.weight", "self_attn.W_qkv", "self_attn.W_o", "post_attention_norm.weight",
-                    "mlp.W_gate_up", "mlp.W_down")
-_GPT2_BLOCK = tuple(f"{group}.{name}" for group, names in ENCODER_GROUPS.items() for name in names)
+#: The token table's name and a layer's prefix in each family (from the family modules).
+TOKEN_TABLE = {name: f.token_table for name, f in FAMILY.items()}
+LAYER_PREFIX = {name: f.layer_prefix for name, f in FAMILY.items()}
+_STD = {"normal": 0.02, "normal/2": 0.01}  # transformers' initializer_range; GPT-2's position table half of it
 
 
-def _block_names(config: LMConfig):
-    if config.family == "gpt2":
-        return _GPT2_BLOCK
-    if config.family == "gpt_neox":
-        return GPT_NEOX_PARAM_NAMES
-    if config.family == "phi3":
-        return PHI3_PARAM_NAMES
-    if config.family in GEMMA:
-        return GEMMA_PARAM_NAMES if config.qk_norm else GEMMA2_PARAM_NAMES
-    return LLAMA_PARAM_NAMES + (QKV_BIAS_NAMES if config.qkv_bias else ()) + (QK_NORM_NAMES if config.qk_norm else ())
+def _ours(tensors, config):
+    """``(our name, Tensor)`` of each of ``tensors`` that ``config``'s model has."""
+    return [(n, t) for t in tensors if t.when is None or t.when(config) for n in t.ours]
 
 
 def param_names(config: LMConfig) -> tuple:
-    """Every key of a model's params, in the order of the forward."""
-    names = ["wte", "wpe"] if config.family == "gpt2" else [TOKEN_TABLE[config.family]]
-    prefix = LAYER_PREFIX[config.family]
-    names += [f"{prefix}.{i}.{n}" for i in range(config.num_layers) for n in _block_names(config)]
-    names += {"gpt2": ["ln_f.gamma", "ln_f.beta"], "gpt_neox": ["final_layer_norm.gamma", "final_layer_norm.beta"]
-              }.get(config.family, ["norm.weight"])
-    return tuple(names + ([] if config.tie_word_embeddings else ["lm_head.W"]))
+    """Every key of a model's params, in the order of the forward (the family's parameter table:
+    the tables, each layer's block, then the final norm and the head)."""
+    family = family_of(config)
+    block = [n for n, _ in _ours(family.block, config)]
+    if family.block_order is not None:
+        block = sorted(block, key=family.block_order.index)
+    layers = [f"{family.layer_prefix}.{i}.{n}" for i in range(config.num_layers) for n in block]
+    return tuple([n for n, _ in _ours(family.top, config)] + layers + [n for n, _ in _ours(family.final, config)])
+
+
+def optional_names(config: LMConfig) -> set:
+    """The block names a model's params may lack (GPT-2's biases)."""
+    family = family_of(config)
+    block = {n for n, t in _ours(family.block, config) if t.optional}
+    return {f"{family.layer_prefix}.{i}.{n}" for i in range(config.num_layers) for n in block}
 
 
 def block_params(params: dict, config: LMConfig, layer: int) -> dict:
@@ -73,48 +70,13 @@ def block_params(params: dict, config: LMConfig, layer: int) -> dict:
 
 
 def tensor_shapes(config: LMConfig) -> dict:
-    """The shape of every tensor of the config's model, keyed like :func:`param_names`."""
-    V, D, F, H, Hkv = config.vocab_size, config.d_model, config.d_ff, config.num_heads, config.num_kv_heads
-    Dh = config.d_head
-    Dq, Dkv = H * Dh, Hkv * Dh  # the query and key/value widths: num_heads and num_kv_heads heads of Dh
-    if config.family == "gpt2":
-        block = {"ln1.gamma": (D,), "ln1.beta": (D,), "ln2.gamma": (D,), "ln2.beta": (D,),
-                 "ffn.W_1": (D, F), "ffn.b_1": (F,), "ffn.W_2": (F, D), "ffn.b_2": (D,)}
-        block.update({f"self_attn.{w}": (D, D) for w in ("W_q", "W_k", "W_v", "W_o")})
-        block.update({f"self_attn.{b}": (D,) for b in ("b_q", "b_k", "b_v", "b_o")})
-        outer = {"wte": (V, D), "wpe": (config.max_positions, D), "ln_f.gamma": (D,), "ln_f.beta": (D,)}
-    elif config.family == "gpt_neox":
-        block = gpt_neox_block_shapes(D, F)
-        outer = {"embed_in": (V, D), "final_layer_norm.gamma": (D,), "final_layer_norm.beta": (D,)}
-    elif config.family == "phi3":
-        block = phi3_block_shapes(config)
-        outer = {"embed_tokens": (V, D), "norm.weight": (D,)}
-    else:
-        block = {"input_norm.weight": (D,), "self_attn.W_q": (D, Dq), "self_attn.W_k": (D, Dkv),
-                 "self_attn.W_v": (D, Dkv), "self_attn.W_o": (Dq, D), "post_attention_norm.weight": (D,),
-                 "mlp.W_gate": (D, F), "mlp.W_up": (D, F), "mlp.W_down": (F, D),
-                 "self_attn.b_q": (Dq,), "self_attn.b_k": (Dkv,), "self_attn.b_v": (Dkv,),  # Qwen2's biases
-                 "self_attn.q_norm.weight": (Dh,), "self_attn.k_norm.weight": (Dh,),  # Qwen3's norms
-                 "pre_feedforward_norm.weight": (D,), "post_feedforward_norm.weight": (D,)}  # Gemma 3's
-        outer = {"embed_tokens": (V, D), "norm.weight": (D,)}
-    prefix = LAYER_PREFIX[config.family]
-    shapes = {**outer, "lm_head.W": (D, V)}
-    shapes.update({f"{prefix}.{i}.{n}": shape for i in range(config.num_layers) for n, shape in block.items()})
+    """The shape of every tensor of the config's model, keyed like :func:`param_names` (from the
+    family's parameter table)."""
+    family = family_of(config)
+    shapes = {n: t.shape(config) for n, t in _ours(family.top + family.final, config)}
+    block = {n: t.shape(config) for n, t in _ours(family.block, config)}
+    shapes.update({f"{family.layer_prefix}.{i}.{n}": s for i in range(config.num_layers) for n, s in block.items()})
     return {n: shapes[n] for n in param_names(config)}
-
-
-def gpt_neox_block_shapes(D, F) -> dict:
-    """GPT-NeoX's block tensors' shapes (width D, MLP width F), keyed like its params."""
-    norms = {f"{n}.{g}": (D,) for n in ("input_layernorm", "post_attention_layernorm") for g in ("gamma", "beta")}
-    return {**norms, "attention.W_qkv": (D, 3 * D), "attention.b_qkv": (3 * D,), "attention.W_dense": (D, D),
-            "attention.b_dense": (D,), "mlp.W_1": (D, F), "mlp.b_1": (F,), "mlp.W_2": (F, D), "mlp.b_2": (D,)}
-
-
-def phi3_block_shapes(config) -> dict:
-    """Phi-3's block tensors' shapes, keyed like its params."""
-    D, F, Dq, Dkv = config.d_model, config.d_ff, config.num_heads * config.d_head, config.num_kv_heads * config.d_head
-    return {"input_norm.weight": (D,), "self_attn.W_qkv": (D, Dq + 2 * Dkv), "self_attn.W_o": (Dq, D),
-            "post_attention_norm.weight": (D,), "mlp.W_gate_up": (D, 2 * F), "mlp.W_down": (F, D)}
 
 
 def check_lm_params(params, config: LMConfig) -> dict:
@@ -128,7 +90,7 @@ def check_lm_params(params, config: LMConfig) -> dict:
     if not isinstance(params, dict):
         raise TypeError(f"params must be a dict of arrays, got {type(params).__name__}")
     names = param_names(config)
-    optional = {n for n in names if n.rsplit(".", 1)[-1].startswith("b_")} if config.family == "gpt2" else set()
+    optional = optional_names(config)
     missing = [n for n in names if params.get(n) is None and n not in optional]
     unknown = sorted(set(params) - set(names))
     if missing or unknown:
@@ -178,43 +140,26 @@ def add_head_gradient(grads: dict, dW_head, config: LMConfig) -> None:
 def init_lm_params(config: LMConfig, *, seed=None, dtype=np.float64) -> dict:
     """Random weights of the config's shapes: normal with std 0.02 (transformers'
     ``initializer_range``; GPT-2's position table 0.01, as GPT-2's own initialisation), norms at
-    1 and biases at 0 as the blocks' own initialisers."""
+    1 (Gemma's (1 + w) at w = 0) and biases at 0, as the family's parameter table says (a
+    family's own block initialiser when it has one)."""
+    family = family_of(config)
     rng = as_generator(seed)
-    V, D = config.vocab_size, config.d_model
     params = {}
-    if config.family == "gpt2":
-        params["wte"] = (0.02 * rng.standard_normal((V, D))).astype(dtype)
-        params["wpe"] = (0.01 * rng.standard_normal((config.max_positions, D))).astype(dtype)
-    else:
-        params[TOKEN_TABLE[config.family]] = (0.02 * rng.standard_normal((V, D))).astype(dtype)
+
+    def draw(t, generator):
+        shape = t.shape(config)
+        if t.init in _STD:
+            return (_STD[t.init] * generator.standard_normal(shape)).astype(dtype)
+        return (np.ones if t.init == "ones" else np.zeros)(shape, dtype)
+
+    params.update({n: draw(t, rng) for n, t in _ours(family.top, config)})  # the tables first
     for i in range(config.num_layers):
         seed_i = int(rng.integers(2**31))
-        if config.family == "gpt2":
-            block = init_gpt2_block_params(D, config.num_heads, config.d_ff, seed=seed_i, dtype=dtype)
-        elif config.family == "gpt_neox":
-            block = init_gpt_neox_block_params(D, config.num_heads, config.d_ff, seed=seed_i, dtype=dtype)
-        elif config.family in GEMMA:
-            block = init_gemma_block_params(D, config.num_heads, config.d_ff, num_kv_heads=config.num_kv_heads,
-                                            d_head=config.d_head, seed=seed_i, dtype=dtype, qk_norm=config.qk_norm)
+        if family.init_block is not None:
+            block = family.init_block(config, seed_i, dtype)
         else:
-            block = init_llama_block_params(D, config.num_heads, config.d_ff, num_kv_heads=config.num_kv_heads,
-                                            seed=seed_i, dtype=dtype, qkv_bias=config.qkv_bias,
-                                            qk_norm=config.qk_norm, d_head=config.d_head)
-        if config.family == "phi3":  # Llama's weights, fused as Phi-3 stores them
-            block = {"input_norm.weight": block["input_norm.weight"], "post_attention_norm.weight":
-                     block["post_attention_norm.weight"], "self_attn.W_o": block["self_attn.W_o"],
-                     "mlp.W_down": block["mlp.W_down"],
-                     "self_attn.W_qkv": np.concatenate([block[f"self_attn.W_{n}"] for n in "qkv"], axis=1),
-                     "mlp.W_gate_up": np.concatenate([block["mlp.W_gate"], block["mlp.W_up"]], axis=1)}
-        params.update({f"{LAYER_PREFIX[config.family]}.{i}.{k}": v for k, v in block.items()})
-    if config.family == "gpt2":
-        params["ln_f.gamma"], params["ln_f.beta"] = np.ones(D, dtype), np.zeros(D, dtype)
-    elif config.family == "gpt_neox":
-        params["final_layer_norm.gamma"], params["final_layer_norm.beta"] = np.ones(D, dtype), np.zeros(D, dtype)
-    elif config.family in GEMMA:
-        params["norm.weight"] = np.zeros(D, dtype)  # Gemma's (1 + w) norm: w = 0 is the identity gain
-    else:
-        params["norm.weight"] = np.ones(D, dtype)
-    if not config.tie_word_embeddings:
-        params["lm_head.W"] = (0.02 * rng.standard_normal((D, V))).astype(dtype)
+            block_rng = np.random.default_rng(seed_i)
+            block = {n: draw(t, block_rng) for n, t in _ours(family.block, config)}
+        params.update({f"{family.layer_prefix}.{i}.{k}": v for k, v in block.items()})
+    params.update({n: draw(t, rng) for n, t in _ours(family.final, config)})  # the final norm, the head
     return {name: params[name] for name in param_names(config) if name in params}

@@ -11,9 +11,9 @@ Forward: 1. ``g = 1 + w``; 2. ``y = rms_norm(x, g)``.
 from __future__ import annotations
 
 from .._checks import as_real_array
-from .rms_norm import RMSNormCache, rms_norm_backward, rms_norm_forward
+from .rms_norm import RMSNormCache, rms_norm_backward, rms_norm_formula, rms_norm_forward
 
-__all__ = ["gemma_rms_norm_forward", "gemma_rms_norm_backward"]
+__all__ = ["gemma_rms_norm_forward", "gemma_rms_norm_backward", "gemma_rms_norm_formula"]
 
 
 def gemma_rms_norm_forward(x, weight, eps=1e-6):
@@ -52,3 +52,9 @@ def gemma_rms_norm_backward(dy, cache: RMSNormCache):
     dweight : array (d,), ``dw``
     """
     return rms_norm_backward(dy, cache)
+
+
+def gemma_rms_norm_formula(x, weight, eps):
+    """:func:`gemma_rms_norm_forward` on checked inputs (the whole Gemma model's final norm and
+    the blocks' norms call it): ``rms_norm_formula(x, 1 + w, eps)``."""
+    return rms_norm_formula(x, 1.0 + weight, eps)  # 1.0 is a Python float: float32 stays float32

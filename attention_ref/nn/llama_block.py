@@ -59,20 +59,22 @@ _OPTIONAL_NAMES = QKV_BIAS_NAMES + QK_NORM_NAMES
 
 
 class RotaryHalf(NamedTuple):
-    """Rotate-half RoPE on the split heads, as :func:`attention_ref.core.multi_head` expects:
-    queries at ``q_positions``, keys at ``k_positions`` (both ``0..N-1`` in a block forward).
-    ``theta`` (Dh/2,), when given, are the frequencies (Llama 3.x's scaled ones, from
-    :func:`attention_ref.nn.rope_scaling.rope_frequencies`); else ``base^(-2i/Dh)``."""
+    """RoPE on the split heads, as :func:`attention_ref.core.multi_head` expects: queries at
+    ``q_positions``, keys at ``k_positions`` (both ``0..N-1`` in a block forward). ``theta``
+    (Dh/2,), when given, are the frequencies (Llama 3.x's scaled ones, from
+    :func:`attention_ref.nn.rope_scaling.rope_frequencies`); else ``base^(-2i/Dh)``. ``layout``:
+    ``"half"`` (rotate-half, transformers' Llama) or ``"interleaved"`` (Meta's original weights)."""
 
     q_positions: np.ndarray  # (Nq,)
     k_positions: np.ndarray  # (Nk,)
     base: float
     theta: np.ndarray | None = None  # (Dh/2,)
+    layout: str = "half"
 
     def forward(self, q, k):
         if self.theta is None:
-            q, q_cache = rope_forward(q, self.q_positions, self.base, layout="half")  # (..., H, Nq, Dh)
-            k, k_cache = rope_forward(k, self.k_positions, self.base, layout="half")  # (..., Hkv, Nk, Dh)
+            q, q_cache = rope_forward(q, self.q_positions, self.base, layout=self.layout)  # (..., H, Nq, Dh)
+            k, k_cache = rope_forward(k, self.k_positions, self.base, layout=self.layout)  # (..., Hkv, Nk, Dh)
         else:
             q, q_cache = self._rotate(q, self.q_positions)  # (..., H, Nq, Dh)
             k, k_cache = self._rotate(k, self.k_positions)  # (..., Hkv, Nk, Dh)
@@ -82,7 +84,7 @@ class RotaryHalf(NamedTuple):
         """RoPE's rotation by ``p theta_i`` (angles in float64, cos and sin in x's dtype)."""
         angles = np.asarray(positions, dtype=np.float64)[..., None] * self.theta  # (..., N, Dh/2)
         cos, sin = np.cos(angles).astype(x.dtype), np.sin(angles).astype(x.dtype)
-        return rotate(x, cos, sin, "half"), RopeCache(cos, sin, x.shape, "half")
+        return rotate(x, cos, sin, self.layout), RopeCache(cos, sin, x.shape, self.layout)
 
     def backward(self, dq, dk, cache):
         q_cache, k_cache = cache
@@ -99,7 +101,7 @@ class QKNormRotary(NamedTuple):
     gradients ``dq_norm = sum over batch, heads, positions of dq_hat * x_hat`` are returned as
     the third value (the grouped-heads backward adds them to the attention's gradients)."""
 
-    rotary: RotaryHalf
+    rotary: RotaryHalf | None  # None: no rotation (SmolLM3's NoPE layers)
     q_weight: np.ndarray  # (Dh,)
     k_weight: np.ndarray  # (Dh,)
     eps: float
@@ -107,12 +109,15 @@ class QKNormRotary(NamedTuple):
     def forward(self, q, k):
         q, q_norm = rms_norm_formula(q, self.q_weight, self.eps)  # (..., H, Nq, Dh)
         k, k_norm = rms_norm_formula(k, self.k_weight, self.eps)  # (..., Hkv, Nk, Dh)
-        q, k, rotary_cache = self.rotary.forward(q, k)
+        rotary_cache = None
+        if self.rotary is not None:
+            q, k, rotary_cache = self.rotary.forward(q, k)
         return q, k, (q_norm, k_norm, rotary_cache)
 
     def backward(self, dq, dk, cache):
         q_norm, k_norm, rotary_cache = cache
-        dq, dk = self.rotary.backward(dq, dk, rotary_cache)
+        if self.rotary is not None:
+            dq, dk = self.rotary.backward(dq, dk, rotary_cache)
         dq, dq_weight = _rms_norm_backward(dq, q_norm)  # (..., H, Nq, Dh), (Dh,)
         dk, dk_weight = _rms_norm_backward(dk, k_norm)  # (..., Hkv, Nk, Dh), (Dh,)
         return dq, dk, {"q_norm.weight": dq_weight, "k_norm.weight": dk_weight}
@@ -221,22 +226,25 @@ def _scaled_frequencies(p, num_heads, rope_base, rope_scaling):
     return rope_frequencies(p["self_attn.W_q"].shape[-1] // num_heads, rope_base, rope_scaling)
 
 
-def llama_block_formula(x, p, num_heads, num_kv_heads, *, rope_base, eps, mask, scale, theta=None, window=None):
+def llama_block_formula(x, p, num_heads, num_kv_heads, *, rope_base, eps, mask, scale, theta=None, window=None,
+                        rotate=True, layout="half"):
     """:func:`llama_block_forward` on checked inputs (``p`` as :func:`check_llama_block_params`
     returns it, ``mask`` None or checked, ``theta`` None or RoPE's frequencies (Dh/2,), ``window``
-    None or Mistral's sliding window; whole models call it on weights they checked once)."""
+    None or Mistral's sliding window; whole models call it on weights they checked once).
+    ``rotate=False``: no RoPE in this layer (SmolLM3's NoPE layers); ``layout``: RoPE's pairing
+    (:class:`RotaryHalf`)."""
     n = x.shape[-2]
     attn_params = _attention_params(p)
     # 1. z = RMSNorm_1(x)
     z, norm1 = rms_norm_formula(x, p["input_norm.weight"], eps)  # (..., N, D)
     # 2. a = Attn(z): causal, RoPE on q and k, grouped heads
     positions = np.arange(n)
+    rotary = RotaryHalf(positions, positions, float(rope_base), theta, layout) if rotate else None
     causal = causal_mask(n) if window is None else local_window_mask(n, window - 1, causal=True)  # (N, N)
     causal = causal if mask is None else combine_masks(mask, causal)  # (..., N, N)
     inputs = MultiHeadInputs(z, z, z, attn_params, causal, None, num_heads, num_kv_heads)
     a, attn = multi_head_attention_formula(inputs, tuple(attn_params), scale=scale,
-                                           rotary=_with_qk_norm(RotaryHalf(positions, positions, float(rope_base), theta),
-                                                                p, eps))  # (..., N, D)
+                                           rotary=_with_qk_norm(rotary, p, eps))  # (..., N, D)
     # 3. h = x + a
     hidden = x + a  # (..., N, D)
     # 4. u = RMSNorm_2(h)

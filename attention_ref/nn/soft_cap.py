@@ -15,7 +15,7 @@ import numpy as np
 
 from .._checks import as_real_array, as_upstream, check_positive_real, signals_land_here
 
-__all__ = ["SoftCapCache", "soft_cap_forward", "soft_cap_backward"]
+__all__ = ["SoftCapCache", "soft_cap_forward", "soft_cap_backward", "soft_cap_formula", "soft_cap_backward_formula"]
 
 
 class SoftCapCache(NamedTuple):
@@ -62,3 +62,18 @@ def soft_cap_backward(dy, cache: SoftCapCache):
     """
     t = cache.t
     return as_upstream(dy, t.shape, t.dtype, "dy") * (1.0 - t * t)
+
+
+def soft_cap_formula(x, cap):
+    """:func:`soft_cap_forward` on a checked ``x`` and a positive ``cap`` (Gemma 2's whole model
+    caps its logits with it; ``cap`` a Python float keeps float32 float32)."""
+    cap = float(cap)
+    with np.errstate(over="ignore", under="ignore"):  # x / cap past the dtype's range: tanh is +-1 there anyway
+        t = np.tanh(x / cap)  # (...)
+        signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
+    return cap * t, SoftCapCache(t)
+
+
+def soft_cap_backward_formula(dy, cache: SoftCapCache):
+    """:func:`soft_cap_backward` on a checked ``dy``: ``dy * (1 - t^2)``."""
+    return dy * (1.0 - cache.t * cache.t)

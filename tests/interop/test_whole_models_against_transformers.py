@@ -80,8 +80,9 @@ def _llama(tie=False, rope_scaling=None, head_dim=None):
     return model
 
 
-def _qwen(family, tie=False, head_dim=4):
+def _qwen(family, tie=False, head_dim=4, **more):
     extra = {"head_dim": head_dim} if family in ("Qwen3", "Mistral") else {}  # their configs' default is 128
+    extra.update(more)
     if family == "Mistral":
         extra["sliding_window"] = 3  # shorter than the prompts and the generated text: the window matters
     config = getattr(transformers, f"{family}Config")(**extra, vocab_size=41, hidden_size=16, intermediate_size=24, num_attention_heads=4,
@@ -101,7 +102,14 @@ MODELS = {"gpt2": lambda: _gpt2(True), "gpt2-untied": lambda: _gpt2(False),
           "qwen2": lambda: _qwen("Qwen2"), "qwen2-tied": lambda: _qwen("Qwen2", True),
           "qwen3": lambda: _qwen("Qwen3"), "qwen3-tied": lambda: _qwen("Qwen3", True),
           "mistral": lambda: _qwen("Mistral"),
-          "qwen3-wide-heads": lambda: _qwen("Qwen3", head_dim=6)}  # H Dh = 24 != D = 16, as Qwen3-0.6B
+          "qwen3-wide-heads": lambda: _qwen("Qwen3", head_dim=6),  # H Dh = 24 != D = 16, as Qwen3-0.6B
+          # OLMo 2: norms after the sub-layers, q/k norms over the whole projection (the family file
+          # attention_ref/models/families/olmo2.py); its RMSNorm and RoPE patched to float64 as Llama's
+          "olmo2": lambda: _qwen("Olmo2"), "olmo2-tied": lambda: _qwen("Olmo2", True),
+          # SmolLM3: no RoPE on every second layer here (no_rope_layer_interval = 2: layer 1 is NoPE), and
+          # no_rope_layers given as a list (layer 0 NoPE); its RMSNorm and RoPE patched as Llama's
+          "smollm3": lambda: _qwen("SmolLM3", no_rope_layer_interval=2),
+          "smollm3-listed": lambda: _qwen("SmolLM3", True, no_rope_layers=[0, 1])}
 
 
 @pytest.fixture(params=list(MODELS))

@@ -52,7 +52,7 @@ def test_what_is_not_computed_is_refused_by_name(tmp_path):
                          ("rope_scaling", {"rope_type": "linear", "factor": 2.0})):
         with pytest.raises(ValueError, match=f"gpt_neox: {field}"):
             ar.LMConfig(**{**config.to_dict(), field: value})
-    with pytest.raises(ValueError, match="rotary_pct and use_parallel_residual are GPT-NeoX's"):
+    with pytest.raises(ValueError, match="llama: rotary_pct = 0.5 is not supported"):
         ar.LMConfig(family="llama", vocab_size=8, d_model=4, num_layers=1, num_heads=2, num_kv_heads=2, d_ff=8,
                     max_positions=8, eps=1e-6, rotary_pct=0.5)
     bad = {"rotary_pct": "0.5", "use_parallel_residual": 1, "layer_norm_eps": 0, "hidden_size": 9}

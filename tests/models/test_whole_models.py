@@ -47,6 +47,12 @@ CONFIGS = {
                              "sliding_window": 2, "query_pre_attn_scalar": 3.0, "rope_local_theta": 100.0,
                              "layer_types": ("sliding_attention", "full_attention", "sliding_attention"),
                              "attn_softcap": 0.5, "final_softcap": 1.0}),
+    # OLMo 2: norms after the sub-layers, q/k norms over the whole projections (models/families/olmo2.py)
+    "olmo2": ar.LMConfig(**{**LLAMA.to_dict(), "family": "olmo2"}),
+    # SmolLM3: layer 1 without RoPE (no_rope_layers [1, 0])
+    "smollm3": ar.LMConfig(**{**LLAMA.to_dict(), "family": "smollm3", "rope_layers": (True, False)}),
+    # Llama with Meta's interleaved RoPE pairs (config.rope_layout)
+    "llama-interleaved": ar.LMConfig(**{**LLAMA.to_dict(), "rope_layout": "interleaved", "head_dim": 4}),
 }
 
 
@@ -250,7 +256,7 @@ def test_loading_refuses_what_it_does_not_implement(tmp_path):
     assert ar.LMConfig.from_dict({**qwen3, "head_dim": 6}).d_head == 6
     with pytest.raises(ValueError, match="qwen3: head_dim = 3 is not supported"):  # RoPE rotates pairs
         ar.LMConfig.from_dict({**qwen3, "head_dim": 3})
-    with pytest.raises(ValueError, match="head_dim is for the Llama-like families"):
+    with pytest.raises(ValueError, match="gpt2: head_dim = 8 is not supported"):
         ar.LMConfig(**{**GPT2.to_dict(), "head_dim": 8})
     with pytest.raises(ValueError, match="qwen3: attention_bias = True"):  # Qwen3's: on o_proj too
         ar.LMConfig.from_dict({**qwen3, "attention_bias": True})
@@ -260,7 +266,7 @@ def test_loading_refuses_what_it_does_not_implement(tmp_path):
     assert ar.LMConfig.from_dict(mistral).sliding_window == 4096
     assert ar.LMConfig.from_dict({**mistral, "sliding_window": None}).sliding_window is None
     assert ar.LMConfig.from_dict({**llama3, "rope_scaling": None, "sliding_window": 4}).sliding_window is None
-    with pytest.raises(ValueError, match="sliding_window is Mistral's"):
+    with pytest.raises(ValueError, match="llama: sliding_window = 4 is not supported"):
         ar.LMConfig(**{**LLAMA.to_dict(), "sliding_window": 4})
     with pytest.raises(ValueError, match="sliding_window must be None or a positive integer"):
         ar.LMConfig(**{**LLAMA.to_dict(), "family": "mistral", "sliding_window": 0})
@@ -370,3 +376,28 @@ def test_a_tied_config_over_a_different_stored_head_is_refused():
         from_transformers_state(state, tied)
     same = {**state, "lm_head.weight": state["model.embed_tokens.weight"]}
     assert "lm_head.W" not in from_transformers_state(same, tied)
+
+
+def test_interleaved_rope_is_half_rope_with_the_columns_of_each_head_paired_otherwise():
+    """rope_layout="interleaved" pairs features (2i, 2i + 1), "half" pairs (i, i + Dh/2): the same
+    model, with W_q's and W_k's columns of each head permuted from one pairing to the other."""
+    params, config = _model("llama-interleaved")
+    half = ar.LMConfig(**{**config.to_dict(), "rope_layout": "half"})
+    Dh = config.d_head
+    order = np.concatenate([np.arange(0, Dh, 2), np.arange(1, Dh, 2)])  # interleaved pair i -> (i, i + Dh/2)
+    permuted = dict(params)
+    for name, heads in (("W_q", config.num_heads), ("W_k", config.num_kv_heads)):
+        for i in range(config.num_layers):
+            W = params[f"layers.{i}.self_attn.{name}"]
+            cols = np.concatenate([h * Dh + order for h in range(heads)])
+            permuted[f"layers.{i}.self_attn.{name}"] = W[:, cols]
+    ids = np.array([[1, 2, 3, 4, 5, 6]])
+    a, _ = ar.lm_forward(ids, params, config)
+    b, _ = ar.lm_forward(ids, permuted, half)
+    np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    c, _ = ar.lm_forward(ids, params, half)
+    assert np.abs(a - c).max() > 1e-3  # the layout matters: the unpermuted weights give other logits
+    with pytest.raises(ValueError, match="rope_layout must be one of"):
+        ar.LMConfig(**{**config.to_dict(), "rope_layout": "halves"})
+    with pytest.raises(ValueError, match="gpt2: rope_layout = 'interleaved' is not supported"):
+        ar.LMConfig(**{**CONFIGS["gpt2"].to_dict(), "rope_layout": "interleaved"})

@@ -1,0 +1,67 @@
+"""Gemma 2 (transformers' ``Gemma2ForCausalLM``): Gemma 3's block without q/k norms, with soft caps.
+
+The differences from :mod:`.gemma3_text`: one RoPE base for every layer (no scaling); the layers
+alternate sliding and global, sliding first; no q/k norms; step 2.2's scaled scores become
+``attn_softcap * tanh(S / attn_softcap)`` before the mask (``attn_logit_softcapping``), and after
+step 4 a fifth step caps the logits (:func:`attention_ref.nn.soft_cap.soft_cap_formula`):
+
+5. ``logits = final_softcap * tanh(z / final_softcap)``   (``final_logit_softcapping``)
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ...nn.soft_cap import soft_cap_backward_formula, soft_cap_formula
+from ..config import refuse
+from ..family import Features
+from .gemma3_text import FAMILY as GEMMA3, GEMMA_ALLOWED, read_gemma
+
+__all__ = ["FAMILY"]
+
+MODEL_TYPE = "gemma2"
+
+
+def read(d):
+    """Gemma 3's reading (layer types, head_dim, query_pre_attn_scalar) with one RoPE base for
+    every layer (no scaling) and the two soft caps."""
+    for cap in ("attn_logit_softcapping", "final_logit_softcapping"):
+        value = d.get(cap)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not 0 < value < float("inf")):
+            raise ValueError(f"{MODEL_TYPE}: {cap} must be null or a positive number, got {value!r}")
+    rope = d.get("rope_parameters") or d.get("rope_scaling") or {}
+    if not isinstance(rope, Mapping):
+        raise ValueError(f"{MODEL_TYPE}: rope_parameters must be an object, got {rope!r}")
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type != "default":
+        refuse("the RoPE scaling rope_type", rope_type, MODEL_TYPE)
+    theta = d.get("rope_theta", rope.get("rope_theta", 10000.0))
+    as_gemma3 = {k: v for k, v in d.items() if k not in ("attn_logit_softcapping", "final_logit_softcapping",
+                                                          "rope_parameters", "rope_scaling", "rope_theta")}
+    as_gemma3.update(rope_theta=theta, rope_local_base_freq=theta)  # one base for both kinds of layer
+    if "layer_types" not in d:  # transformers' Gemma 2 alternates, sliding first
+        as_gemma3["layer_types"] = ["sliding_attention" if not i % 2 else "full_attention"
+                                    for i in range(d["num_hidden_layers"])]
+    return read_gemma(as_gemma3, MODEL_TYPE, max_positions=d.get("max_position_embeddings", 8192),
+                      attn_softcap=d.get("attn_logit_softcapping"), final_softcap=d.get("final_logit_softcapping"))
+
+
+def logits(z, config):
+    """Step 5: the final soft cap (none when ``final_softcap`` is None)."""
+    if config.final_softcap is None:
+        return z, None
+    return soft_cap_formula(z, config.final_softcap)
+
+
+def logits_backward(dlogits, cache):
+    return dlogits if cache is None else soft_cap_backward_formula(dlogits, cache)
+
+
+#: Gemma 3's block without the q/k norms
+BLOCK = tuple(t for t in GEMMA3.block if t.ours[0] not in ("self_attn.q_norm.weight", "self_attn.k_norm.weight"))
+
+FAMILY = GEMMA3._replace(
+    model_type=MODEL_TYPE, read=read, features=Features(norm_placement="sandwich"),
+    allowed=GEMMA_ALLOWED + ("attn_softcap", "final_softcap"), block=BLOCK,
+    block_title="transformers Gemma2DecoderLayer (layers.<i>.)",
+    logits=logits, logits_backward=logits_backward)

@@ -1,0 +1,15 @@
+"""Mistral (transformers' ``MistralForCausalLM``): Llama with a sliding window on every layer.
+
+The difference from :mod:`.llama`: step 2.2's causal mask keeps the keys ``i - W < j <= i`` of
+query ``i``, ``W = sliding_window`` (``config.json``'s; null: every earlier key).
+"""
+from __future__ import annotations
+
+from .llama import FAMILY as LLAMA
+
+__all__ = ["FAMILY"]
+
+MODEL_TYPE = "mistral"
+
+FAMILY = LLAMA._replace(model_type=MODEL_TYPE, read=lambda d: LLAMA.read(d, MODEL_TYPE),
+                        allowed=LLAMA.allowed + ("sliding_window",), float32_steps=(("mistral", "Mistral"),))

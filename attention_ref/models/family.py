@@ -1,0 +1,129 @@
+"""What a model family is, as data: :class:`Family`, its parameter table (:class:`Tensor`) and
+its features (:class:`Features`).
+
+One module of :mod:`attention_ref.models.families` holds one family: the config reader (the
+``config.json`` fields it reads, with that family's own defaults), one parameter table (our
+name, transformers' name, the shape as a function of the config, the initialisation), the
+block as numbered steps of pairs from ``core/``, ``variants/`` and ``nn/``, and the hooks of the
+whole model (embedding, final norm, logits). Everything that lists families (``FAMILIES``, the
+shapes, transformers' names, the loader's checks, ``docs/model_mappings.md``) is derived from
+those modules by the registry :mod:`attention_ref.models.families`; the whole model's steps are
+written once, in :mod:`attention_ref.models.lm`, over these hooks. Blocks and models read a
+family's :class:`Features`, never its name.
+"""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+__all__ = ["Tensor", "Features", "Family", "ConfigFields", "top_tensor", "block_tensors"]
+
+
+class Tensor(NamedTuple):
+    """One row of a family's parameter table.
+
+    ``ours``: our name(s), a block's without the layer prefix (three names when transformers
+    fuses them, as GPT-2's ``c_attn``); ``theirs``: transformers' name (a block's after the layer
+    prefix ``model.layers.<i>.``); ``how``: how theirs becomes ours (a key of
+    :data:`attention_ref.interop.mappings.HOW`); ``shape``: ``config -> shape`` of each of ours;
+    ``init``: ``"normal"`` (std 0.02, transformers' ``initializer_range``), ``"ones"`` or
+    ``"zeros"``; ``optional``: may be absent from a checkpoint (GPT-2's biases; a tied head);
+    ``when``: ``config -> bool``, whether this config's model has the tensor (None: always)."""
+
+    ours: tuple
+    theirs: str
+    how: str
+    shape: Callable
+    init: str = "normal"
+    optional: bool = False
+    when: Callable | None = None
+
+
+class Features(NamedTuple):
+    """What a family's blocks compute, as data the family sets (blocks and models read these).
+
+    qkv_bias : biases on the q, k, v projections (Qwen2)
+    qk_norm : None, ``"head"`` (an RMSNorm (Dh,) over each head's q and k: Qwen3, Gemma 3) or
+        ``"projection"`` (over the whole projection, H Dh and Hkv Dh wide: OLMo 2)
+    norm_placement : ``"pre"`` (a norm before each sub-layer), ``"post"`` (after it, before the
+        residual: OLMo 2) or ``"sandwich"`` (both: Gemma)
+    fused_projections : q, k, v and the MLP's gate and up stored fused (Phi-3)
+    parallel_residual : the config may set ``use_parallel_residual`` (GPT-NeoX)
+    rotary : positions enter through RoPE (GPT-2: a learned position table instead)
+    """
+
+    qkv_bias: bool = False
+    qk_norm: str | None = None
+    norm_placement: str = "pre"
+    fused_projections: bool = False
+    parallel_residual: bool = False
+    rotary: bool = True
+
+
+class ConfigFields(NamedTuple):
+    """The ``config.json`` fields a family's reader reads, by kind, for the loader's checks
+    (:func:`attention_ref.interop.model_folder.read_config`): each is checked for its type and
+    range before the reader sees it."""
+
+    positive: tuple  # required positive integers
+    optional_positive: tuple = ()  # positive integers or null
+    flags: tuple = ()  # JSON booleans
+    numbers: tuple = ()  # positive finite numbers
+    strings: tuple = ()
+    width_heads: tuple | None = None  # (width, heads) when the width must be a multiple of the heads
+
+
+class Family(NamedTuple):
+    """One model family (a transformers ``model_type``): its reader, parameter table and steps.
+
+    The steps (hooks) the whole model (:mod:`attention_ref.models.lm`) calls, in order:
+
+    1. ``embed(ids, positions, params, config) -> (x, cache)``; ``embed_backward(dx, cache, config)
+       -> grads``: the token table (and GPT-2's positions, Gemma's sqrt(D))
+    2. ``layers(config) -> list``: each layer's constants (RoPE frequencies, window, scale), read
+       once; ``prepare(p, config) -> q``: a layer's params as its block takes them (fused weights
+       split once); ``block(x, q, config, layer, mask, positions, kv) -> (y, cache)``: the block's
+       numbered steps, with ``kv`` a :class:`attention_ref.variants.kv_cache.KVCache` when
+       decoding (then ``cache`` is None); ``block_backward(dy, cache) -> (dx, grads)``
+    3. ``final_norm(x, params, config) -> (h, cache)``; ``final_norm_backward(dh, cache) -> (dx, grads)``
+    4. the LM head (the same for every family), then ``logits(z, config) -> (logits, cache)`` and
+       ``logits_backward(dlogits, cache) -> dz`` (Gemma 2's cap; None: the identity)
+    """
+
+    model_type: str
+    read: Callable  # config.json (a dict) -> LMConfig
+    features: Features
+    fields: ConfigFields
+    allowed: tuple  # the LMConfig fields this family may set away from their defaults
+    check: Callable | None  # LMConfig -> None: the family's own rules, errors by name
+    token_table: str  # our name of the token table
+    layer_prefix: str  # our prefix of layer i: "<layer_prefix>.<i>."
+    base: str  # transformers' base model prefix in the LM ("model.")
+    their_layer: str  # transformers' prefix of layer i ("model.layers.{i}.")
+    model_title: str  # the whole model's mapping table (docs/model_mappings.md)
+    block_title: str  # the block's mapping table
+    top: tuple  # Tensor rows of the whole model before the blocks (the tables; names whole)
+    block: tuple  # Tensor rows of a block
+    final: tuple  # Tensor rows of the whole model after the blocks (the final norm, the head)
+    embed: Callable
+    embed_backward: Callable
+    layers: Callable
+    prepare: Callable
+    block_forward: Callable
+    block_backward: Callable
+    final_norm: Callable
+    final_norm_backward: Callable
+    logits: Callable | None = None
+    logits_backward: Callable | None = None
+    init_block: Callable | None = None  # (config, seed, dtype) -> a block's params; None: from the table
+    float32_steps: tuple = ()  # transformers' (module, class prefix) whose RMSNorm/RoPE run in float32
+    block_order: tuple | None = None  # our block names in the order of the params, when not the table's
+
+
+def top_tensor(ours, theirs, how, shape, init="normal", optional=False, when=None) -> Tensor:
+    """A row of a whole model's table (our one name)."""
+    return Tensor((ours,), theirs, how, shape, init, optional, when)
+
+
+def block_tensors(family: Family, config) -> tuple:
+    """The rows of ``family``'s block table that ``config``'s model has."""
+    return tuple(t for t in family.block if t.when is None or t.when(config))
