@@ -230,6 +230,9 @@ assert len(qwen) == 1 + 2 * 11 + 1 and sum(p.size for p in qwen.values()) == 11 
 
 assert abs(loss - 2.4348) < 1e-4 and abs(loss - np.log(11)) < 0.05 and set(grads) == set(qwen)
 """,
+        "b586c822": """\
+assert abs(np.min(a_grid * sig_grid) + 0.2785) < 1e-3   # silu's minimum, -0.2785 at a = -1.278
+""",
     },
     "16_real_models": {
         "57f39a5c": """\
