@@ -88,6 +88,12 @@ assert all(row.scale > 0.1 for name, row in rows.items() if name != "params[b_k]
         "d7c799dd": """\
 assert not bad.ok and bad.rows[0].rel_err > 0.1
 """,
+        "096c5ef0": """\
+e = np.e
+assert np.allclose(cache1.weights, [[1 / (1 + e), e / (1 + e)]]) and abs(out1.item() - (1 + 3 * e) / (1 + e)) < 1e-12
+assert np.allclose(dk1.ravel(), [-0.393224, 0.393224], atol=1e-6) and abs(dq1.item() - 0.393224) < 1e-6
+assert np.allclose(dv1.ravel(), cache1.weights.ravel())
+""",
     },
     "08_kv_cache_and_gqa": {
         "aad6cd91": """\
