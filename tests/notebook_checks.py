@@ -137,6 +137,9 @@ assert len(visited_tiles(2 * n, 2 * n, 50, window=w)) == 3 * (2 * n_b) - 2
         "51295a43": """\
 assert len(visited_tiles(32, 32, 8, causal=True)) == 10 and len(visited_tiles(32, 32, 8, window=4)) == 10
 """,
+        "419e8c20": """\
+assert abs(l - np.exp(s - s.max()).sum()) < 1e-12 and m == s.max()
+""",
     },
     "10_linear_attention": {
         "0b56f7ed": """\
