@@ -109,6 +109,12 @@ assert all(row.scale > 0.1 for name, row in rows.items() if name != "params[b_k]
         "d7c799dd": """\
 assert not bad.ok and bad.rows[0].rel_err > 0.1
 """,
+        "096c5ef0": """\
+e = np.e
+assert np.allclose(cache1.weights, [[1 / (1 + e), e / (1 + e)]]) and abs(out1.item() - (1 + 3 * e) / (1 + e)) < 1e-12
+assert np.allclose(dk1.ravel(), [-0.393224, 0.393224], atol=1e-6) and abs(dq1.item() - 0.393224) < 1e-6
+assert np.allclose(dv1.ravel(), cache1.weights.ravel())
+""",
     },
     "08_kv_cache_and_gqa": {
         "aad6cd91": """\
@@ -151,6 +157,9 @@ assert len(visited_tiles(2 * n, 2 * n, 50, window=w)) == 3 * (2 * n_b) - 2
 """,
         "51295a43": """\
 assert len(visited_tiles(32, 32, 8, causal=True)) == 10 and len(visited_tiles(32, 32, 8, window=4)) == 10
+""",
+        "419e8c20": """\
+assert abs(l - np.exp(s - s.max()).sum()) < 1e-12 and m == s.max()
 """,
     },
     "10_linear_attention": {
@@ -267,6 +276,9 @@ assert (ratio == 1).sum() == 29 and np.isclose(ratio, 1 / 8).sum() == 29
 assert len(qwen) == 1 + 2 * 11 + 1 and sum(p.size for p in qwen.values()) == 11 * 16 + 2 * (2 * 16 + (512 + 256 + 256 + 512) + 2 * 8 + 3 * 384) + 16  # embedding, blocks, final norm
 
 assert abs(loss - 2.4348) < 1e-4 and abs(loss - np.log(11)) < 0.05 and set(grads) == set(qwen)
+""",
+        "b586c822": """\
+assert abs(np.min(a_grid * sig_grid) + 0.2785) < 1e-3   # silu's minimum, -0.2785 at a = -1.278
 """,
     },
     "16_real_models": {
