@@ -98,3 +98,22 @@ def test_what_its_heads_do_on_held_out_text(kept):
     assert previous[0, 2] > 5 * even["previous"]
     assert np.unravel_index(bracket.argmax(), bracket.shape) == (1, 3) and bracket[1, 3] > 5 * even["bracket"]
     assert np.unravel_index(line.argmax(), line.shape) == (1, 3) and line[1, 3] > 6 * even["line"]
+
+
+def test_save_model_writes_a_folder_that_loads_as_it_was_trained(tmp_path):
+    """--save-model on a 3-step run: the folder loads, its weights are the trained ones rounded to float32, and its
+    README and held-out loss are those of that run (nothing in the committed folder is touched)."""
+    script = _script()
+    result = script.train(steps=3, eval_every=3, show_progress=False)
+    meta = script.save_model(result, tmp_path / "kept", "python examples/train_tiny_gpt.py --save-model kept")
+    params, config = load_pretrained(tmp_path / "kept")
+    assert config == script.CONFIG and set(params) == set(result["params"])
+    for name, value in params.items():
+        assert value.dtype == np.float32 and np.array_equal(value, result["params"][name].astype(np.float32)), name
+    kept64 = {k: v.astype(np.float64) for k, v in params.items()}
+    text = (tmp_path / "kept" / "held_out.txt").read_bytes()
+    val = np.frombuffer(text, np.uint8).astype(np.int64)
+    assert script.held_out_loss(kept64, val, np.array(meta["held_out_starts"])) == pytest.approx(meta["held_out_loss"],
+                                                                                                rel=1e-12)
+    assert (tmp_path / "kept" / "README.md").read_text() == script.render_model_readme(meta)
+    assert meta["steps"] == 3 and "--save-model kept" in meta["command"]
