@@ -24,7 +24,7 @@ __all__ = ["load_pretrained", "from_transformers_state", "to_transformers", "rea
 
 
 def load_pretrained(path, dtype=None):
-    """``(params, config)`` of the GPT-2 or Llama-like model saved in directory ``path``.
+    """``(params, config)`` of the model (any family of :data:`attention_ref.FAMILIES`) saved in directory ``path``.
 
     Parameters
     ----------

@@ -63,6 +63,7 @@ from .llama_block import (QK_NORM_NAMES, LLAMA_PARAM_NAMES, QKNormRotary, Rotary
                           check_llama_block_params)
 from .multi_head_attention import (check_block_mask, check_decode_mask, check_new_tokens, combine_masks,
                                    decode_attention)
+from .gemma_rms_norm import gemma_rms_norm_formula
 from .rms_norm import RMSNormCache, _rms_norm_backward, rms_norm_formula
 from .rope_scaling import rope_frequencies
 
@@ -287,7 +288,7 @@ def gemma_block_formula(x, p, num_heads, num_kv_heads, *, eps, mask, scale, thet
     n = x.shape[-2]
     attn_params = _attention_params(p)
     # 1. z = GRMS_input(x)
-    z, norm_in = rms_norm_formula(x, 1.0 + p["input_norm.weight"], eps)  # (..., N, D)
+    z, norm_in = gemma_rms_norm_formula(x, p["input_norm.weight"], eps)  # (..., N, D)
     # 2. a = Attn(z): q/k norms, RoPE, causal (sliding on local layers), grouped heads
     positions = np.arange(n)
     causal = causal_mask(n) if window is None else local_window_mask(n, window - 1, causal=True)  # (N, N)
@@ -299,15 +300,15 @@ def gemma_block_formula(x, p, num_heads, num_kv_heads, *, eps, mask, scale, thet
     else:  # Gemma 2: the scaled scores soft-capped before the mask and the softmax
         a, attn = _capped_attention_formula(z, attn_params, causal, num_heads, num_kv_heads, scale, rotary, cap)
     # 3. b = GRMS_post_attention(a)
-    b, norm_post_attn = rms_norm_formula(a, 1.0 + p["post_attention_norm.weight"], eps)  # (..., N, D)
+    b, norm_post_attn = gemma_rms_norm_formula(a, p["post_attention_norm.weight"], eps)  # (..., N, D)
     # 4. h = x + b
     hidden = x + b  # (..., N, D)
     # 5. u = GRMS_pre_feedforward(h)
-    u, norm_pre_ff = rms_norm_formula(hidden, 1.0 + p["pre_feedforward_norm.weight"], eps)  # (..., N, D)
+    u, norm_pre_ff = gemma_rms_norm_formula(hidden, p["pre_feedforward_norm.weight"], eps)  # (..., N, D)
     # 6. m = GeGLU(u)
     m, mlp = geglu_formula(u, p["mlp.W_gate"], p["mlp.W_up"], p["mlp.W_down"])  # (..., N, D)
     # 7. c = GRMS_post_feedforward(m)
-    c, norm_post_ff = rms_norm_formula(m, 1.0 + p["post_feedforward_norm.weight"], eps)  # (..., N, D)
+    c, norm_post_ff = gemma_rms_norm_formula(m, p["post_feedforward_norm.weight"], eps)  # (..., N, D)
     # 8. y = h + c
     y = hidden + c  # (..., N, D)
     return y, GemmaBlockCache(norm_in, attn, norm_post_attn, norm_pre_ff, mlp, norm_post_ff, y.shape, y.dtype)
@@ -389,7 +390,7 @@ def gemma_decode_formula(x_t, p, num_heads, num_kv_heads, cache: KVCache, *, eps
         band = local_window_mask(t, window - 1, cache.length + t, causal=True)  # (t, T + t)
         mask = band if mask is None else combine_masks(mask, band)  # (..., t, T + t)
     # 1. z = GRMS_input(x_t)
-    z, _ = rms_norm_formula(x_t, 1.0 + p["input_norm.weight"], eps)  # (..., t, D)
+    z, _ = gemma_rms_norm_formula(x_t, p["input_norm.weight"], eps)  # (..., t, D)
     # 2. attention: q/k norms, then RoPE at the new positions; the rotated keys are cached
     if cap is None:
         a = decode_attention(z, _attention_params(p), num_heads, num_kv_heads, cache, scale=scale, name="z", mask=mask,
@@ -398,12 +399,12 @@ def gemma_decode_formula(x_t, p, num_heads, num_kv_heads, cache: KVCache, *, eps
         a = _capped_decode_attention(z, _attention_params(p), num_heads, num_kv_heads, cache, scale=scale,
                                      rotary=rotary, mask=mask, cap=cap)  # (..., t, D)
     # 3. b = GRMS_post_attention(a); 4. h = x + b
-    hidden = x_t + rms_norm_formula(a, 1.0 + p["post_attention_norm.weight"], eps)[0]  # (..., t, D)
+    hidden = x_t + gemma_rms_norm_formula(a, p["post_attention_norm.weight"], eps)[0]  # (..., t, D)
     # 5. u = GRMS_pre_feedforward(h); 6. m = GeGLU(u)
-    m, _ = geglu_formula(rms_norm_formula(hidden, 1.0 + p["pre_feedforward_norm.weight"], eps)[0],
+    m, _ = geglu_formula(gemma_rms_norm_formula(hidden, p["pre_feedforward_norm.weight"], eps)[0],
                          p["mlp.W_gate"], p["mlp.W_up"], p["mlp.W_down"])  # (..., t, D)
     # 7. c = GRMS_post_feedforward(m); 8. y = h + c
-    return hidden + rms_norm_formula(m, 1.0 + p["post_feedforward_norm.weight"], eps)[0]  # (..., t, D)
+    return hidden + gemma_rms_norm_formula(m, p["post_feedforward_norm.weight"], eps)[0]  # (..., t, D)
 
 
 def init_gemma_block_params(d_model, num_heads, d_ff, *, num_kv_heads=None, d_head=None, seed=None,

@@ -43,7 +43,8 @@ def read(d):
         as_gemma3["layer_types"] = ["sliding_attention" if not i % 2 else "full_attention"
                                     for i in range(d["num_hidden_layers"])]
     return read_gemma(as_gemma3, MODEL_TYPE, max_positions=d.get("max_position_embeddings", 8192),
-                      attn_softcap=d.get("attn_logit_softcapping"), final_softcap=d.get("final_logit_softcapping"))
+                      attn_softcap=d.get("attn_logit_softcapping", 50.0),  # transformers' defaults when absent
+                      final_softcap=d.get("final_logit_softcapping", 30.0))  # (an explicit null: no cap)
 
 
 def logits(z, config):

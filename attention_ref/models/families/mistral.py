@@ -11,5 +11,11 @@ __all__ = ["FAMILY"]
 
 MODEL_TYPE = "mistral"
 
-FAMILY = LLAMA._replace(model_type=MODEL_TYPE, read=lambda d: LLAMA.read(d, MODEL_TYPE),
+def read(d):
+    """Llama's reading, with transformers' default window 4096 when ``sliding_window`` is absent
+    (an explicit null: every earlier key)."""
+    return LLAMA.read(d, MODEL_TYPE, sliding_window=d.get("sliding_window", 4096))
+
+
+FAMILY = LLAMA._replace(model_type=MODEL_TYPE, read=read,
                         allowed=LLAMA.allowed + ("sliding_window",), float32_steps=(("mistral", "Mistral"),))

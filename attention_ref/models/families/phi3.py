@@ -34,7 +34,7 @@ def read(d):
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     if rope_type != "default":
         refuse("the RoPE scaling rope_type", rope_type, MODEL_TYPE)  # "longrope" (128k models), "su", "yarn"
-    return LLAMA.read(d, MODEL_TYPE)
+    return LLAMA.read(d, MODEL_TYPE, eps=d.get("rms_norm_eps", 1e-5))  # Phi3Config's default
 
 
 def _q(c):
