@@ -6,7 +6,8 @@ different attention. Each module may import from ``core`` (never from ``nn`` or 
 (``phi(Q) (phi(K)^T V)``), ``rope`` (rotary position embedding), ``kv_cache`` (the key/value
 cache of autoregressive decoding), ``grouped_heads`` (multi-head attention with grouped-query
 heads, a head mask and rotary positions around the core's plain layer: the public
-``multi_head_attention_forward``). May import from ``core`` and ``fast``.
+``multi_head_attention_forward``), ``sink_softmax`` (gpt-oss's softmax with a learned sink logit
+per head in the denominator). May import from ``core`` and ``fast``.
 """
 from .blockwise import FlashAttentionCache, flash_attention_backward, flash_attention_forward
 from .local import local_window_mask
@@ -14,6 +15,7 @@ from .linear_attention import LinearAttentionCache, linear_attention_backward, l
 from .rope import RopeCache, rope_backward, rope_forward
 from .kv_cache import KVCache
 from .grouped_heads import GroupedMultiHeadCache, multi_head_attention_backward, multi_head_attention_forward
+from .sink_softmax import SinkSoftmaxCache, sink_softmax_backward, sink_softmax_forward
 
 __all__ = [
     "FlashAttentionCache", "flash_attention_backward", "flash_attention_forward",
@@ -22,4 +24,5 @@ __all__ = [
     "RopeCache", "rope_backward", "rope_forward",
     "KVCache",
     "GroupedMultiHeadCache", "multi_head_attention_backward", "multi_head_attention_forward",
+    "SinkSoftmaxCache", "sink_softmax_backward", "sink_softmax_forward",
 ]
