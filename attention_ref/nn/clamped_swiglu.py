@@ -128,7 +128,7 @@ def clamped_swiglu_backward_formula(dy, cache: ClampedSwiGLUCache):
         du = dh * (g * sig)  # (..., F)
         dglu = dh * (u + 1.0)  # (..., F)
         # 3. glu = g * sigmoid(alpha g)
-        dg = dglu * (sig + alpha * g * sig * (1.0 - sig))  # (..., F)
+        dg = dglu * (sig + alpha * (g * sig) * (1.0 - sig))  # (..., F); g * sig first: alpha g may overflow
         signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
     # 2. the clamps, then the columns interleaved back
     dgu = np.empty(dh.shape[:-1] + (2 * dh.shape[-1],), dh.dtype)  # (..., 2F)

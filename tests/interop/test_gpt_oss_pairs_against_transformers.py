@@ -11,6 +11,7 @@ float64 at 1e-12 except where transformers computes in float32, each listed:
   untouched. ``GptOssRotaryEmbedding`` forces float32 for cos and sin: the rotation is compared
   with cos and sin computed by its formula in float64; the module itself, unpatched, at 1e-4
   (positions up to 9000 in float32).
+* the causal-LM loss upcasts the logits with ``.float()`` (float32): ``loss + coef * aux_loss`` at 1e-6.
 * 5.x's ``load_balancing_loss_func`` sums the probabilities in float32 (``.float()``, float32
   accumulators): 1e-6 there, 1e-12 on 4.57.1 (whose float32 load fractions, counts over the rows kept,
   are exact for the 16 or 8 rows used here).
@@ -264,4 +265,6 @@ def test_aux_loss_equals_the_models_with_output_router_logits():
     loss, _ = load_balancing_loss_forward(recorded, config.num_experts_per_tok)
     rtol = 1e-12 if out.aux_loss.dtype == torch.float64 else 1e-6
     _close(loss, out.aux_loss.double(), "aux loss: the model's aux_loss", rtol)
+    # lm_loss stays the language-modelling loss; coef * aux_loss is added only when asked. (transformers'
+    # causal-LM loss upcasts the logits with .float(), float32 in a float64 model: 1e-6 for this sum)
     _close(float(lm_only) + 0.25 * float(loss), out.loss, "aux loss: loss + coef * aux_loss", 1e-6)
