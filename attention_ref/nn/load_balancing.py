@@ -76,7 +76,7 @@ def load_balancing_loss_forward(router_logits, top_k, attention_mask=None):
         m = np.tile(mask, R // mask.size)[:, None].astype(logits.dtype)  # (R, 1), layer after layer
     m = m / m.sum()  # (R, 1)
     # 1. probabilities
-    with np.errstate(under="ignore"):  # exp of a large negative difference is 0
+    with np.errstate(over="ignore", under="ignore"):  # a difference past the range is -inf: exp gives 0
         e = np.exp(logits - logits.max(axis=-1, keepdims=True))  # (R, E)
         signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
     p = e / e.sum(axis=-1, keepdims=True)  # (R, E)

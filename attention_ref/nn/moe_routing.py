@@ -70,7 +70,7 @@ def check_routing(routing, num_experts):
 
 def _softmax_rows(a):
     """Row softmax with the row maximum subtracted (rows of finite logits)."""
-    with np.errstate(under="ignore"):  # exp of a large negative difference is 0
+    with np.errstate(over="ignore", under="ignore"):  # a difference past the range is -inf: exp gives 0
         e = np.exp(a - a.max(axis=-1, keepdims=True))
         signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
     return e / e.sum(axis=-1, keepdims=True)

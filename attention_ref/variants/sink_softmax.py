@@ -70,7 +70,7 @@ def sink_softmax_forward(scores, sinks):
     sink = np.broadcast_to(sinks[:, None, None], scores.shape[:-1] + (1,))  # (..., H, Nq, 1)
     # 2. the row maximum including the sink: finite, so no row is 0 / 0
     m = np.maximum(scores.max(axis=-1, keepdims=True, initial=-np.inf), sink)  # (..., H, Nq, 1)
-    with np.errstate(under="ignore"):  # exp of a large negative difference is 0, as it should be
+    with np.errstate(over="ignore", under="ignore"):  # a difference past the range is -inf: exp gives 0, as it should
         # 3. exponentials and the denominator, sink included
         e = np.exp(scores - m)  # (..., H, Nq, Nk), 0 at masked keys
         e_sink = np.exp(sink - m)  # (..., H, Nq, 1)
