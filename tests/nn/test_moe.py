@@ -227,3 +227,15 @@ def test_load_balancing_bad_arguments_are_named():
         load_balancing_loss_forward(np.zeros((6, 4)), 2, np.ones((2, 2)))
     with pytest.raises(ValueError, match=r"^router_logits must hold at least one layer's logits"):
         load_balancing_loss_forward([], 2)
+
+
+def test_softmax_then_topk_renormalised_is_topk_then_softmax():
+    """exp(l_j) / sum_E exp(l), renormalised over the k chosen, is exp(l_j) / sum_k exp(l): the same weights
+    (lesson 19's second exercise); without the renormalisation they sum to less than 1."""
+    x, W_router, b_router, *_ = _draw(np.random.default_rng(10))
+    w, idx, _, _ = router_forward(x, W_router, b_router, Routing(2))
+    w_norm, idx_norm, _, _ = router_forward(x, W_router, b_router, Routing(2, "softmax_topk", True))
+    w_raw, _, _, _ = router_forward(x, W_router, b_router, Routing(2, "softmax_topk"))
+    assert np.array_equal(idx, idx_norm)
+    assert_close(w_norm, w, what="renormalised softmax-then-top-k against top-k-then-softmax")
+    assert np.all(w_raw.sum(-1) < 1 - 1e-3)
