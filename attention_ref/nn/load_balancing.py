@@ -1,8 +1,8 @@
 """The auxiliary load-balancing loss of a mixture of experts (Switch Transformer, Fedus et al. 2021,
 eqs. 4-6; transformers' ``load_balancing_loss_func``), and its backward.
 
-A router left alone sends most tokens to a few experts. The loss ``E sum_e f_e P_e`` is smallest
-(1 per chosen slot) when the load is uniform: ``f_e`` is the fraction of the (token, slot)
+A router left alone sends most tokens to a few experts. The loss ``E sum_e f_e P_e`` is ``k`` when
+the load and the probabilities are uniform and grows as both concentrate on the same experts: ``f_e`` is the fraction of the (token, slot)
 choices that went to expert ``e`` and ``P_e`` the router's mean probability for ``e``. ``f`` is
 a count (no gradient); ``P`` is differentiable, so the gradient lowers the probability of the
 experts that are over-used. transformers adds ``router_aux_loss_coef`` (gpt-oss: 0.001) times it to
