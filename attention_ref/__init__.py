@@ -47,7 +47,7 @@ from .fast.dispatch import (
     scaled_dot_product_attention_forward,
 )
 
-# variants: blockwise (flash) attention, local windows, linear attention, RoPE, the KV cache,
+# variants: blockwise (flash) attention, local windows, linear attention, RoPE, the KV cache, the softmax with sinks,
 # and the public multi_head_attention_forward/backward: grouped-query heads and a head mask
 # around the plain layer (core's, or its fast path for large inputs); the same layer with RoPE
 # on every head's queries and keys (rope_multi_head_attention_forward/backward, layout= named)
@@ -58,6 +58,7 @@ from .variants.rope import RopeCache, rope_backward, rope_forward
 from .variants.kv_cache import KVCache
 from .variants.grouped_heads import GroupedMultiHeadCache, multi_head_attention_backward, multi_head_attention_forward
 from .variants.rope_multi_head import rope_multi_head_attention_backward, rope_multi_head_attention_forward
+from .variants.sink_softmax import SinkSoftmaxCache, sink_softmax_backward, sink_softmax_forward
 
 # nn: the MultiHeadAttention class, the norms, feed-forward networks, Add & Norm, embeddings and
 # the loss, encoder and decoder blocks, GPT-2's and Llama's blocks, SGD, Adam and AdamW, gradient clipping and
@@ -125,6 +126,11 @@ from .nn.gemma_block import (
 from .nn.optim import SGD, Adam, AdamW, clip_grad_norm, cosine_lr_schedule
 from .nn.embedding import EmbeddingCache, embedding_backward, embedding_forward
 from .nn.cross_entropy import CrossEntropyCache, cross_entropy_backward, cross_entropy_forward, next_token_targets
+# gpt-oss's mixture of experts: the routing description, the router, the expert, the layer, the balancing loss
+from .nn.moe_routing import ROUTING_ORDERS, RouterCache, Routing, router_backward, router_forward
+from .nn.clamped_swiglu import ClampedSwiGLUCache, clamped_swiglu_backward, clamped_swiglu_forward
+from .nn.moe import MoECache, moe_backward, moe_forward
+from .nn.load_balancing import LoadBalancingCache, load_balancing_loss_backward, load_balancing_loss_forward
 
 # models: every family (models/families/) as a whole language model (ids -> logits -> loss and back), generation
 # (the logits processed as transformers' generate does; left_pad for prompts of different lengths)

@@ -175,6 +175,35 @@ def _embedding(rng):
     return out, lambda d: ar.embedding_backward(d, cache), "dout"
 
 
+def _sink_softmax(rng):
+    P, cache = ar.sink_softmax_forward(rng.standard_normal((2, 3, 4)), rng.standard_normal(2))
+    return P, lambda d: ar.sink_softmax_backward(d, cache), "dP"
+
+
+def _router(rng):
+    w, _, _, cache = ar.router_forward(rng.standard_normal((3, 4)), rng.standard_normal((4, 5)),
+                                       rng.standard_normal(5), ar.Routing(2))
+    return w, lambda d: ar.router_backward(d, cache), "dw"
+
+
+def _clamped_swiglu(rng):
+    y, cache = ar.clamped_swiglu_forward(rng.standard_normal((3, 4)), rng.standard_normal((4, 6)),
+                                         rng.standard_normal(6), rng.standard_normal((3, 4)), rng.standard_normal(4))
+    return y, lambda d: ar.clamped_swiglu_backward(d, cache), "dy"
+
+
+def _moe(rng):
+    y, cache = ar.moe_forward(rng.standard_normal((3, 4)), rng.standard_normal((4, 3)), rng.standard_normal(3),
+                              rng.standard_normal((3, 4, 6)), rng.standard_normal((3, 6)),
+                              rng.standard_normal((3, 3, 4)), rng.standard_normal((3, 4)), ar.Routing(2))
+    return y, lambda d: ar.moe_backward(d, cache), "dy"
+
+
+def _load_balancing(rng):
+    loss, cache = ar.load_balancing_loss_forward(rng.standard_normal((6, 4)), 2)
+    return loss, lambda d: ar.load_balancing_loss_backward(d, cache), "dloss"
+
+
 def _cross_entropy(rng):
     loss, cache = ar.cross_entropy_forward(rng.standard_normal((2, 3, 5)), [[0, 1, 2], [3, 4, -100]])
     return loss, lambda d: ar.cross_entropy_backward(d, cache), "dloss"
@@ -221,6 +250,8 @@ BACKWARDS = {
     "lm_backward": _lm("llama", ar.lm_backward),
     "gpt_neox_lm_backward": _lm("gpt_neox", ar.gpt_neox_lm_backward), "phi3_lm_backward": _lm("phi3", ar.phi3_lm_backward),
     "gemma_block_backward": _gemma_block, "gemma_lm_backward": _lm("gemma2", ar.gemma_lm_backward),
+    "sink_softmax_backward": _sink_softmax, "router_backward": _router, "clamped_swiglu_backward": _clamped_swiglu,
+    "moe_backward": _moe, "load_balancing_loss_backward": _load_balancing,
 }
 #: The two without a cache (a split and a merge are permutations): tested on their own below.
 CACHELESS = {"split_heads_backward", "merge_heads_backward"}

@@ -7,7 +7,10 @@ with the vectorised ``erf``) and ``swiglu`` (Llama's), ``residual`` (Add & Norm,
 pre-norm), ``embedding`` (token lookup, scatter-add backward), ``cross_entropy`` (the
 next-token loss, as torch's), ``encoder_block``, ``decoder_block``, the decoder-only blocks of real models
 ``gpt2_block`` and ``llama_block`` (RoPE, grouped-query heads, RMSNorm, SwiGLU), ``optim``
-(SGD, Adam and AdamW, global-norm gradient clipping, the cosine learning-rate schedule).
+(SGD, Adam and AdamW, global-norm gradient clipping, the cosine learning-rate schedule); gpt-oss's mixture
+of experts: ``moe_routing`` (the routing description and the router), ``clamped_swiglu`` (its
+expert), ``moe`` (the layer), ``load_balancing`` (the auxiliary loss); ``yarn`` (YaRN's RoPE
+frequencies, computed through ``rope_scaling``).
 """
 from .multi_head_attention import MultiHeadAttention
 from .layer_norm import LayerNormCache, layer_norm_backward, layer_norm_forward
@@ -65,6 +68,10 @@ from .gemma_block import (
 from .optim import SGD, Adam, AdamW, clip_grad_norm, cosine_lr_schedule
 from .embedding import EmbeddingCache, embedding_backward, embedding_forward
 from .cross_entropy import CrossEntropyCache, cross_entropy_backward, cross_entropy_forward, next_token_targets
+from .moe_routing import ROUTING_ORDERS, RouterCache, Routing, router_backward, router_forward
+from .clamped_swiglu import ClampedSwiGLUCache, clamped_swiglu_backward, clamped_swiglu_forward
+from .moe import MoECache, moe_backward, moe_forward
+from .load_balancing import LoadBalancingCache, load_balancing_loss_backward, load_balancing_loss_forward
 
 __all__ = [
     "MultiHeadAttention",
@@ -86,4 +93,8 @@ __all__ = [
     "SGD", "Adam", "AdamW", "clip_grad_norm", "cosine_lr_schedule",
     "EmbeddingCache", "embedding_backward", "embedding_forward",
     "CrossEntropyCache", "cross_entropy_backward", "cross_entropy_forward", "next_token_targets",
+    "ROUTING_ORDERS", "RouterCache", "Routing", "router_backward", "router_forward",
+    "ClampedSwiGLUCache", "clamped_swiglu_backward", "clamped_swiglu_forward",
+    "MoECache", "moe_backward", "moe_forward",
+    "LoadBalancingCache", "load_balancing_loss_backward", "load_balancing_loss_forward",
 ]

@@ -16,13 +16,21 @@ factor 1, so cos and sin are not rescaled):
   - in between: ``(1 - s) theta_i / factor + s theta_i`` with
     ``s = (L / lambda_i - low_freq_factor) / (high_freq_factor - low_freq_factor)``.
 
-Other types (``dynamic``, ``yarn``, ``longrope``, ...) are refused by name, never computed
+* ``yarn`` (``factor``, ``original_max_position_embeddings``; optionally ``beta_fast``,
+  ``beta_slow``, ``truncate``, ``attention_factor``, ``mscale``, ``mscale_all_dim``): the ramp of
+  :mod:`attention_ref.nn.yarn` between fast pairs kept and slow pairs divided by ``factor``, and an
+  attention factor (``0.1 ln(factor) + 1`` by default) that multiplies ``cos`` and ``sin``. Only
+  :func:`rope_parameters` and :func:`scaled_rope_forward` compute it: :func:`rope_frequencies`
+  returns frequencies alone, so it refuses ``yarn`` by name rather than drop the factor.
+
+Other types (``dynamic``, ``longrope``, ...) are refused by name, never computed
 otherwise. A ``partial_rotary_factor`` in the parameters rotates the first
 ``int(dim * partial_rotary_factor)`` features only, as transformers computes its frequencies
 (:mod:`attention_ref.nn.partial_rotary` applies it).
 
-The rotation ``y = R(p) x`` is orthogonal whatever the frequencies, so its backward is
-``dx = R(p)^T dy`` (RoPE's). Symbols: ``...`` batch axes, N positions, D feature width.
+The rotation ``y = a R(p) x`` (``a`` the attention factor, 1 but for ``yarn``) is ``a`` times an
+orthogonal map whatever the frequencies, so its backward is ``dx = a R(p)^T dy``: RoPE's backward
+with the scaled ``cos`` and ``sin`` of the cache. Symbols: ``...`` batch axes, N positions, D feature width.
 """
 from __future__ import annotations
 
@@ -33,17 +41,24 @@ import numpy as np
 
 from .._checks import as_real_array, check_positions_for, check_positive_int, check_positive_real, require_ndim
 from ..variants.rope import ROPE_LAYOUTS, RopeCache, rotate, rope_backward
+from .yarn import yarn_attention_factor, yarn_frequencies
 
-__all__ = ["ROPE_TYPES", "rope_frequencies", "scaled_rope_forward", "scaled_rope_backward"]
+__all__ = ["ROPE_TYPES", "SCALED_ROPE_TYPES", "rope_frequencies", "rope_parameters", "scaled_rope_forward",
+           "scaled_rope_backward"]
 
-#: the RoPE types computed here; transformers' others are refused by name
+#: the RoPE types whose frequencies alone describe them (attention factor 1): what the models read
 ROPE_TYPES = ("default", "linear", "llama3")
+#: every RoPE type computed here, with those that also scale cos and sin (:func:`rope_parameters`)
+SCALED_ROPE_TYPES = ROPE_TYPES + ("yarn",)
 _KEYS = {"default": (), "linear": ("factor",),
-         "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")}
+         "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+         "yarn": ("factor", "original_max_position_embeddings")}
 _OPTIONAL = ("rope_type", "type", "rope_theta", "partial_rotary_factor")
+#: YaRN's optional real parameters (``truncate`` is a bool, checked apart)
+_YARN_OPTIONAL = ("beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim")
 
 
-def _check_scaling(scaling, base):
+def _check_scaling(scaling, base, types=ROPE_TYPES):
     """The RoPE type, its parameters, the base and the rotated fraction from a config's
     ``rope_scaling`` / ``rope_parameters`` mapping (None: default RoPE)."""
     if scaling is None:
@@ -52,10 +67,14 @@ def _check_scaling(scaling, base):
         raise TypeError(f"scaling must be None or a mapping such as a config's rope_scaling, got"
                         f" {type(scaling).__name__}")
     rope_type = scaling.get("rope_type", scaling.get("type", "default"))
-    if rope_type not in ROPE_TYPES:
-        raise ValueError(f"RoPE type {rope_type!r} is not implemented (only {', '.join(ROPE_TYPES)});"
-                         " it is refused rather than computed as another type")
-    unknown = sorted(set(scaling) - set(_KEYS[rope_type]) - set(_OPTIONAL))
+    if rope_type not in types:
+        why = (f" ({rope_type} also scales cos and sin by an attention factor, which frequencies alone cannot"
+               " carry: attention_ref.nn.rope_scaling.rope_parameters and scaled_rope_forward compute it)"
+               if rope_type in SCALED_ROPE_TYPES else "")
+        raise ValueError(f"RoPE type {rope_type!r} is not implemented (only {', '.join(types)});"
+                         f" it is refused rather than computed as another type{why}")
+    optional = _OPTIONAL + (_YARN_OPTIONAL + ("truncate",) if rope_type == "yarn" else ())
+    unknown = sorted(set(scaling) - set(_KEYS[rope_type]) - set(optional))
     if unknown:
         raise ValueError(f"scaling has {unknown}, which RoPE type {rope_type!r} does not use here; it is refused"
                          " rather than ignored")
@@ -63,6 +82,13 @@ def _check_scaling(scaling, base):
     if missing:
         raise ValueError(f"RoPE type {rope_type!r} needs scaling[{missing[0]!r}], which is missing")
     params = {key: check_positive_real(scaling[key], f"scaling[{key!r}]") for key in _KEYS[rope_type]}
+    if rope_type == "yarn":
+        params.update({key: check_positive_real(scaling[key], f"scaling[{key!r}]")
+                       for key in _YARN_OPTIONAL if scaling.get(key) is not None})
+        truncate = scaling.get("truncate", True)
+        if not isinstance(truncate, (bool, np.bool_)):
+            raise TypeError(f"scaling['truncate'] must be True or False, got {truncate!r}")
+        params["truncate"] = bool(truncate)
     if rope_type == "llama3" and not params["high_freq_factor"] > params["low_freq_factor"]:
         raise ValueError(f"scaling['high_freq_factor'] = {params['high_freq_factor']} must be larger than"
                          f" scaling['low_freq_factor'] = {params['low_freq_factor']}")
@@ -95,8 +121,30 @@ def rope_frequencies(dim, base=None, scaling=None) -> np.ndarray:
     -------
     theta : float64 array (r/2,), ``base^(-2i / r)`` scaled as the module docstring says
     """
+    return _frequencies(dim, *_check_scaling(scaling, base))[0]
+
+
+def rope_parameters(dim, base=None, scaling=None):
+    """The frequencies and the attention factor of any of :data:`SCALED_ROPE_TYPES` (transformers'
+    ``ROPE_INIT_FUNCTIONS[rope_type](config)``: ``inv_freq`` and ``attention_scaling``).
+
+    Parameters
+    ----------
+    dim, base, scaling : as :func:`rope_frequencies`; ``scaling`` may also be ``rope_type="yarn"``
+        with ``factor`` and ``original_max_position_embeddings`` (and optionally ``beta_fast``,
+        ``beta_slow``, ``truncate``, ``attention_factor``, ``mscale``, ``mscale_all_dim``)
+
+    Returns
+    -------
+    theta : float64 array (r/2,)
+    attention_factor : float, what ``cos`` and ``sin`` are multiplied by (1 but for ``yarn``)
+    """
+    return _frequencies(dim, *_check_scaling(scaling, base, SCALED_ROPE_TYPES))
+
+
+def _frequencies(dim, rope_type, params, base, fraction):
+    """Checked scaling: the frequencies of the rotated pairs and the attention factor."""
     dim = check_positive_int(dim, "dim")
-    rope_type, params, base, fraction = _check_scaling(scaling, base)
     r = int(dim * fraction)
     if r < 2 or r % 2:
         raise ValueError(f"the rotated width int(dim * partial_rotary_factor) = int({dim} * {fraction}) = {r}"
@@ -112,12 +160,17 @@ def rope_frequencies(dim, base=None, scaling=None) -> np.ndarray:
         theta = np.where(wavelength < L / high, theta,  # fast pairs: unchanged
                          np.where(wavelength > L / low, theta / factor,  # slow pairs: slowed down by factor
                                   (1 - s) * theta / factor + s * theta))  # in between: interpolated
-    return theta
+    elif rope_type == "yarn":
+        theta = yarn_frequencies(r, base, params["factor"], params["original_max_position_embeddings"],
+                                 params.get("beta_fast", 32.0), params.get("beta_slow", 1.0), params["truncate"])
+        return theta, yarn_attention_factor(params["factor"], params.get("attention_factor"),
+                                            params.get("mscale"), params.get("mscale_all_dim"))
+    return theta, 1.0
 
 
 def scaled_rope_forward(x, positions=None, base=None, scaling=None, layout="half"):
-    """RoPE with the frequencies of :func:`rope_frequencies`: each pair ``i`` of ``x`` rotated by
-    ``p theta_i`` (``x``'s whole last axis is rotated: ``scaling`` must not hold a
+    """RoPE with the frequencies and attention factor ``a`` of :func:`rope_parameters`: each pair
+    ``i`` of ``x`` rotated by ``p theta_i`` and multiplied by ``a`` (``x``'s whole last axis is rotated: ``scaling`` must not hold a
     ``partial_rotary_factor`` below 1, see :mod:`attention_ref.nn.partial_rotary`).
 
     Parameters
@@ -125,7 +178,7 @@ def scaled_rope_forward(x, positions=None, base=None, scaling=None, layout="half
     x : array (..., n, d), ``d`` even (queries or keys per head)
     positions : None (``0 .. n - 1``), real positions (n,), or an array with as many axes as
         ``x.shape[:-1]`` (size-1 axes broadcast: ``positions[:, None, :]`` for (B, n) against (B, H, n, d))
-    base, scaling : as :func:`rope_frequencies`
+    base, scaling : as :func:`rope_parameters` (any of :data:`SCALED_ROPE_TYPES`)
     layout : ``"half"`` (Llama's rotate-half pairs ``(x_i, x_{i+d/2})``, the default here) or
         ``"interleaved"`` (pairs ``(x_{2i}, x_{2i+1})``)
 
@@ -140,12 +193,12 @@ def scaled_rope_forward(x, positions=None, base=None, scaling=None, layout="half
         raise ValueError(f"x must have an even last dimension d (feature pairs), got shape {x.shape}")
     if layout not in ROPE_LAYOUTS:
         raise ValueError(f"layout must be one of {ROPE_LAYOUTS}, got {layout!r}")
-    theta = rope_frequencies(x.shape[-1], base, scaling)  # (D/2,) or fewer
+    theta, attention_factor = rope_parameters(x.shape[-1], base, scaling)  # (D/2,) or fewer
     if 2 * len(theta) != x.shape[-1]:
         raise ValueError(f"scaling's partial_rotary_factor rotates {2 * len(theta)} of x's {x.shape[-1]} features;"
                          " use attention_ref.nn.partial_rotary for that")
     positions = _check_positions(positions, x)
-    return _rotate_by(x, positions, theta, layout)
+    return _rotate_by(x, positions, theta, layout, attention_factor)
 
 
 def _check_positions(positions, x):
@@ -157,16 +210,19 @@ def _check_positions(positions, x):
     return positions
 
 
-def _rotate_by(x, positions, theta, layout):
-    """Unchecked: angles in float64, cos and sin in x's dtype, then RoPE's rotation."""
+def _rotate_by(x, positions, theta, layout, attention_factor=1.0):
+    """Unchecked: angles in float64, cos and sin (times the attention factor, as transformers
+    scales them) in x's dtype, then RoPE's rotation."""
     angles = np.asarray(positions, dtype=np.float64)[..., None] * theta  # (..., N, D/2)
-    cos, sin = np.cos(angles).astype(x.dtype), np.sin(angles).astype(x.dtype)
+    cos = (np.cos(angles) * attention_factor).astype(x.dtype)  # (..., N, D/2)
+    sin = (np.sin(angles) * attention_factor).astype(x.dtype)  # (..., N, D/2)
     return rotate(x, cos, sin, layout), RopeCache(cos, sin, x.shape, layout)
 
 
 def scaled_rope_backward(dy, cache: RopeCache):
-    """Gradient of :func:`scaled_rope_forward`: ``y = R x`` with ``R`` orthogonal, so ``dx = R^T dy``
-    (each pair rotated back by its angle); the frequencies and positions get no gradient.
+    """Gradient of :func:`scaled_rope_forward`: ``y = a R x`` with ``R`` orthogonal, so
+    ``dx = a R^T dy`` (each pair rotated back by its angle and scaled by ``a``: RoPE's backward with
+    the cache's ``a cos`` and ``a sin``); the frequencies and positions get no gradient.
 
     Returns
     -------

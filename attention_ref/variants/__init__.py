@@ -7,7 +7,8 @@ different attention. Each module may import from ``core`` (never from ``nn`` or 
 cache of autoregressive decoding), ``grouped_heads`` (multi-head attention with grouped-query
 heads, a head mask and rotary positions around the core's plain layer: the public
 ``multi_head_attention_forward``), ``rope_multi_head`` (that layer with RoPE on every head's
-queries and keys, in either pairing). May import from ``core`` and ``fast``.
+queries and keys, in either pairing), ``sink_softmax`` (gpt-oss's softmax with a learned sink logit
+per head in the denominator). May import from ``core`` and ``fast``.
 """
 from .blockwise import FlashAttentionCache, flash_attention_backward, flash_attention_forward
 from .local import local_window_mask
@@ -16,6 +17,7 @@ from .rope import RopeCache, rope_backward, rope_forward
 from .kv_cache import KVCache
 from .grouped_heads import GroupedMultiHeadCache, multi_head_attention_backward, multi_head_attention_forward
 from .rope_multi_head import rope_multi_head_attention_backward, rope_multi_head_attention_forward
+from .sink_softmax import SinkSoftmaxCache, sink_softmax_backward, sink_softmax_forward
 
 __all__ = [
     "FlashAttentionCache", "flash_attention_backward", "flash_attention_forward",
@@ -25,4 +27,5 @@ __all__ = [
     "KVCache",
     "GroupedMultiHeadCache", "multi_head_attention_backward", "multi_head_attention_forward",
     "rope_multi_head_attention_backward", "rope_multi_head_attention_forward",
+    "SinkSoftmaxCache", "sink_softmax_backward", "sink_softmax_forward",
 ]

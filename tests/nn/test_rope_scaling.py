@@ -101,7 +101,13 @@ def test_float32_stays_float32():
 
 @pytest.mark.parametrize("scaling,error,message", [
     ({"rope_type": "yarn", "factor": 4.0}, ValueError,
-     r"^RoPE type 'yarn' is not implemented \(only default, linear, llama3\); it is refused"),
+     r"^RoPE type 'yarn' needs scaling\['original_max_position_embeddings'\], which is missing$"),
+    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "truncate": 0}, TypeError,
+     r"^scaling\['truncate'\] must be True or False, got 0$"),
+    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "low_freq_factor": 1.0},
+     ValueError, r"^scaling has \['low_freq_factor'\], which RoPE type 'yarn' does not use here"),
+    ({"rope_type": "longrope", "factor": 4.0}, ValueError,
+     r"^RoPE type 'longrope' is not implemented \(only default, linear, llama3, yarn\); it is refused"),
     ({"type": "dynamic", "factor": 2.0}, ValueError, r"^RoPE type 'dynamic' is not implemented"),
     ({"rope_type": "linear"}, ValueError, r"^RoPE type 'linear' needs scaling\['factor'\], which is missing$"),
     ({"rope_type": "linear", "factor": 2.0, "mscale": 1.0}, ValueError,

@@ -1,0 +1,143 @@
+"""A mixture of experts as gpt-oss computes it (transformers' ``GptOssMLP``), and its backward.
+
+A router (:mod:`attention_ref.nn.moe_routing`) sends each token to ``k`` of ``E`` experts with
+weights; each expert is a clamped SwiGLU with biases (:mod:`attention_ref.nn.clamped_swiglu`);
+the token's output is the weighted sum of its experts' outputs (Shazeer et al. 2017's sparsely
+gated mixture of experts; each token pays for ``k`` experts, not ``E``).
+Symbols: ``...`` batch axes, T tokens (flattened), D model width, E experts, F expert width, k.
+
+1. ``w, idx = router(x)``                                      (T, k) each
+2. ``y_e = expert_e(x_t)`` for the tokens ``t`` that chose ``e``   (T_e, D)
+3. ``y_t = sum_j w_tj y_{idx_tj}(x_t)``                        (T, D)
+
+The backward holds the choice ``idx`` fixed (autograd's rule: a discrete choice has no
+gradient), so a token's gradient reaches only its ``k`` experts and, through ``w``, the router.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from .._checks import as_real_array, as_upstream, check_positive_real, common_dtype, require_ndim
+from .clamped_swiglu import (
+    GPT_OSS_SWIGLU_ALPHA,
+    GPT_OSS_SWIGLU_LIMIT,
+    clamped_swiglu_backward_formula,
+    clamped_swiglu_formula,
+)
+from .moe_routing import Routing, check_routing, router_backward, router_formula
+
+__all__ = ["MoECache", "moe_forward", "moe_backward"]
+
+
+class MoECache(NamedTuple):
+    """The router's cache and, for each expert used, its tokens, their slots, its cache and output."""
+
+    router: object  # RouterCache
+    w: np.ndarray  # (T, k), the routing weights
+    experts: tuple  # ((e, tokens (T_e,), slots (T_e,), ClampedSwiGLUCache, y_e (T_e, D)), ...)
+    x_shape: tuple  # (..., D)
+    num_experts: int
+    expert_shapes: tuple  # shapes of W_gate_up, b_gate_up, W_down, b_down (E, ...)
+
+
+def _check_moe_inputs(x, W_router, b_router, W_gate_up, b_gate_up, W_down, b_down, routing, alpha, limit):
+    """Real, finite arrays of matching shapes, in their common dtype, and a Routing."""
+    names = ("x", "W_router", "b_router", "W_gate_up", "b_gate_up", "W_down", "b_down")
+    arrays = [as_real_array(a, n) for a, n in zip((x, W_router, b_router, W_gate_up, b_gate_up, W_down, b_down),
+                                                  names)]
+    x, W_router, b_router, W_gate_up, b_gate_up, W_down, b_down = arrays
+    require_ndim(x, "x", 1, "(..., D)")
+    D = x.shape[-1]
+    if W_gate_up.ndim != 3 or W_gate_up.shape[1] != D or W_gate_up.shape[2] % 2:
+        raise ValueError(f"W_gate_up must have shape (E, D, 2F) with D = {D} (x's last axis), got {W_gate_up.shape}")
+    E, _, F2 = W_gate_up.shape
+    expected = {"W_router": (D, E), "b_router": (E,), "b_gate_up": (E, F2), "W_down": (E, F2 // 2, D),
+                "b_down": (E, D)}
+    for name, a in zip(names[1:], arrays[1:]):
+        if name in expected and a.shape != expected[name]:
+            raise ValueError(f"{name} must have shape {expected[name]} for {E} experts of width {F2 // 2} and"
+                             f" D = {D}, got {a.shape}")
+    check_routing(routing, E)
+    alpha, limit = check_positive_real(alpha, "alpha"), check_positive_real(limit, "limit")
+    dtype = common_dtype(*arrays)
+    return [a.astype(dtype, copy=False) for a in arrays] + [routing, alpha, limit]
+
+
+def moe_forward(x, W_router, b_router, W_gate_up, b_gate_up, W_down, b_down, routing: Routing,
+                alpha=GPT_OSS_SWIGLU_ALPHA, limit=GPT_OSS_SWIGLU_LIMIT):
+    """gpt-oss's mixture of experts on the tokens ``x``.
+
+    Parameters
+    ----------
+    x : array (..., D)
+    W_router : array (D, E) (``router.weight.T``); b_router : array (E,) (``router.bias``)
+    W_gate_up : array (E, D, 2F) (``experts.gate_up_proj``, gate and up columns interleaved);
+        b_gate_up : array (E, 2F) (``experts.gate_up_proj_bias``)
+    W_down : array (E, F, D) (``experts.down_proj``); b_down : array (E, D) (``experts.down_proj_bias``)
+    routing : Routing (gpt-oss: ``Routing(num_experts_per_tok)``, softmax over the top k)
+    alpha, limit : the experts' ``swiglu_alpha`` and ``swiglu_limit``
+
+    Returns
+    -------
+    y : array (..., D)
+    cache : MoECache for :func:`moe_backward`
+    """
+    return moe_formula(*_check_moe_inputs(x, W_router, b_router, W_gate_up, b_gate_up, W_down, b_down,
+                                          routing, alpha, limit))
+
+
+def moe_formula(x, W_router, b_router, W_gate_up, b_gate_up, W_down, b_down, routing, alpha, limit):
+    """:func:`moe_forward` on checked inputs."""
+    tokens = x.reshape(-1, x.shape[-1])  # (T, D)
+    # 1. the router
+    w, idx, _, router_cache = router_formula(tokens, W_router, b_router, routing)  # (T, k) each
+    # 2.-3. each expert on its tokens, weighted and added up
+    y = np.zeros_like(tokens)  # (T, D)
+    experts = []
+    for e in range(W_gate_up.shape[0]):
+        t, j = np.nonzero(idx == e)  # (T_e,) tokens that chose e, and in which slot
+        if t.size == 0:
+            continue
+        y_e, cache_e = clamped_swiglu_formula(tokens[t], W_gate_up[e], b_gate_up[e], W_down[e], b_down[e],
+                                              alpha, limit)  # (T_e, D)
+        np.add.at(y, t, w[t, j][:, None] * y_e)  # a token appears once per expert; add.at keeps it plain
+        experts.append((e, t, j, cache_e, y_e))
+    shapes = (W_gate_up.shape, b_gate_up.shape, W_down.shape, b_down.shape)
+    return y.reshape(x.shape), MoECache(router_cache, w, tuple(experts), x.shape, W_gate_up.shape[0], shapes)
+
+
+def moe_backward(dy, cache: MoECache):
+    """Gradients of :func:`moe_forward`, its steps in reverse, the chosen experts held fixed.
+
+    3. ``y_t = sum_j w_tj y_{idx_tj}`` gives ``dw_tj = dy_t . y_{idx_tj}`` and, to expert
+       ``e = idx_tj``, the upstream gradient ``w_tj dy_t``
+    2. each expert's backward (:func:`attention_ref.nn.clamped_swiglu_backward`) on its tokens:
+       its weight gradients, and ``dx_t`` summed over the token's ``k`` experts
+    1. the router's backward with ``dw`` (:func:`attention_ref.nn.router_backward`), added to ``dx``
+
+    Returns
+    -------
+    dx : array (..., D)
+    dW_router : array (D, E); db_router : array (E,)
+    dW_gate_up : array (E, D, 2F); db_gate_up : array (E, 2F)
+    dW_down : array (E, F, D); db_down : array (E, D)
+    (an expert no token chose gets zero gradients)
+    """
+    router_cache, w, experts, x_shape, E, shapes = cache
+    dtype = w.dtype
+    dy = as_upstream(dy, x_shape, dtype, "dy").reshape(-1, x_shape[-1])  # (T, D)
+    dx = np.zeros_like(dy)  # (T, D)
+    dw = np.zeros_like(w)  # (T, k)
+    dW_gate_up, db_gate_up, dW_down, db_down = (np.zeros(shape, dtype) for shape in shapes)
+    for e, t, j, cache_e, y_e in experts:
+        # 3. the weighted sum
+        dw[t, j] = (dy[t] * y_e).sum(axis=-1)  # (T_e,)
+        # 2. the expert
+        dx_e, dW_gate_up[e], db_gate_up[e], dW_down[e], db_down[e] = clamped_swiglu_backward_formula(
+            w[t, j][:, None] * dy[t], cache_e)  # dx_e (T_e, D)
+        np.add.at(dx, t, dx_e)
+    # 1. the router
+    dx_router, dW_router, db_router = router_backward(dw, router_cache)  # (T, D), (D, E), (E,)
+    return (dx + dx_router).reshape(x_shape), dW_router, db_router, dW_gate_up, db_gate_up, dW_down, db_down
