@@ -326,4 +326,59 @@ assert readings["001"] == {"single": 3 * 512**2, "multi": 7 * 512**2}
 assert readings["split"] == {"single": 4 * 512**2, "multi": 4 * 512**2}
 """,
     },
+    "19_attention_in_2025_26": {
+        # issue 43's rule: the lesson shows, these check what it shows
+        "1f82b371": """\
+assert np.allclose(P[0, 0, :3], e[:3] / e.sum(), rtol=1e-14) and abs(cache.p_sink[0, 0, 0] - e[3] / e.sum()) < 1e-15
+for _sink, _on_keys, _on_sink in ((-4.0, 0.9984, 0.0016), (0.0, 0.9216, 0.0784), (2.0, 0.6141, 0.3859)):
+    _P, _c = ar.sink_softmax_forward(scores, np.array([_sink]))
+    assert abs(_P[0, 0].sum() - _on_keys) < 1e-4 and abs(_c.p_sink[0, 0, 0] - _on_sink) < 1e-4
+    assert abs(_P[0, 0].sum() + _c.p_sink[0, 0, 0] - 1) < 1e-15 and _P[0, 0, 3] == 0
+    assert _P[0, 1].sum() == 0 and _c.p_sink[0, 1, 0] == 1                 # the fully masked row: all on the sink
+""",
+        "391273f1": """\
+assert np.allclose(on_keys, logistic, rtol=1e-13, atol=1e-15) and abs(lse - 2.4644) < 1e-4
+assert abs(ar.sink_softmax_forward(scores[:, :1], np.array([lse]))[0].sum() - 0.5) < 1e-14
+assert fig.axes[0].get_xlabel() and fig.axes[0].get_ylabel()
+""",
+        "f5895d9d": """\
+assert np.allclose(ds, P * (dP - c), rtol=1e-14, atol=1e-15)
+assert np.allclose(dsig, (-cache.p_sink * c).sum(axis=(0, 2, 3)), rtol=1e-14, atol=1e-15)
+assert sink_report.ok and max(r.max_abs_err for r in sink_report.rows) < 1e-6
+""",
+        "4a21ce31": """\
+assert abs(alpha - (0.1 * math.log(32) + 1)) < 1e-15 and abs(alpha - 1.3466) < 1e-4 and (kept, slowed) == (9, 14)
+assert abs(low - 8.09) < 0.01 and abs(high - 17.40) < 0.01
+assert kept == math.ceil(low) and slowed == 32 - math.ceil(high)   # the ramp runs from pair low to pair high
+_i = np.arange(32)
+_rho = np.clip((_i - low) / (high - low), 0, 1)
+assert np.allclose(theta_yarn, (1 - _rho) * theta + _rho * theta / 32, rtol=1e-13)   # the lesson's formula
+assert fig.axes[0].get_xlabel() and fig.axes[0].get_ylabel()
+""",
+        "7340c2a7": """\
+assert abs(np.linalg.norm(y) / np.linalg.norm(x) - alpha) < 1e-12
+assert yarn_report.ok and max(r.max_abs_err for r in yarn_report.rows) < 1e-6
+""",
+        "a5aea03e": """\
+assert np.allclose(w.sum(-1), 1) and np.allclose(y[0], one, rtol=1e-13, atol=1e-13)
+assert [idx[t].tolist() for t in range(3)] == [[0, 3], [1, 2], [1, 2]]
+assert np.array_equal(np.sort(idx, -1), np.sort(np.argsort(-logits, -1)[:, :k], -1))    # the k largest logits
+_top = np.take_along_axis(logits, idx, -1)
+assert np.allclose(w, np.exp(_top) / np.exp(_top).sum(-1, keepdims=True), rtol=1e-14)   # softmax over the k chosen
+assert abs(w[0, 0] - 0.967) < 5e-4 and abs(w[1, 0] - 0.978) < 5e-4 and abs(w[2, 0] - 0.733) < 5e-4
+""",
+        "d982714a": """\
+assert abs((top[:, 1] - top[:, 2]).min() - 0.250) < 5e-4 and np.abs(np.abs(gu) - 7).min() > 1e-3
+assert int((gu[..., 0::2] > 7).sum() + (np.abs(gu[..., 1::2]) > 7).sum()) == 2
+assert moe_report.ok and max(r.max_abs_err for r in moe_report.rows) < 1e-6
+""",
+        "0c423f83": """\
+assert abs(uniform - 2) < 1e-15 and abs(skewed - 4 * (1.0 * p[0] + 1.0 * p[1])) < 1e-12   # f = (1, 1, 0, 0)
+assert abs(skewed - 3.7286) < 1e-4
+_dp = 4 * np.array([1.0, 1.0, 0.0, 0.0]) / 8                                 # dp_te = E f_e / T
+assert np.allclose(dl, np.tile(p * (_dp - p @ _dp), (8, 1)), rtol=1e-13)    # softmax's backward per token
+assert dl[0, 0] > dl[0, 1] > 0 > dl[0, 2] == dl[0, 3]
+assert lb_report.ok and max(r.max_abs_err for r in lb_report.rows) < 1e-6
+""",
+    },
 }
