@@ -169,7 +169,7 @@ LLAMA_KEYS = {
     "attention_dropout": DROPOUT,
     "pretraining_tp": NEUTRAL,  # no step of 4.57's or 5.24's modeling_llama reads it
     "attention_bias": (False,), "mlp_bias": (False,),
-    "sliding_window": (None,),  # not LlamaConfig's: a window under "llama" is another family's
+    "sliding_window": NEUTRAL,  # not LlamaConfig's; 4.57's and 5.24's modeling_llama read no window: nor here
 }
 #: the LMConfig fields a Llama-built family may set
 LLAMA_ALLOWED = ("head_dim", "rope_scaling", "rope_layout")
