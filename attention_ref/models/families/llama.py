@@ -4,7 +4,10 @@ Reader: ``config.json``'s ``hidden_size``, ``num_hidden_layers``, ``num_attentio
 ``num_key_value_heads``, ``intermediate_size``, ``rms_norm_eps``, ``rope_theta`` / ``rope_scaling``
 (4.x) or ``rope_parameters`` (5.x), ``head_dim``, ``tie_word_embeddings`` (default False) and
 ``pad_token_id``; ``hidden_act`` other than ``silu``, ``attention_bias``, ``mlp_bias``,
-``use_sliding_window`` and sliding ``layer_types`` are refused by name.
+``use_sliding_window`` and sliding ``layer_types`` are refused by name. Every key of ``config.json``
+is in :data:`LLAMA_KEYS` (computed, neutral, or refused at a non-neutral value; a key in no row is
+refused by name); a RoPE field given in both spellings with two values is refused naming both
+(:func:`rope_spellings`); a ``pad_token_id`` outside the vocabulary is refused (:func:`token_id`).
 
 The whole model's steps (:mod:`attention_ref.models.lm` runs them):
 
