@@ -251,3 +251,22 @@ def test_a_buffer_transformers_recomputes_is_left_unread(tmp_path):
     folder = _folder(tmp_path, {"model.layers.0.self_attn.rotary_emb.inv_freq": np.full(2, 7.0, np.float32)})
     params, config = load_pretrained(folder)
     assert config.rope_theta == 10000.0 and "model.layers.0.self_attn.rotary_emb.inv_freq" not in params
+
+
+def test_gpt2_files_causal_mask_buffers_are_left_unread(tmp_path):
+    """The hub's GPT-2 files hold each layer's ``h.<i>.attn.bias`` (the causal mask) and old ones
+    ``attn.masked_bias``: buffers transformers builds from the config (non-persistent in 4.57, in 5.x's
+    ``_keys_to_ignore_on_load_unexpected``); they are left unread, while ``attn.c_attn.bias`` is read."""
+    gpt2 = {"model_type": "gpt2", "vocab_size": 11, "n_embd": 8, "n_layer": 1, "n_head": 2, "n_positions": 16}
+    config = ar.LMConfig.from_dict(gpt2)
+    params = ar.init_lm_params(config, seed=0, dtype=np.float32)
+    state = {k[len("transformer."):] if k.startswith("transformer.") else k: v
+             for k, v in to_transformers(params, config).items()}  # the hub's names: no "transformer."
+    buffers = {"h.0.attn.bias": np.tril(np.ones((1, 1, 16, 16), np.float32)), "h.0.attn.masked_bias": np.float32([-1e4])}
+    (tmp_path / "config.json").write_text(json.dumps(gpt2))
+    write_safetensors({**state, **buffers}, tmp_path / "model.safetensors")
+    loaded, _ = load_pretrained(tmp_path)
+    np.testing.assert_array_equal(loaded["h.0.self_attn.b_q"], params["h.0.self_attn.b_q"])
+    write_safetensors({**state, "h.0.attn.extra": np.ones(2, np.float32)}, tmp_path / "model.safetensors")
+    with pytest.raises(ValueError, match="'transformer.h.0.attn.extra'.*no step of a gpt2 model reads"):
+        load_pretrained(tmp_path)
