@@ -12,12 +12,10 @@ parameter that config.json implies. Every error names the file and the field or 
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 
-from ..models.config import LMConfig
-from ..models.families import FAMILY
+from ..models.config import LMConfig, check_config_fields
 from ..models.params import tensor_shapes
 from .safetensors import open_regular, read_safetensors
 
@@ -42,49 +40,12 @@ def _kind(value) -> str:
 
 
 def _check_fields(d: dict, path: Path) -> None:
-    """The fields :meth:`LMConfig.from_dict` reads, by type and range; one error naming the field."""
-    family = FAMILY.get(d.get("model_type"))
-    if family is None:
-        return  # from_dict names an unsupported model_type
-    fields = family.fields  # the fields its reader reads, by kind
-    for name in fields.positive:
-        if name not in d:
-            raise ValueError(f"{path}: field {name!r} is missing (a positive integer is expected)")
-    for name in fields.positive + fields.optional_positive:
-        value = d.get(name)
-        if (name in d and value is not None or name in fields.positive) and not (
-                isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-            raise ValueError(f"{path}: field {name!r} must be a positive integer, found {value!r} ({_kind(value)})")
-    for name in fields.flags:
-        if name in d and not isinstance(d[name], bool):
-            raise ValueError(f"{path}: field {name!r} must be a JSON boolean (true or false), found {d[name]!r}"
-                             f" ({_kind(d[name])})")
-    for name in fields.numbers:
-        value = d.get(name)
-        if name in d and not (isinstance(value, (int, float)) and not isinstance(value, bool)
-                              and math.isfinite(value) and value > 0):
-            raise ValueError(f"{path}: field {name!r} must be a positive number, found {value!r} ({_kind(value)})")
-    for name in fields.strings:
-        if name in d and not isinstance(d[name], str):
-            raise ValueError(f"{path}: field {name!r} must be a string, found {d[name]!r} ({_kind(d[name])})")
-    for name in ("rope_parameters", "rope_scaling"):
-        if d.get(name) is not None and not isinstance(d[name], dict):
-            raise ValueError(f"{path}: field {name!r} must be an object or null, found {d[name]!r}")
-        theta = (d.get(name) or {}).get("rope_theta", 1.0)
-        if not (isinstance(theta, (int, float)) and not isinstance(theta, bool) and math.isfinite(theta) and theta > 0):
-            raise ValueError(f"{path}: field '{name}.rope_theta' must be a positive number, found {theta!r}"
-                             f" ({_kind(theta)})")
-        factor = (d.get(name) or {}).get("partial_rotary_factor", 1.0)  # GPT-NeoX's rotary_pct in 5.x
-        if not (isinstance(factor, (int, float)) and not isinstance(factor, bool) and 0 < factor <= 1):
-            raise ValueError(f"{path}: field '{name}.partial_rotary_factor' must be a number in (0, 1], found"
-                             f" {factor!r} ({_kind(factor)})")
-    pad = d.get("pad_token_id")
-    if pad is not None and not (isinstance(pad, int) and not isinstance(pad, bool)):
-        raise ValueError(f"{path}: field 'pad_token_id' must be an integer or null, found {pad!r} ({_kind(pad)})")
-    if fields.width_heads is not None:
-        width, heads = fields.width_heads
-        if d[width] % d[heads]:
-            raise ValueError(f"{path}: field {width!r} = {d[width]} must be a multiple of {heads!r} = {d[heads]}")
+    """The fields :meth:`LMConfig.from_dict` reads, by type and range
+    (:func:`attention_ref.models.config.check_config_fields`); one error naming the file and the field."""
+    try:
+        check_config_fields(d)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e.args[0]}") from None
 
 
 def read_config(folder) -> LMConfig:
@@ -96,9 +57,6 @@ def read_config(folder) -> LMConfig:
     if not isinstance(d, dict):
         raise ValueError(f"{path}: expected a JSON object, found {_kind(d)}")
     _check_fields(d, path)
-    layer_types = d.get("layer_types")
-    if layer_types is not None and not (isinstance(layer_types, list) and all(isinstance(t, str) for t in layer_types)):
-        raise ValueError(f"{path}: field 'layer_types' must be a list of strings or null, found {layer_types!r}")
     try:
         return LMConfig.from_dict(d)
     except (ValueError, TypeError, KeyError) as e:

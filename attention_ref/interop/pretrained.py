@@ -131,6 +131,7 @@ def _params_from_state(state, config, dtype, copy):
     extra = [k for k, i in indices.items() if not i.isdigit() or int(i) >= config.num_layers]
     if extra:
         raise ValueError(f"the state has layers past the config's num_layers = {config.num_layers}: {extra[:3]}")
+    _refuse_unread(state, config, table, block_table, layer_prefix)
     out = {}
     for name in param_names(config):
         if name in params:
@@ -141,6 +142,22 @@ def _params_from_state(state, config, dtype, copy):
                 value = value.astype(np.float32)
             out[name] = value
     return out
+
+
+def _refuse_unread(state, config, table, block_table, layer_prefix):
+    """A tensor of ``state`` that no step reads is refused by name (a config of another family under this
+    ``model_type``: Granite's, ERNIE 4.5's, HunYuan's extra weights). The buffers transformers computes
+    from the config and never loads (the family's ``buffers``: old files' ``rotary_emb.inv_freq``,
+    GPT-2's causal ``attn.bias`` / ``attn.masked_bias``) are left unread here too."""
+    read = {rule.theirs for rule in MAPPINGS[table]}
+    for i in range(config.num_layers):
+        read.update(layer_prefix.format(i=i) + rule.theirs for rule in MAPPINGS[block_table])
+    buffers = family_of(config).buffers
+    unread = [k for k in state if k not in read and not any(k == b or k.endswith("." + b) for b in buffers)]
+    if unread:
+        raise ValueError(f"the state holds {unread[0]!r}{f' (and {len(unread) - 1} more)' if len(unread) > 1 else ''},"
+                         f" which no step of a {config.family} model reads (not a tensor of transformers'"
+                         f" {config.family} model: a checkpoint of another family?); the model cannot be run here")
 
 
 def to_transformers(tree, config: LMConfig, version=None) -> dict:

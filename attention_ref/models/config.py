@@ -14,12 +14,15 @@ config reads its family's features and rules from there.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 
 from ..nn.rope_scaling import rope_frequencies
+from .family import check_keys
 
-__all__ = ["LMConfig", "FAMILIES", "LAYER_TYPES", "ROPE_LAYOUTS", "register_families", "family_of", "refuse"]
+__all__ = ["LMConfig", "FAMILIES", "LAYER_TYPES", "ROPE_LAYOUTS", "register_families", "family_of", "refuse",
+           "check_config_fields"]
 
 #: The model families this package runs whole (transformers' ``model_type``), in the registry's
 #: order (:mod:`attention_ref.models.families` fills it).
@@ -56,6 +59,61 @@ def refuse(what: str, value, family: str):
     """Raise the error of a setting this package does not compute, naming it."""
     raise ValueError(f"{family}: {what} = {value!r} is not supported by attention_ref (it changes the maths"
                      " this package implements); the model cannot be run here")
+
+
+def _kind(value) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def check_config_fields(d: dict) -> None:
+    """The fields ``config.json`` (``d``) gives that its family's reader reads, by type and range (a
+    count a positive JSON integer, a flag a JSON boolean, an epsilon a positive number), before the
+    reader sees them; one error naming the field (:meth:`LMConfig.from_dict` and the loader call it)."""
+    family = _REGISTRY.get(d.get("model_type"))
+    if family is None:
+        return  # from_dict names an unsupported model_type
+    fields = family.fields  # the fields its reader reads, by kind
+    for name in fields.positive:
+        if name not in d:
+            raise ValueError(f"field {name!r} is missing (a positive integer is expected)")
+    for name in fields.positive + fields.optional_positive:
+        value = d.get(name)
+        if (name in d and value is not None or name in fields.positive) and not (
+                isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+            raise ValueError(f"field {name!r} must be a positive integer, found {value!r} ({_kind(value)})")
+    for name in fields.flags:
+        if name in d and not isinstance(d[name], bool):
+            raise ValueError(f"field {name!r} must be a JSON boolean (true or false), found {d[name]!r}"
+                             f" ({_kind(d[name])})")
+    for name in fields.numbers:
+        value = d.get(name)
+        if name in d and not (isinstance(value, (int, float)) and not isinstance(value, bool)
+                              and math.isfinite(value) and value > 0):
+            raise ValueError(f"field {name!r} must be a positive number, found {value!r} ({_kind(value)})")
+    for name in fields.strings:
+        if name in d and not isinstance(d[name], str):
+            raise ValueError(f"field {name!r} must be a string, found {d[name]!r} ({_kind(d[name])})")
+    for name in ("rope_parameters", "rope_scaling"):
+        if d.get(name) is not None and not isinstance(d[name], dict):
+            raise ValueError(f"field {name!r} must be an object or null, found {d[name]!r}")
+        theta = (d.get(name) or {}).get("rope_theta", 1.0)
+        if not (isinstance(theta, (int, float)) and not isinstance(theta, bool) and math.isfinite(theta) and theta > 0):
+            raise ValueError(f"field '{name}.rope_theta' must be a positive number, found {theta!r}"
+                             f" ({_kind(theta)})")
+        factor = (d.get(name) or {}).get("partial_rotary_factor", 1.0)  # GPT-NeoX's rotary_pct in 5.x
+        if not (isinstance(factor, (int, float)) and not isinstance(factor, bool) and 0 < factor <= 1):
+            raise ValueError(f"field '{name}.partial_rotary_factor' must be a number in (0, 1], found"
+                             f" {factor!r} ({_kind(factor)})")
+    pad = d.get("pad_token_id")
+    if pad is not None and not (isinstance(pad, int) and not isinstance(pad, bool)):
+        raise ValueError(f"field 'pad_token_id' must be an integer or null, found {pad!r} ({_kind(pad)})")
+    layer_types = d.get("layer_types")
+    if layer_types is not None and not (isinstance(layer_types, list) and all(isinstance(t, str) for t in layer_types)):
+        raise ValueError(f"field 'layer_types' must be a list of strings or null, found {layer_types!r}")
+    if fields.width_heads is not None:
+        width, heads = fields.width_heads
+        if d[width] % d[heads]:
+            raise ValueError(f"field {width!r} = {d[width]} must be a multiple of {heads!r} = {d[heads]}")
 
 
 @dataclass(frozen=True)
@@ -266,4 +324,6 @@ class LMConfig:
         family = d.get("model_type")
         if family not in _REGISTRY:
             raise ValueError(f"model_type {family!r} is not supported: this package runs {FAMILIES} whole")
+        check_config_fields(d)  # each field's type and range, as load_pretrained checks them
+        check_keys(d, _REGISTRY[family])  # every key computed, neutral, or refused by name
         return _REGISTRY[family].read(d)

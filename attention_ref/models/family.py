@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
-__all__ = ["Tensor", "Features", "Family", "ConfigFields", "top_tensor", "block_tensors"]
+__all__ = ["Tensor", "Features", "Family", "ConfigFields", "top_tensor", "block_tensors", "NEUTRAL", "COMPUTED",
+           "DROPOUT", "neutral", "computed", "BASE_KEYS", "check_keys"]
 
 
 class Tensor(NamedTuple):
@@ -117,6 +118,8 @@ class Family(NamedTuple):
     init_block: Callable | None = None  # (config, seed, dtype) -> a block's params; None: from the table
     float32_steps: tuple = ()  # transformers' (module, class prefix) whose RMSNorm/RoPE run in float32
     block_order: tuple | None = None  # our block names in the order of the params, when not the table's
+    keys: dict | None = None  # config.json key -> NEUTRAL, COMPUTED, DROPOUT or its neutral values (check_keys)
+    buffers: tuple = ()  # checkpoint names' endings transformers computes from the config and never reads
 
 
 def top_tensor(ours, theirs, how, shape, init="normal", optional=False, when=None) -> Tensor:
@@ -127,3 +130,75 @@ def top_tensor(ours, theirs, how, shape, init="normal", optional=False, when=Non
 def block_tensors(family: Family, config) -> tuple:
     """The rows of ``family``'s block table that ``config``'s model has."""
     return tuple(t for t in family.block if t.when is None or t.when(config))
+
+
+# ---- the config.json keys a family knows (issue 41): computed, neutral, or refused by name ----
+
+#: any value leaves the forward's numbers as they are (a token id, a name, a generation setting)
+NEUTRAL = "neutral"
+#: read by the family's reader (which computes it, or refuses a value it does not compute)
+COMPUTED = "computed"
+#: a dropout probability: transformers' ``from_pretrained`` model is in eval mode, where dropout is
+#: the identity; any probability in [0, 1] leaves the forward as it is (this package trains without it)
+DROPOUT = "dropout"
+
+
+def neutral(*names) -> dict:
+    return dict.fromkeys(names, NEUTRAL)
+
+
+def computed(*names) -> dict:
+    return dict.fromkeys(names, COMPUTED)
+
+
+#: the keys of transformers' ``PretrainedConfig`` (``PretrainedConfig().to_dict()`` on 4.57.1; 5.24 keeps
+#: a subset) and a few that older files hold, for every family; a tuple lists the neutral values
+#: (another value is refused by name)
+BASE_KEYS = {
+    **computed("model_type", "vocab_size", "tie_word_embeddings", "pad_token_id"),
+    # names, token ids, dtypes and flags of the wrapper: nothing the forward computes
+    **neutral("_name_or_path", "architectures", "auto_map", "transformers_version", "dtype", "torch_dtype",
+              "use_bfloat16", "bos_token_id", "eos_token_id", "sep_token_id", "decoder_start_token_id",
+              "id2label", "label2id", "problem_type", "finetuning_task", "tokenizer_class", "prefix",
+              "task_specific_params", "output_attentions", "output_hidden_states", "return_dict", "torchscript",
+              "use_cache", "initializer_range", "chunk_size_feed_forward", "is_decoder", "tie_encoder_decoder",
+              "tf_legacy_loss", "gradient_checkpointing", "cache_implementation", "_attn_implementation_autoset",
+              "attn_implementation"),
+    # generation settings written by 4.x (generate's own arguments here; not the forward)
+    **neutral("max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups",
+              "diversity_penalty", "temperature", "top_k", "top_p", "typical_p", "repetition_penalty",
+              "length_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids",
+              "num_return_sequences", "output_scores", "return_dict_in_generate", "forced_bos_token_id",
+              "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty",
+              "suppress_tokens", "begin_suppress_tokens"),
+    # refused at any other value: an encoder, cross-attention, pruned heads, quantised weights
+    "is_encoder_decoder": (False,), "add_cross_attention": (False,), "cross_attention_hidden_size": (None,),
+    "pruned_heads": ({},), "quantization_config": (None,),
+}
+
+
+def _same(value, allowed) -> bool:
+    """``value`` is one of ``allowed`` (a JSON true is not the number 1)."""
+    return any(value == a and isinstance(value, bool) == isinstance(a, bool) for a in allowed)
+
+
+def check_keys(d: dict, family) -> None:
+    """Every key of ``d`` (a ``config.json``) is one ``family`` knows: computed by its reader,
+    neutral, or at a neutral value; anything else is refused with one line naming the key."""
+    table = family.keys
+    if table is None:
+        return
+    name = family.model_type
+    for key, value in d.items():
+        rule = table.get(key)
+        if rule is None:
+            raise ValueError(f"{name}: config.json key {key!r} = {value!r} is not a field of transformers' {name}"
+                             " config this package computes or knows to leave the numbers unchanged (a config"
+                             " of another family under this model_type?); the model cannot be run here")
+        if rule == DROPOUT:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+                raise ValueError(f"{name}: {key} must be a dropout probability in [0, 1], got {value!r}")
+        elif isinstance(rule, tuple) and not _same(value, rule):
+            raise ValueError(f"{name}: {key} = {value!r} is not supported by attention_ref (it changes the maths"
+                             f" this package implements; only {' or '.join(repr(v) for v in rule)} does not);"
+                             " the model cannot be run here")

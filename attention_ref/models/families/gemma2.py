@@ -9,12 +9,12 @@ step 4 a fifth step caps the logits (:func:`attention_ref.nn.soft_cap.soft_cap_f
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
 
 from ...nn.soft_cap import soft_cap_backward_formula, soft_cap_formula
 from ..config import refuse
-from ..family import Features
+from ..family import COMPUTED, Features
 from .gemma3_text import FAMILY as GEMMA3, GEMMA_ALLOWED, read_gemma
+from .llama import rope_spellings
 
 __all__ = ["FAMILY"]
 
@@ -29,13 +29,9 @@ def read(d):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                   or not 0 < value < float("inf")):
             raise ValueError(f"{MODEL_TYPE}: {cap} must be null or a positive number, got {value!r}")
-    rope = d.get("rope_parameters") or d.get("rope_scaling") or {}
-    if not isinstance(rope, Mapping):
-        raise ValueError(f"{MODEL_TYPE}: rope_parameters must be an object, got {rope!r}")
-    rope_type = rope.get("rope_type", rope.get("type", "default"))
-    if rope_type != "default":
-        refuse("the RoPE scaling rope_type", rope_type, MODEL_TYPE)
-    theta = d.get("rope_theta", rope.get("rope_theta", 10000.0))
+    rope, theta = rope_spellings(d, MODEL_TYPE)  # 4.x's and 5.x's spellings; a conflict refused naming both
+    if rope["rope_type"] != "default":
+        refuse("the RoPE scaling rope_type", rope["rope_type"], MODEL_TYPE)
     as_gemma3 = {k: v for k, v in d.items() if k not in ("attn_logit_softcapping", "final_logit_softcapping",
                                                           "rope_parameters", "rope_scaling", "rope_theta")}
     as_gemma3.update(rope_theta=theta, rope_local_base_freq=theta)  # one base for both kinds of layer
@@ -61,8 +57,14 @@ def logits_backward(dlogits, cache):
 #: Gemma 3's block without the q/k norms
 BLOCK = tuple(t for t in GEMMA3.block if t.ours[0] not in ("self_attn.q_norm.weight", "self_attn.k_norm.weight"))
 
+#: Gemma2Config's keys: Gemma 3's with the soft caps computed, and without the sliding layers' own base and the
+#: pattern (Gemma 2 alternates; transformers' Gemma 2 reads neither)
+KEYS = {**{k: v for k, v in GEMMA3.keys.items() if k not in ("rope_local_base_freq", "sliding_window_pattern",
+                                                             "_sliding_window_pattern")},
+        "attn_logit_softcapping": COMPUTED, "final_logit_softcapping": COMPUTED}
+
 FAMILY = GEMMA3._replace(
-    model_type=MODEL_TYPE, read=read, features=Features(norm_placement="sandwich"),
+    model_type=MODEL_TYPE, read=read, keys=KEYS, features=Features(norm_placement="sandwich"),
     allowed=GEMMA_ALLOWED + ("attn_softcap", "final_softcap"), block=BLOCK,
     block_title="transformers Gemma2DecoderLayer (layers.<i>.)",
     logits=logits, logits_backward=logits_backward)

@@ -32,8 +32,8 @@ from ...nn.llama_block import RotaryHalf
 from ...nn.rms_norm import rms_norm_backward
 from ...nn.rope_scaling import ROPE_TYPES
 from ..config import LAYER_TYPES, LMConfig, refuse
-from ..family import Features, Tensor
-from .llama import FAMILY as LLAMA, embed_tokens, embed_tokens_backward, token_id
+from ..family import BASE_KEYS, COMPUTED, DROPOUT, NEUTRAL, Features, Tensor, computed
+from .llama import FAMILY as LLAMA, embed_tokens, embed_tokens_backward, one_value, rope_spellings, token_id
 
 __all__ = ["FAMILY", "read_gemma", "gemma_rope", "embedding_normalizer", "check_gemma", "GEMMA_ALLOWED"]
 
@@ -45,17 +45,19 @@ def gemma_rope(d, family):
     ``rope_parameters`` per layer type or 4.x's ``rope_theta``, ``rope_scaling`` and
     ``rope_local_base_freq``; a type this package does not compute is refused by name."""
     per_type = d.get("rope_parameters") or {}
-    if "full_attention" in per_type or "sliding_attention" in per_type:
-        full, local = per_type.get("full_attention") or {}, per_type.get("sliding_attention") or {}
-        theta, local_theta = full.get("rope_theta", 1_000_000.0), local.get("rope_theta", 10_000.0)
-    else:  # 4.x: rope_scaling applies to the global layers, the local ones are plain
-        full = d.get("rope_scaling") or per_type or {}
-        local = {}
-        theta = d.get("rope_theta", full.get("rope_theta", 1_000_000.0))
-        local_theta = d.get("rope_local_base_freq", 10_000.0)
-    for name, part in (("the global layers' RoPE parameters", full), ("the sliding layers' RoPE parameters", local)):
+    if not isinstance(per_type, Mapping):
+        raise ValueError(f"{family}: rope_parameters must be an object or null, got {per_type!r}")
+    full_new, local = per_type, {}  # 4.x: rope_scaling applies to the global layers, the local ones are plain
+    if "full_attention" in per_type or "sliding_attention" in per_type:  # 5.x: one dict per kind of layer
+        full_new, local = per_type.get("full_attention") or {}, per_type.get("sliding_attention") or {}
+    for name, part in (("the global layers' RoPE parameters", full_new), ("the sliding layers' RoPE parameters", local)):
         if not isinstance(part, Mapping):
             raise ValueError(f"{family}: {name} must be an object, got {part!r}")
+    # each base given twice (4.x's top-level field, 5.x's rope_parameters) with two values: refused naming both
+    full, theta = rope_spellings(d, family, new=full_new, theta_default=1_000_000.0)
+    local_theta = one_value(family, [("rope_local_base_freq", d.get("rope_local_base_freq")),
+                                     ("rope_parameters.sliding_attention.rope_theta", local.get("rope_theta"))],
+                            10_000.0)
     local_type = local.get("rope_type", local.get("type", "default"))
     if local_type != "default":
         refuse("the sliding layers' RoPE rope_type", local_type, family)
@@ -68,7 +70,6 @@ def gemma_rope(d, family):
     scaling = None
     if full_type != "default":
         scaling = {k: v for k, v in full.items() if k not in ("type", "rope_theta", "partial_rotary_factor")}
-        scaling["rope_type"] = full_type
     for name, value in (("rope_theta", theta), ("rope_local_base_freq", local_theta)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
             raise ValueError(f"{family}: {name} must be a positive number, got {value!r}")
@@ -191,6 +192,19 @@ BLOCK = (
     *LLAMA.block[6:],  # gate, up, down
 )
 FINAL = (LLAMA.final[0]._replace(init="zeros"), LLAMA.final[1])  # the (1 + w) norm's w at 0
+#: Gemma3TextConfig's keys (4.57.1 and 5.24): COMPUTED by :func:`read_gemma`, NEUTRAL, DROPOUT, or the neutral
+#: values (Gemma 2's soft caps: null only)
+KEYS = {
+    **BASE_KEYS,
+    **computed("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
+               "head_dim", "hidden_activation", "rms_norm_eps", "max_position_embeddings", "rope_theta",
+               "rope_scaling", "rope_parameters", "rope_local_base_freq", "layer_types", "sliding_window",
+               "sliding_window_pattern", "_sliding_window_pattern", "query_pre_attn_scalar"),
+    "hidden_act": NEUTRAL,  # Gemma 1's name: transformers' Gemma 2 and 3 read hidden_activation only
+    "attention_dropout": DROPOUT,
+    "attention_bias": (False,), "use_bidirectional_attention": (False, None),
+    "attn_logit_softcapping": (None,), "final_logit_softcapping": (None,),
+}
 #: the LMConfig fields a Gemma may set
 GEMMA_ALLOWED = ("head_dim", "rope_scaling", "sliding_window", "layer_types", "rope_local_theta",
                  "query_pre_attn_scalar")
@@ -206,4 +220,5 @@ FAMILY = LLAMA._replace(
     allowed=GEMMA_ALLOWED, check=check_gemma, block=BLOCK, final=FINAL,
     block_title="transformers Gemma3DecoderLayer (layers.<i>.)", embed=embed, embed_backward=embed_backward,
     layers=layers, block_forward=block, block_backward=gemma_block_backward, final_norm=final_norm,
-    final_norm_backward=final_norm_backward, init_block=init_block, float32_steps=())
+    final_norm_backward=final_norm_backward, init_block=init_block, float32_steps=(), keys=KEYS,
+    buffers=("rotary_emb.inv_freq", "rotary_emb_local.inv_freq"))

@@ -26,7 +26,7 @@ from ...nn.gpt2_block import gpt2_block_backward, gpt2_block_formula, gpt2_decod
 from ...nn.layer_norm import layer_norm_backward, layer_norm_formula
 from ...nn.residual import split_params
 from ..config import LMConfig, refuse
-from ..family import ConfigFields, Family, Features, Tensor, top_tensor
+from ..family import BASE_KEYS, DROPOUT, NEUTRAL, ConfigFields, Family, Features, Tensor, computed, neutral, top_tensor
 
 __all__ = ["FAMILY"]
 
@@ -138,6 +138,19 @@ def init_block(config, seed, dtype):
     return init_gpt2_block_params(config.d_model, config.num_heads, config.d_ff, seed=seed, dtype=dtype)
 
 
+#: GPT2Config's keys (4.57.1 and 5.24): COMPUTED by :func:`read`, NEUTRAL, DROPOUT, or the neutral values
+KEYS = {
+    **BASE_KEYS,
+    **computed("n_embd", "n_layer", "n_head", "n_positions", "n_inner", "layer_norm_epsilon", "activation_function",
+               "scale_attn_weights", "scale_attn_by_inverse_layer_idx"),
+    "pad_token_id": NEUTRAL,  # wte has no padding_idx
+    "attn_pdrop": DROPOUT, "embd_pdrop": DROPOUT, "resid_pdrop": DROPOUT,
+    # the double-heads model's summary head, and old files' n_ctx / output_past: read by no step of the LM
+    **neutral("summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
+              "summary_first_dropout", "n_ctx", "output_past"),
+    "reorder_and_upcast_attn": (False,),  # the scores in float32 (another rounding than float64's): refused
+}
+
 FAMILY = Family(
     model_type=MODEL_TYPE, read=read, features=Features(rotary=False),
     fields=ConfigFields(positive=("vocab_size", "n_embd", "n_layer", "n_head", "n_positions"),
@@ -152,4 +165,5 @@ FAMILY = Family(
     block_title="transformers GPT2Block (h.<i>.)", top=TOP, block=BLOCK, final=FINAL, embed=embed, embed_backward=embed_backward,
     layers=layers, prepare=prepare, block_forward=block, block_backward=gpt2_block_backward, final_norm=final_norm,
     final_norm_backward=final_norm_backward, init_block=init_block,
+    keys=KEYS, buffers=("attn.bias", "attn.masked_bias"),
     block_order=tuple(f"{group}.{name}" for group, names in ENCODER_GROUPS.items() for name in names))

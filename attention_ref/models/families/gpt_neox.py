@@ -20,8 +20,8 @@ from ...nn.gpt_neox_block import (GPT_NEOX_PARAM_NAMES, PartialRotaryHalf, gpt_n
                                   init_gpt_neox_block_params)
 from ...nn.layer_norm import layer_norm_backward, layer_norm_formula
 from ..config import LMConfig, refuse
-from ..family import ConfigFields, Family, Features, Tensor, top_tensor
-from .llama import embed_tokens, embed_tokens_backward
+from ..family import BASE_KEYS, DROPOUT, NEUTRAL, ConfigFields, Family, Features, Tensor, computed, top_tensor
+from .llama import embed_tokens, embed_tokens_backward, one_value, rope_spellings
 
 __all__ = ["FAMILY", "gpt_neox_block_shapes", "ACTIVATIONS"]
 
@@ -36,15 +36,16 @@ def read(d):
         refuse("hidden_act", act, MODEL_TYPE)  # e.g. "gelu_new", "gelu_fast", "relu": only the exact GELU here
     if d.get("attention_bias", True) is not True:
         refuse("attention_bias", d["attention_bias"], MODEL_TYPE)  # the fused QKV and dense have biases here
-    rope = d.get("rope_parameters") or d.get("rope_scaling") or {}
-    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    # 4.x: rotary_emb_base (and rope_theta), rotary_pct (and partial_rotary_factor); 5.x: rope_parameters
+    rope, theta = rope_spellings(d, MODEL_TYPE, theta_names=("rotary_emb_base", "rope_theta"))
+    rope_type = rope["rope_type"]
     if rope_type != "default":
         refuse("the RoPE scaling rope_type", rope_type, MODEL_TYPE)  # e.g. "linear", "dynamic"
-    extra = sorted(set(rope) - {"rope_type", "type", "rope_theta", "partial_rotary_factor"})
+    extra = sorted(set(rope) - {"rope_type", "rope_theta", "partial_rotary_factor"})
     if extra:
         refuse("rope parameters", extra, MODEL_TYPE)
-    pct = rope.get("partial_rotary_factor", d.get("rotary_pct", 0.25))
-    theta = rope.get("rope_theta", d.get("rotary_emb_base", d.get("rope_theta", 10000.0)))
+    pct = one_value(MODEL_TYPE, [(name, d.get(name)) for name in ("rotary_pct", "partial_rotary_factor")]
+                    + [("rope_parameters.partial_rotary_factor", rope.get("partial_rotary_factor"))], 0.25)
     D, H = d["hidden_size"], d["num_attention_heads"]
     return LMConfig(family=MODEL_TYPE, vocab_size=d["vocab_size"], d_model=D, num_layers=d["num_hidden_layers"],
                     num_heads=H, num_kv_heads=H, d_ff=d["intermediate_size"],
@@ -143,6 +144,17 @@ def init_block(config, seed, dtype):
     return init_gpt_neox_block_params(config.d_model, config.num_heads, config.d_ff, seed=seed, dtype=dtype)
 
 
+#: GPTNeoXConfig's keys (4.57.1 and 5.24): COMPUTED by :func:`read`, NEUTRAL, DROPOUT, or the neutral values
+KEYS = {
+    **BASE_KEYS,
+    **computed("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
+               "layer_norm_eps", "max_position_embeddings", "use_parallel_residual", "attention_bias", "rotary_pct",
+               "partial_rotary_factor", "rotary_emb_base", "rope_theta", "rope_scaling", "rope_parameters"),
+    "pad_token_id": NEUTRAL,  # embed_in has no padding_idx
+    "attention_dropout": DROPOUT, "hidden_dropout": DROPOUT,
+    "classifier_dropout": NEUTRAL,  # the classification heads' only
+}
+
 _POSITIVE = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 FAMILY = Family(
     model_type=MODEL_TYPE, read=read, features=Features(parallel_residual=True),
@@ -157,4 +169,5 @@ FAMILY = Family(
     block_title="transformers GPTNeoXLayer (layers.<i>.)", top=TOP, block=BLOCK, final=FINAL, embed=embed_tokens,
     embed_backward=embed_tokens_backward, layers=layers, prepare=prepare, block_forward=block,
     block_backward=gpt_neox_block_backward, final_norm=final_norm, final_norm_backward=final_norm_backward,
-    init_block=init_block, float32_steps=(("gpt_neox", "GPTNeoX"),))
+    init_block=init_block, float32_steps=(("gpt_neox", "GPTNeoX"),), keys=KEYS,
+    buffers=("attention.bias", "attention.masked_bias", "rotary_emb.inv_freq"))

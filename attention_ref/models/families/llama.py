@@ -4,7 +4,10 @@ Reader: ``config.json``'s ``hidden_size``, ``num_hidden_layers``, ``num_attentio
 ``num_key_value_heads``, ``intermediate_size``, ``rms_norm_eps``, ``rope_theta`` / ``rope_scaling``
 (4.x) or ``rope_parameters`` (5.x), ``head_dim``, ``tie_word_embeddings`` (default False) and
 ``pad_token_id``; ``hidden_act`` other than ``silu``, ``attention_bias``, ``mlp_bias``,
-``use_sliding_window`` and sliding ``layer_types`` are refused by name.
+``use_sliding_window`` and sliding ``layer_types`` are refused by name. Every key of ``config.json``
+is in :data:`LLAMA_KEYS` (computed, neutral, or refused at a non-neutral value; a key in no row is
+refused by name); a RoPE field given in both spellings with two values is refused naming both
+(:func:`rope_spellings`); a ``pad_token_id`` outside the vocabulary is refused (:func:`token_id`).
 
 The whole model's steps (:mod:`attention_ref.models.lm` runs them):
 
@@ -25,6 +28,7 @@ Decoding runs the same steps with each layer's :class:`attention_ref.variants.kv
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import NamedTuple
 
 from ...nn.embedding import embedding_backward, embedding_formula
@@ -33,9 +37,11 @@ from ...nn.llama_block import (RotaryHalf, init_llama_block_params, llama_block_
 from ...nn.rms_norm import rms_norm_backward, rms_norm_formula
 from ...nn.rope_scaling import ROPE_TYPES
 from ..config import LMConfig, family_of, refuse
-from ..family import ConfigFields, Family, Features, Tensor, top_tensor
+from ..family import (BASE_KEYS, COMPUTED, DROPOUT, NEUTRAL, ConfigFields, Family, Features, Tensor, computed,
+                      top_tensor)
 
 __all__ = ["FAMILY", "read_llama", "rope_settings", "token_id", "LLAMA_FIELDS", "LLAMA_TOP", "LLAMA_FINAL", "LLAMA_BLOCK",
+           "LLAMA_KEYS", "rope_spellings", "rope_conflict", "one_value",
            "LlamaLayer", "llama_layers", "llama_block", "embed_tokens", "embed_tokens_backward",
            "rms_final_norm", "rms_final_norm_backward", "identity_prepare", "LLAMA_ALLOWED", "init_llama_style"]
 
@@ -47,28 +53,74 @@ def D(c):
 
 
 def token_id(d, name="pad_token_id"):
-    """A token id field (a negative one counts from the end, as ``nn.Embedding``'s ``padding_idx``);
-    None when absent or outside the vocabulary."""
-    pad = d.get(name)
-    if isinstance(pad, int) and not isinstance(pad, bool) and -d["vocab_size"] <= pad < 0:
-        pad += d["vocab_size"]
-    return pad if isinstance(pad, int) and not isinstance(pad, bool) and 0 <= pad < d["vocab_size"] else None
+    """A token id field of the embedding (``nn.Embedding``'s ``padding_idx``: a negative one counts
+    from the end); None when absent; outside ``[-V, V)`` refused by name, as transformers refuses to
+    build the model ("Padding_idx must be within num_embeddings")."""
+    pad, V = d.get(name), d["vocab_size"]
+    if pad is None:
+        return None
+    if isinstance(pad, bool) or not isinstance(pad, int) or not -V <= pad < V:
+        raise ValueError(f"{d.get('model_type')}: {name} = {pad!r} is not a token id of the vocabulary (vocab_size ="
+                         f" {V}); transformers refuses to build this model")
+    return pad + V if pad < 0 else pad
+
+
+def rope_conflict(family, first, second):
+    """Refuse two ``(field, value)`` s of config.json that say different things about RoPE."""
+    raise ValueError(f"{family}: config.json gives {first[0]} = {first[1]!r} and {second[0]} = {second[1]!r};"
+                     " transformers 4.57 reads the top-level fields (rope_theta, rope_scaling), 5.x rope_parameters"
+                     " (rope_scaling overriding it): neither is guessed; keep one of them")
+
+
+def one_value(family, candidates, default):
+    """The one value the ``(field, value)`` candidates give (None: not given), or ``default``; two
+    different values are refused naming both fields."""
+    given = [(name, value) for name, value in candidates if value is not None]
+    for other in given[1:]:
+        if other[1] != given[0][1]:
+            rope_conflict(family, given[0], other)
+    return given[0][1] if given else default
+
+
+def _rope_dict(part, name, family):
+    """A RoPE dict with its type under ``rope_type`` (4.x's ``type`` too)."""
+    if part is not None and not isinstance(part, Mapping):
+        raise ValueError(f"{family}: {name} must be an object or null, got {part!r}")
+    part = dict(part or {})
+    kind = part.pop("type", None)
+    part["rope_type"] = part.get("rope_type", kind or "default")
+    return part
+
+
+def rope_spellings(d, family, new=None, theta_names=("rope_theta",), theta_default=10000.0):
+    """``(rope, theta)``: the RoPE dict (``rope_type`` and its parameters) and base from 4.x's
+    top-level ``rope_scaling`` and ``theta_names`` and 5.x's ``rope_parameters`` (or ``new``, a
+    part of it); a field given twice with two values is refused naming both."""
+    new = _rope_dict(d.get("rope_parameters") if new is None else new, "rope_parameters", family)
+    old = _rope_dict(d.get("rope_scaling"), "rope_scaling", family)
+    if d.get("rope_scaling") and (d.get("rope_parameters") or {}) != {}:
+        a, b = ({k: v for k, v in part.items() if k != "rope_theta"} for part in (old, new))
+        if a != b:
+            rope_conflict(family, ("rope_scaling", d["rope_scaling"]), ("rope_parameters", d["rope_parameters"]))
+    theta = one_value(family, [(n, d.get(n)) for n in theta_names] + [
+        ("rope_parameters.rope_theta", new.get("rope_theta")), ("rope_scaling.rope_theta", old.get("rope_theta"))],
+        theta_default)
+    return (old if d.get("rope_scaling") else new), theta
 
 
 def rope_settings(d, family):
     """``(rope_theta, rope_scaling)`` from 4.x's ``rope_theta`` and ``rope_scaling`` or 5.x's
-    ``rope_parameters``; a type this package does not compute, or a partial rotation, is refused."""
-    rope = d.get("rope_parameters") or d.get("rope_scaling") or {}
-    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    ``rope_parameters`` (a conflict refused naming both); a type this package does not compute,
+    or a partial rotation, is refused."""
+    rope, theta = rope_spellings(d, family)
+    rope_type = rope["rope_type"]
     if rope_type not in ROPE_TYPES:
         refuse("the RoPE scaling rope_type", rope_type, family)  # e.g. "dynamic", "yarn", "longrope"
     if rope.get("partial_rotary_factor", 1.0) != 1.0:
         refuse("the RoPE partial_rotary_factor", rope["partial_rotary_factor"], family)
-    theta = d.get("rope_theta", rope.get("rope_theta", 10000.0))
     scaling = None
     if rope_type != "default":  # Llama 3.x: the type and its parameters (any other key is refused by name)
-        scaling = {k: v for k, v in rope.items() if k not in ("type", "rope_theta", "partial_rotary_factor")}
-        scaling["rope_type"] = rope_type
+        scaling = {k: v for k, v in rope.items() if k not in ("rope_theta", "partial_rotary_factor")}
     return float(theta), scaling
 
 
@@ -85,14 +137,16 @@ def read_llama(d, family=MODEL_TYPE, **fields):
         refuse("layer_types", sorted(set(layer_types)), family)  # e.g. "sliding_attention" layers
     theta, scaling = rope_settings(d, family)
     D_, H = d["hidden_size"], d["num_attention_heads"]
-    head_dim = d.get("head_dim") or D_ // H
+    head_dim = d.get("head_dim")
+    head_dim = D_ // H if head_dim is None else head_dim
     if head_dim * H == D_:
         head_dim = None  # the usual width: not stored
     elif head_dim % 2:
         refuse("head_dim", head_dim, family)  # RoPE rotates pairs
     window = d.get("sliding_window") if "sliding_window" in family_of(family).allowed else None
+    kv_heads = d.get("num_key_value_heads")
     kwargs = dict(family=family, vocab_size=d["vocab_size"], d_model=D_, num_layers=d["num_hidden_layers"],
-                  num_heads=H, num_kv_heads=d.get("num_key_value_heads") or H, d_ff=d["intermediate_size"],
+                  num_heads=H, num_kv_heads=H if kv_heads is None else kv_heads, d_ff=d["intermediate_size"],
                   max_positions=d.get("max_position_embeddings", 2048), eps=d.get("rms_norm_eps", 1e-6),
                   rope_theta=theta, rope_scaling=scaling, sliding_window=window, head_dim=head_dim,
                   tie_word_embeddings=d.get("tie_word_embeddings", False), pad_token_id=token_id(d))
@@ -105,6 +159,21 @@ LLAMA_FIELDS = ConfigFields(
     optional_positive=("num_key_value_heads", "head_dim", "max_position_embeddings", "sliding_window"),
     flags=("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window"),
     numbers=("rms_norm_eps", "rope_theta"), strings=("hidden_act",))
+#: the keys of transformers' LlamaConfig (``LlamaConfig().to_dict()`` on 4.57.1 and 5.24) and what each is
+#: here: COMPUTED by :func:`read_llama`, NEUTRAL (any value), DROPOUT, or its neutral values (another
+#: value refused by name); a key of no row is refused (Granite's ``embedding_multiplier``,
+#: ``attention_multiplier``, ``residual_multiplier``, ``logits_scaling``; SmolLM3's ``no_rope_layers``)
+LLAMA_KEYS = {
+    **BASE_KEYS,
+    **computed("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+               "intermediate_size", "head_dim", "hidden_act", "rms_norm_eps", "max_position_embeddings",
+               "rope_theta", "rope_scaling", "rope_parameters"),
+    "layer_types": COMPUTED,  # not LlamaConfig's: all "full_attention" (any other kind refused by the reader)
+    "attention_dropout": DROPOUT,
+    "pretraining_tp": NEUTRAL,  # no step of 4.57's or 5.24's modeling_llama reads it
+    "attention_bias": (False,), "mlp_bias": (False,),
+    "sliding_window": NEUTRAL,  # not LlamaConfig's; 4.57's and 5.24's modeling_llama read no window: nor here
+}
 #: the LMConfig fields a Llama-built family may set
 LLAMA_ALLOWED = ("head_dim", "rope_scaling", "rope_layout")
 
@@ -210,4 +279,5 @@ FAMILY = Family(
     block_title="transformers LlamaDecoderLayer (layers.<i>.)", top=LLAMA_TOP, block=LLAMA_BLOCK, final=LLAMA_FINAL,
     embed=embed_tokens, embed_backward=embed_tokens_backward, layers=llama_layers, prepare=identity_prepare,
     block_forward=llama_block, block_backward=llama_block_backward, final_norm=rms_final_norm,
-    final_norm_backward=rms_final_norm_backward, init_block=init_llama_style, float32_steps=(("llama", "Llama"),))
+    final_norm_backward=rms_final_norm_backward, init_block=init_llama_style, float32_steps=(("llama", "Llama"),),
+    keys=LLAMA_KEYS, buffers=("rotary_emb.inv_freq",))

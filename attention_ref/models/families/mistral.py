@@ -5,6 +5,7 @@ query ``i``, ``W = sliding_window`` (``config.json``'s; null: every earlier key)
 """
 from __future__ import annotations
 
+from ..family import COMPUTED
 from .llama import FAMILY as LLAMA
 
 __all__ = ["FAMILY"]
@@ -17,5 +18,8 @@ def read(d):
     return LLAMA.read(d, MODEL_TYPE, sliding_window=d.get("sliding_window", 4096))
 
 
-FAMILY = LLAMA._replace(model_type=MODEL_TYPE, read=read,
+#: MistralConfig's keys: Llama's, with the window computed (every layer)
+KEYS = {**LLAMA.keys, "sliding_window": COMPUTED}
+
+FAMILY = LLAMA._replace(model_type=MODEL_TYPE, read=read, keys=KEYS,
                         allowed=LLAMA.allowed + ("sliding_window",), float32_steps=(("mistral", "Mistral"),))

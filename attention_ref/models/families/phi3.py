@@ -18,8 +18,8 @@ import numpy as np
 from ...nn.fused_qkv import fused_qkv_split_backward, fused_qkv_split_formula
 from ...nn.llama_block import init_llama_block_params, llama_block_backward
 from ..config import refuse
-from ..family import Features, Tensor
-from .llama import FAMILY as LLAMA, llama_block
+from ..family import COMPUTED, DROPOUT, NEUTRAL, Features, Tensor
+from .llama import FAMILY as LLAMA, llama_block, one_value, rope_spellings
 
 __all__ = ["FAMILY", "phi3_block_as_llama", "phi3_block_shapes", "PHI3_PARAM_NAMES"]
 
@@ -27,11 +27,13 @@ MODEL_TYPE = "phi3"
 
 
 def read(d):
-    pct = d.get("partial_rotary_factor", 1.0)  # 4.x: a field of its own; 5.x: in rope_parameters
+    rope, _ = rope_spellings(d, MODEL_TYPE)  # 4.x's and 5.x's spellings; a conflict refused naming both
+    pct = one_value(MODEL_TYPE, [("partial_rotary_factor", d.get("partial_rotary_factor")),  # 4.x: its own field
+                                 ("rope_parameters.partial_rotary_factor", rope.get("partial_rotary_factor"))], 1.0)
     if pct != 1.0:
-        refuse("partial_rotary_factor", pct, MODEL_TYPE)
-    rope = d.get("rope_parameters") or d.get("rope_scaling") or {}
-    rope_type = rope.get("rope_type", rope.get("type", "default"))
+        refuse("partial_rotary_factor" if "partial_rotary_factor" in d else "the RoPE partial_rotary_factor", pct,
+               MODEL_TYPE)
+    rope_type = rope["rope_type"]
     if rope_type != "default":
         refuse("the RoPE scaling rope_type", rope_type, MODEL_TYPE)  # "longrope" (128k models), "su", "yarn"
     return LLAMA.read(d, MODEL_TYPE, eps=d.get("rms_norm_eps", 1e-5))  # Phi3Config's default
@@ -106,8 +108,13 @@ def init_block(config, seed, dtype):
             "mlp.W_gate_up": np.concatenate([b["mlp.W_gate"], b["mlp.W_up"]], axis=1)}
 
 
+#: Phi3Config's keys: Llama's, its dropouts, its window (computed), its partial rotation (refused but at 1) and
+#: original_max_position_embeddings (read only by longrope, which is refused)
+KEYS = {**LLAMA.keys, "embd_pdrop": DROPOUT, "resid_pdrop": DROPOUT, "sliding_window": COMPUTED,
+        "partial_rotary_factor": COMPUTED, "original_max_position_embeddings": NEUTRAL}
+
 FAMILY = LLAMA._replace(
-    model_type=MODEL_TYPE, read=read, features=Features(fused_projections=True),
+    model_type=MODEL_TYPE, read=read, keys=KEYS, features=Features(fused_projections=True),
     fields=LLAMA.fields._replace(flags=("tie_word_embeddings",), numbers=("rms_norm_eps", "rope_theta",
                                                                           "partial_rotary_factor")),
     allowed=LLAMA.allowed + ("sliding_window",), block=BLOCK,

@@ -6,7 +6,7 @@ Qwen2's sliding window (``use_sliding_window``) is refused by name.
 """
 from __future__ import annotations
 
-from ..family import Features, Tensor
+from ..family import NEUTRAL, Features, Tensor
 from .llama import FAMILY as LLAMA
 
 __all__ = ["FAMILY"]
@@ -20,7 +20,11 @@ BLOCK = LLAMA.block + (
     Tensor(("self_attn.b_v",), "self_attn.v_proj.bias", "as is", lambda c: (c.num_kv_heads * c.d_head,), "zeros"),
 )
 
-FAMILY = LLAMA._replace(model_type=MODEL_TYPE, read=lambda d: LLAMA.read(d, MODEL_TYPE),
+#: Qwen2Config's keys: Llama's, and its sliding window's switch (refused on); the window
+#: and max_window_layers are read by transformers only when use_sliding_window is true
+KEYS = {**LLAMA.keys, "use_sliding_window": (False,), "sliding_window": NEUTRAL, "max_window_layers": NEUTRAL}
+
+FAMILY = LLAMA._replace(model_type=MODEL_TYPE, read=lambda d: LLAMA.read(d, MODEL_TYPE), keys=KEYS,
                         features=Features(qkv_bias=True), block=BLOCK,
                         block_title="transformers Qwen2DecoderLayer (layers.<i>.)",
                         float32_steps=(("qwen2", "Qwen2"),))

@@ -7,7 +7,7 @@ differ from ``hidden_size / num_attention_heads``.
 """
 from __future__ import annotations
 
-from ..family import Features, Tensor
+from ..family import NEUTRAL, Features, Tensor
 from .llama import FAMILY as LLAMA
 
 __all__ = ["FAMILY"]
@@ -20,7 +20,11 @@ BLOCK = LLAMA.block + (
     Tensor(("self_attn.k_norm.weight",), "self_attn.k_norm.weight", "as is", lambda c: (c.d_head,), "ones"),
 )
 
-FAMILY = LLAMA._replace(model_type=MODEL_TYPE, read=lambda d: LLAMA.read(d, MODEL_TYPE),
+#: Qwen3Config's keys: Llama's, and its sliding window's switch (refused on); the window
+#: and max_window_layers are read by transformers only when use_sliding_window is true
+KEYS = {**LLAMA.keys, "use_sliding_window": (False,), "sliding_window": NEUTRAL, "max_window_layers": NEUTRAL}
+
+FAMILY = LLAMA._replace(model_type=MODEL_TYPE, read=lambda d: LLAMA.read(d, MODEL_TYPE), keys=KEYS,
                         features=Features(qk_norm="head"), block=BLOCK,
                         block_title="transformers Qwen3DecoderLayer (layers.<i>.)",
                         float32_steps=(("qwen3", "Qwen3"),))

@@ -7,6 +7,7 @@ Read as ``config.rope_layers``. The head is tied by default; ``use_sliding_windo
 """
 from __future__ import annotations
 
+from ..family import COMPUTED, NEUTRAL
 from .llama import FAMILY as LLAMA
 
 __all__ = ["FAMILY"]
@@ -28,7 +29,12 @@ def read(d):
                       tie_word_embeddings=d.get("tie_word_embeddings", True))
 
 
+#: SmolLM3Config's keys: Llama's, the NoPE layers computed, its sliding window's switch refused on (the window
+#: and max_window_layers are read only when it is on)
+KEYS = {**LLAMA.keys, "no_rope_layers": COMPUTED, "no_rope_layer_interval": COMPUTED, "use_sliding_window": (False,),
+        "sliding_window": NEUTRAL, "max_window_layers": NEUTRAL}
+
 FAMILY = LLAMA._replace(
-    model_type=MODEL_TYPE, read=read, allowed=LLAMA.allowed + ("rope_layers",),
+    model_type=MODEL_TYPE, read=read, keys=KEYS, allowed=LLAMA.allowed + ("rope_layers",),
     fields=LLAMA.fields._replace(optional_positive=LLAMA.fields.optional_positive + ("no_rope_layer_interval",)),
     block_title="transformers SmolLM3DecoderLayer (layers.<i>.)", float32_steps=(("smollm3", "SmolLM3"),))
