@@ -117,6 +117,10 @@ class Family(NamedTuple):
     init_block: Callable | None = None  # (config, seed, dtype) -> a block's params; None: from the table
     float32_steps: tuple = ()  # transformers' (module, class prefix) whose RMSNorm/RoPE run in float32
     block_order: tuple | None = None  # our block names in the order of the params, when not the table's
+    # the trace (issue 38, :func:`attention_ref.models.lm_trace`): transformers' module names of this family
+    trace_embed: Callable | None = None  # (x, cache, params, config) -> [(name, output)]; None: x as top[0]'s module
+    trace_block: Callable | None = None  # (cache, p, config) -> [(name after their_layer, output)], hook order
+    names_4x: tuple = ()  # (5.x name, 4.57's name) of the modules transformers 4.x names otherwise
 
 
 def top_tensor(ours, theirs, how, shape, init="normal", optional=False, when=None) -> Tensor:
