@@ -36,17 +36,16 @@ def _per_head(x, grouped: bool):
     return ungroup_heads(x) if grouped else x
 
 
-def attention_steps(attention, grouped: bool, cap=None):
+def attention_steps(q, k, weights, scale, grouped: bool, cap=None):
     """``q_rope`` (..., H, N, Dh), ``k_rope`` (..., Hkv, N, Dh), ``scores`` (..., H, N, N) and
-    ``probs`` (..., H, N, N) from an attention cache (an :class:`attention_ref.core.attention.
-    AttentionCache`, grouped when ``grouped``): the queries and keys after RoPE as the attention
-    saw them, the scores ``(q scale) k^T`` as the forward computes them (then ``cap tanh(S / cap)``
-    with Gemma 2's ``cap``), ``-inf`` where a key is masked (probability 0), and the softmax's
-    probabilities. A list of ``(suffix, value)``."""
-    q, k = attention.q, attention.k  # grouped: (..., Hkv, G, N, Dh), (..., Hkv, 1, N, Dh)
-    probs = _per_head(attention.weights, grouped)  # (..., H, N, N)
+    ``probs`` (..., H, N, N) from what an attention step kept: the queries and keys after RoPE as
+    the attention saw them (grouped when ``grouped``: (..., Hkv, G, N, Dh) and (..., Hkv, 1, N, Dh)),
+    the probabilities and the scale. The scores are ``(q scale) k^T`` as the forward computes
+    them (then ``cap tanh(S / cap)`` with Gemma 2's ``cap``), ``-inf`` where a key is masked
+    (probability 0). A list of ``(suffix, value)``."""
+    probs = _per_head(weights, grouped)  # (..., H, N, N)
     with np.errstate(under="ignore"):
-        scores = _per_head((q * attention.scale) @ k.swapaxes(-1, -2), grouped)  # (..., H, N, N)
+        scores = _per_head((q * scale) @ k.swapaxes(-1, -2), grouped)  # (..., H, N, N)
         if cap is not None:
             scores = cap * np.tanh(scores / cap)
     scores = np.where(probs == 0, -np.inf, scores).astype(probs.dtype)  # masked keys: -inf
@@ -56,7 +55,8 @@ def attention_steps(attention, grouped: bool, cap=None):
 
 def grouped_attention_steps(attn_cache):
     """:func:`attention_steps` of a multi-head cache (the plain layer's or the grouped one's)."""
-    return attention_steps(attn_cache.attention, isinstance(attn_cache, GroupedMultiHeadCache))
+    a = attn_cache.attention
+    return attention_steps(a.q, a.k, a.weights, a.scale, isinstance(attn_cache, GroupedMultiHeadCache))
 
 
 def heads_last(x):
