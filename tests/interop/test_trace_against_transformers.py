@@ -3,7 +3,8 @@
 Each family's ``*ForCausalLM`` is built from a small config with random weights in float64,
 written by ``save_pretrained`` and read by our ``load_pretrained``; a forward hook on every
 module of ``named_modules()`` records its output (the first element of a tuple or model output)
-in the order the hooks fire. Every hooked linear, embedding, norm, attention, MLP, activation
+in the order the hooks fire (and, with the eager attention of GPT-2 and Gemma 2, the attention
+module's second output, its probabilities, against the trace's ``<attention>:probs``). Every hooked linear, embedding, norm, attention, MLP, activation
 and decoder-layer module must be in the trace under the same name (4.57's other names through
 ``trace_names_4x``), in the same order, each within 1e-10 of its largest entry in float64.
 Dropout and rotary-embedding modules are left out (their outputs are not activations); so are
@@ -26,6 +27,7 @@ transformers = pytest.importorskip("transformers")
 
 import attention_ref as ar  # noqa: E402
 from attention_ref.interop import gemma2_in_float64, gemma3_in_float64, llama_in_float64, load_pretrained  # noqa: E402
+from attention_ref.models.config import family_of  # noqa: E402
 from attention_ref.models.families import FAMILIES  # noqa: E402
 
 FIVE = int(transformers.__version__.split(".")[0]) >= 5
@@ -68,6 +70,10 @@ BUILD = {
                             if FIVE else {"rope_theta": 500.0, "rope_local_base_freq": 20.0})),
                     gemma3_in_float64),
 }
+#: transformers 4.57's Gemma 2 scales the embedding after its plain ``nn.Embedding`` (5.x: inside
+#: ``Gemma2TextScaledWordEmbedding``): its ``model.embed_tokens`` hook records the unscaled lookup, compared
+#: here with the token table's rows (docs/whole_models.md, the trace's 4.x names)
+UNSCALED_4X = {"gemma2": "model.embed_tokens"}
 #: modules whose output is not an activation: left out of the trace (and of this comparison)
 SKIPPED = ("Dropout", "RotaryEmbedding", "ModuleList")
 
@@ -90,8 +96,10 @@ def _hooked(model, ids, mask):
             continue
 
         def hook(module, args, output, name=name):
-            first = output[0] if isinstance(output, (tuple, list)) or hasattr(output, "to_tuple") else output
-            fired.append((name, first.detach().numpy().copy()))
+            many = isinstance(output, (tuple, list)) or hasattr(output, "to_tuple")
+            fired.append((name, (output[0] if many else output).detach().numpy().copy()))
+            if many and isinstance(output, tuple) and len(output) > 1 and getattr(output[1], "ndim", 0) == 4:
+                fired.append((name + ":probs", output[1].detach().numpy().copy()))  # eager attention's weights
         handles.append(module.register_forward_hook(hook))
     try:
         with torch.no_grad():
@@ -131,9 +139,13 @@ def test_every_hooked_module_in_hook_order(family_run):
     trace = ar.lm_trace(ids, params, config)
     to_4x = ar.trace_names_4x(config) if not FIVE else {}
     ours = {to_4x.get(name, name): value for name, value in trace.items()}
+    if not FIVE and family in UNSCALED_4X:
+        ours[UNSCALED_4X[family]] = params[family_of(config).token_table][ids]
     order = [name for name in ours if ":" not in name]
     positions = []
     worst = 0.0
+    probs = [name for name, _ in fired if name.endswith(":probs")]
+    assert bool(probs) == (BUILD[family][2]["attn_implementation"] == "eager")  # eager returns its weights
     for name, theirs in fired:
         assert name in ours, f"{family}: {name!r} hooked in transformers, not in the trace"
         value = np.broadcast_to(ours[name], theirs.shape)
@@ -141,7 +153,8 @@ def test_every_hooked_module_in_hook_order(family_run):
         err = float(np.abs(value - theirs).max())
         assert err <= RTOL * scale, f"{family}: {name}: max abs error {err:.2e} against max |value| {scale:.2e}"
         worst = max(worst, err / scale)
-        positions.append(order.index(name))
+        if ":" not in name:
+            positions.append(order.index(name))
     assert positions == sorted(positions), f"{family}: the trace's order is not the hooks' order"
     assert len(fired) >= 10
     print(f"{family}: {len(fired)} hooked names matched, largest relative difference {worst:.1e}")
@@ -160,7 +173,7 @@ def test_left_padded_real_positions(family_run):
     to_4x = ar.trace_names_4x(config) if not FIVE else {}
     for name, value in trace.items():
         name = to_4x.get(name, name)
-        if name not in fired or fired[name].ndim < 3 or fired[name].shape[:2] != ids.shape:
+        if name not in fired or (not FIVE and UNSCALED_4X.get(family) == name) or fired[name].ndim < 3 or fired[name].shape[:2] != ids.shape:
             continue  # per-position outputs (B, T, ...) only
         theirs, value = fired[name][mask == 1], np.broadcast_to(value, fired[name].shape)[mask == 1]
         scale = max(float(np.abs(theirs).max()), 1e-300)
