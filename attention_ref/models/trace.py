@@ -58,8 +58,8 @@ def lm_trace(ids, params, config: LMConfig, attention_mask=None, *, only=None) -
     config : LMConfig
     attention_mask : optional (..., T) of 0/1, as :func:`attention_ref.lm_forward` (the values at
         padded positions follow no single convention: compare the real positions only)
-    only : None (every module), a list of names, or a predicate ``name -> bool``; the names not
-        chosen are computed (the steps run whole) but not kept
+    only : None (every module), a list of names (each must be one of the model's), or a predicate
+        ``name -> bool``; the model runs whole either way, only the chosen outputs are kept
 
     Returns
     -------
@@ -69,8 +69,11 @@ def lm_trace(ids, params, config: LMConfig, attention_mask=None, *, only=None) -
     ``:probs`` (..., H, T, T)), the attention module, the activation, the MLP and the decoder
     layer, then the final norm, the base model (its last hidden state), the head and ``""`` (the
     logits, after Gemma 2's cap). Values in the params' dtype; shapes as transformers' outputs
-    (batch axes ``...`` for its B). A full trace keeps every activation: about
-    ``T (12 D + 2 H T)`` numbers per layer and sequence; use ``only`` for long sequences.
+    (batch axes ``...`` for its B; GPT-2's ``transformer.wpe`` (T, D) broadcasts over them).
+    ``q_rope`` and ``k_rope`` are the queries and keys as the attention used them (not rotated
+    where the layer has no RoPE: GPT-2, SmolLM3's NoPE layers); ``scores`` are ``-inf`` at masked
+    keys. A full trace keeps every activation, the (..., H, T, T) scores and probabilities of
+    every layer among them: pass ``only`` to keep the modules you need from a long sequence.
     Names transformers 4.57 spells otherwise: :func:`trace_names_4x`.
     """
     if not isinstance(config, LMConfig):
@@ -103,6 +106,9 @@ def lm_trace(ids, params, config: LMConfig, attention_mask=None, *, only=None) -
     # 4. the head, 5. the whole model: the logits
     entries.append((HEAD, linear_output(head)))
     entries.append(("", logits))
+    unknown = sorted(set(only) - {name for name, _ in entries}) if isinstance(only, (list, tuple, set, frozenset)) else []
+    if unknown:
+        raise ValueError(f"only names modules this model does not have: {unknown[:3]} (its names: lm_trace's keys)")
     return {name: value for name, value in entries if keep(name)}
 
 
