@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._checks import signals_land_here
 from ..core.linear import LinearCache
 from ..fast.dispatch import linear_formula
 from ..variants.grouped_heads import GroupedMultiHeadCache, ungroup_heads
@@ -48,6 +49,7 @@ def attention_steps(q, k, weights, scale, grouped: bool, cap=None):
         scores = _per_head((q * scale) @ k.swapaxes(-1, -2), grouped)  # (..., H, N, N)
         if cap is not None:
             scores = cap * np.tanh(scores / cap)
+        signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
     scores = np.where(probs == 0, -np.inf, scores).astype(probs.dtype)  # masked keys: -inf
     k_heads = k[..., 0, :, :] if grouped else k  # (..., Hkv, N, Dh)
     return [("q_rope", _per_head(q, grouped)), ("k_rope", k_heads), ("scores", scores), ("probs", probs)]
