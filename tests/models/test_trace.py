@@ -132,3 +132,28 @@ def test_bad_input_named():
 def test_4x_names():
     assert ar.trace_names_4x(CONFIGS["gpt_neox"]) == {"lm_head": "embed_out"}
     assert ar.trace_names_4x(CONFIGS["llama"]) == {}
+
+
+def _doc_row(family):
+    """The row of docs/whole_models.md's trace table for ``family``, from the trace of its tiny model."""
+    config, _, trace = _run(family)
+    fam = family_of(config)
+    names, prefix = list(trace), fam.their_layer.format(i=0)
+    first = next(i for i, n in enumerate(names) if n.startswith(prefix[:-1]))
+    last = names.index(fam.their_layer.format(i=config.num_layers - 1)[:-1])
+    block = ", ".join(f"`{n[len(prefix):]}`" for n in names[first:names.index(prefix[:-1])])
+    after = ", ".join(f"`{n}`" if n else '`""`' for n in names[last + 1:])
+    return (f"| `{family}` | {', '.join(f'`{n}`' for n in names[:first])} | `{fam.their_layer.format(i='<i>')}` +"
+            f" {block}, then `{fam.their_layer.format(i='<i>')[:-1]}` | {after} |")
+
+
+def test_the_documented_names_are_the_traces():
+    from pathlib import Path
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "whole_models.md").read_text(encoding="utf-8")
+    for family in FAMILIES:
+        assert _doc_row(family) in doc.splitlines(), f"docs/whole_models.md: the trace row of {family}:\n{_doc_row(family)}"
+
+
+if __name__ == "__main__":  # print the rows of docs/whole_models.md's trace table
+    for family in FAMILIES:
+        print(_doc_row(family))
