@@ -15,13 +15,14 @@ The whole model's steps (:mod:`attention_ref.models.lm` runs them):
 """
 from __future__ import annotations
 
+from ...fast.dispatch import linear_formula
 from ...nn.gpt_neox_block import (GPT_NEOX_PARAM_NAMES, PartialRotaryHalf, gpt_neox_attention_params,
                                   gpt_neox_block_backward, gpt_neox_block_formula, gpt_neox_decode_formula,
                                   init_gpt_neox_block_params)
 from ...nn.layer_norm import layer_norm_backward, layer_norm_formula
 from ..config import LMConfig, refuse
-from ..trace_steps import SEPARATOR, grouped_attention_steps, linear_output
 from ..family import ConfigFields, Family, Features, Tensor, top_tensor
+from ..trace_steps import SEPARATOR, grouped_attention_steps, linear_output
 from .llama import embed_tokens, embed_tokens_backward
 
 __all__ = ["FAMILY", "gpt_neox_block_shapes", "ACTIVATIONS"]
@@ -147,8 +148,8 @@ def trace_block(cache, prepared, config):
     z1 = attn.q_proj.x  # (..., T, D), input_layernorm's output
     a = linear_output(attn.o_proj, p["attention.b_dense"])  # (..., T, D)
     m = linear_output(mlp.fc2, p["mlp.b_2"])  # (..., T, D)
-    return ([("input_layernorm", z1), ("attention.query_key_value", linear_output(attn.q_proj._replace(
-                W=p["attention.W_qkv"]), p["attention.b_qkv"]))]
+    qkv = linear_formula(z1, p["attention.W_qkv"], p["attention.b_qkv"])  # (..., T, 3 D), per-head layout
+    return ([("input_layernorm", z1), ("attention.query_key_value", qkv)]
             + [(f"attention{SEPARATOR}{step}", value) for step, value in grouped_attention_steps(attn)]
             + [("attention.dense", a), ("attention", a), ("post_attention_layernorm", mlp.fc1.x),
                ("mlp.dense_h_to_4h", mlp.h), ("mlp.act", mlp.fc2.x), ("mlp.dense_4h_to_h", m), ("mlp", m)])
