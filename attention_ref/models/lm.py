@@ -29,11 +29,19 @@ from ..nn.cross_entropy import cross_entropy_backward, cross_entropy_forward, ne
 from .config import LMConfig, family_of
 from .params import add_head_gradient, block_params, check_lm_inputs, head_weight, param_names
 
-__all__ = ["LMCache", "lm_forward", "lm_backward", "lm_loss", "run_steps", "prepared_blocks", "STEP_MODULES"]
+__all__ = ["LMCache", "lm_forward", "lm_backward", "lm_loss", "run_steps", "prepared_blocks", "step_modules"]
 
-#: each step's transformers module (the trace of issue 38 names its outputs so); ``{l}`` the layer
-STEP_MODULES = {"embed": "model.embed_tokens", "block": "model.layers.{l}", "final_norm": "model.norm",
-                "head": "lm_head", "cap": "lm_head (final_logit_softcapping)"}
+
+
+def step_modules(config: LMConfig) -> dict:
+    """Each step's transformers module name for ``config``'s family, read from its parameter
+    table (a trace of every step's output can name it so): ``{"embed": "model.embed_tokens",
+    "block": ["model.layers.0", ...], "final_norm": "model.norm", "head": "lm_head"}``."""
+    family = family_of(config)
+    module = lambda tensor: tensor.theirs.rsplit(".", 1)[0]  # noqa: E731  (the module holding the weight)
+    return {"embed": module(family.top[0]), "block": [family.their_layer.format(i=i).rstrip(".")
+                                                        for i in range(config.num_layers)],
+            "final_norm": module(family.final[0]), "head": "lm_head"}
 
 
 class LMCache(NamedTuple):

@@ -398,3 +398,13 @@ def test_interleaved_rope_is_half_rope_with_the_columns_of_each_head_paired_othe
         ar.LMConfig(**{**config.to_dict(), "rope_layout": "halves"})
     with pytest.raises(ValueError, match="gpt2: rope_layout = 'interleaved' is not supported"):
         ar.LMConfig(**{**CONFIGS["gpt2"].to_dict(), "rope_layout": "interleaved"})
+
+
+def test_each_step_is_named_by_its_transformers_module():
+    from attention_ref.models.lm import step_modules
+
+    assert step_modules(CONFIGS["gpt2"]) == {"embed": "transformer.wte", "block": ["transformer.h.0", "transformer.h.1"],
+                                             "final_norm": "transformer.ln_f", "head": "lm_head"}
+    assert step_modules(CONFIGS["olmo2"]) == {"embed": "model.embed_tokens", "block": ["model.layers.0", "model.layers.1"],
+                                              "final_norm": "model.norm", "head": "lm_head"}
+    assert step_modules(CONFIGS["gpt_neox"])["final_norm"] == "gpt_neox.final_layer_norm"
