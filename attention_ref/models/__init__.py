@@ -7,7 +7,8 @@ reader, parameter table, block steps and hooks; the registry), ``params`` (one f
 like transformers' modules, random initialisation, derived from the families' tables), ``lm``
 (the whole model's steps written once: :func:`lm_forward`, :func:`lm_backward`,
 :func:`lm_loss`), ``trace`` (:func:`lm_trace`, every module's output by transformers' name;
-``trace_steps`` the pieces it reads from the caches), ``gpt2``, ``llama``, ``gpt_neox``, ``phi3``, ``gemma`` (0.3's per-family names,
+``trace_steps`` the pieces it reads from the caches),
+``gpt2``, ``llama``, ``gpt_neox``, ``phi3``, ``gemma`` (0.3's per-family names,
 deprecated aliases), ``logits_processing`` (transformers' logits
 processors as pure functions, :func:`left_pad`), ``generate`` (:class:`LMDecoder`, :func:`generate`). May import from ``core``, ``fast``, ``variants`` and ``nn``.
 """

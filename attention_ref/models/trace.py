@@ -17,12 +17,10 @@ from __future__ import annotations
 import numpy as np
 
 from .config import LMConfig, family_of
-from .lm import prepared_blocks, run_steps
+from .lm import prepared_blocks, run_steps, step_modules
 from .params import check_lm_inputs
 from .trace_steps import linear_output
 
-#: transformers' name of the LM head in every family (5.x; 4.57's GPT-NeoX: see ``trace_names_4x``)
-HEAD = "lm_head"
 
 __all__ = ["lm_trace", "trace_names_4x"]
 
@@ -41,11 +39,6 @@ def _selector(only):
     if bad:
         raise TypeError(f"only must list module names (str), got {bad[0]!r}")
     return names.__contains__
-
-
-def _module(theirs: str) -> str:
-    """transformers' module of a parameter name (``model.norm.weight`` -> ``model.norm``)."""
-    return theirs.rsplit(".", 1)[0]
 
 
 def lm_trace(ids, params, config: LMConfig, attention_mask=None, *, only=None) -> dict:
@@ -81,7 +74,7 @@ def lm_trace(ids, params, config: LMConfig, attention_mask=None, *, only=None) -
                         f" got {type(config).__name__}")
     keep = _selector(only)
     ids, params, mask = check_lm_inputs(ids, params, config, attention_mask)  # mask: (..., 1, T) or None
-    family = family_of(config)
+    family, modules = family_of(config), step_modules(config)  # each step's module name
     if family.trace_block is None:
         raise ValueError(f"{config.family}: this family has no trace (its file sets no trace_block)")
     positions = np.arange(ids.shape[-1])
@@ -92,21 +85,22 @@ def lm_trace(ids, params, config: LMConfig, attention_mask=None, *, only=None) -
     entries = []
     # 1. the embeddings
     if family.trace_embed is None:
-        entries.append((_module(family.top[0].theirs), stream[0]))
+        entries.append((modules["embed"], stream[0]))
     else:
         entries.extend(family.trace_embed(stream[0], embed, params, config))
     # 2. each block: its modules, then the decoder layer itself
-    for layer, cache in enumerate(caches):
-        prefix = family.their_layer.format(i=layer)
-        entries.extend((prefix + name, value) for name, value in family.trace_block(cache, blocks[layer], config))
-        entries.append((prefix[:-1], stream[layer + 1]))
+    for layer, (cache, name) in enumerate(zip(caches, modules["block"])):
+        inside = family.trace_block(cache, blocks[layer], config)  # [(name inside the layer, output)]
+        entries.extend((f"{name}.{inner}", value) for inner, value in inside)
+        entries.append((name, stream[layer + 1]))
     # 3. the final norm (the head's input), the base model's last hidden state
-    entries.append((_module(family.final[0].theirs), head.x))
+    entries.append((modules["final_norm"], head.x))
     entries.append((family.base[:-1], head.x))
     # 4. the head, 5. the whole model: the logits
-    entries.append((HEAD, linear_output(head)))
+    entries.append((modules["head"], linear_output(head)))
     entries.append(("", logits))
-    unknown = sorted(set(only) - {name for name, _ in entries}) if isinstance(only, (list, tuple, set, frozenset)) else []
+    listed = only if isinstance(only, (list, tuple, set, frozenset)) else ()
+    unknown = sorted(set(listed) - {name for name, _ in entries})
     if unknown:
         raise ValueError(f"only names modules this model does not have: {unknown[:3]} (its names: lm_trace's keys)")
     return {name: value for name, value in entries if keep(name)}

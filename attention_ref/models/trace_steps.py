@@ -19,7 +19,8 @@ from ..core.linear import LinearCache
 from ..fast.dispatch import linear_formula
 from ..variants.grouped_heads import GroupedMultiHeadCache, ungroup_heads
 
-__all__ = ["linear_output", "norm_output", "attention_steps", "grouped_attention_steps", "heads_last", "ATTENTION_STEPS", "SEPARATOR"]
+__all__ = ["linear_output", "norm_output", "attention_steps", "grouped_attention_steps", "heads_last",
+           "ATTENTION_STEPS", "SEPARATOR"]
 
 #: between a module's name and the name of a step inside it (``model.layers.0.self_attn:probs``)
 SEPARATOR = ":"
@@ -52,7 +53,7 @@ def attention_steps(q, k, weights, scale, grouped: bool, cap=None):
         signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
     scores = np.where(probs == 0, -np.inf, scores).astype(probs.dtype)  # masked keys: -inf
     k_heads = k[..., 0, :, :] if grouped else k  # (..., Hkv, N, Dh)
-    return [("q_rope", _per_head(q, grouped)), ("k_rope", k_heads), ("scores", scores), ("probs", probs)]
+    return list(zip(ATTENTION_STEPS, (_per_head(q, grouped), k_heads, scores, probs)))
 
 
 def grouped_attention_steps(attn_cache):

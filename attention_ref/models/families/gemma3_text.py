@@ -187,8 +187,8 @@ def trace_block(cache, p, config):
     out += [(f"self_attn{SEPARATOR}{step}", value) for step, value in steps]
     a = linear_output(attn.o_proj)  # (..., T, D)
     m = linear_output(mlp.down)  # (..., T, D)
-    return out + [("self_attn.o_proj", a), ("self_attn", a), ("post_attention_layernorm", norm_output(cache.norm_post_attn)),
-                  ("pre_feedforward_layernorm", mlp.gate.x), ("mlp.gate_proj", mlp.a), ("mlp.act_fn", mlp.gelu_a),
+    return out + [("self_attn.o_proj", a), ("self_attn", a),
+                  ("post_attention_layernorm", norm_output(cache.norm_post_attn)), ("pre_feedforward_layernorm", mlp.gate.x), ("mlp.gate_proj", mlp.a), ("mlp.act_fn", mlp.gelu_a),
                   ("mlp.up_proj", mlp.u), ("mlp.down_proj", m), ("mlp", m),
                   ("post_feedforward_layernorm", norm_output(cache.norm_post_ff))]
 
