@@ -87,6 +87,12 @@ class Family(NamedTuple):
     3. ``final_norm(x, params, config) -> (h, cache)``; ``final_norm_backward(dh, cache) -> (dx, grads)``
     4. the LM head (the same for every family), then ``logits(z, config) -> (logits, cache)`` and
        ``logits_backward(dlogits, cache) -> dz`` (Gemma 2's cap; None: the identity)
+
+    The trace (:func:`attention_ref.models.lm_trace`) reads the same steps' outputs by transformers'
+    module names: ``trace_block(cache, p, config) -> [(name, output)]`` names a block cache's fields
+    (names after the layer's prefix, in transformers' hook order), ``trace_embed`` step 1's when it
+    has more than one module (GPT-2's ``wte`` and ``wpe``), ``names_4x`` the names transformers 4.57
+    spells otherwise.
     """
 
     model_type: str
