@@ -21,7 +21,6 @@ from .lm import prepared_blocks, run_steps, step_modules
 from .params import check_lm_inputs
 from .trace_steps import linear_output
 
-
 __all__ = ["lm_trace", "trace_names_4x"]
 
 
@@ -64,8 +63,8 @@ def lm_trace(ids, params, config: LMConfig, attention_mask=None, *, only=None) -
     logits, after Gemma 2's cap). Values in the params' dtype; shapes as transformers' outputs
     (batch axes ``...`` for its B; GPT-2's ``transformer.wpe`` (T, D) broadcasts over them).
     ``q_rope`` and ``k_rope`` are the queries and keys as the attention used them (not rotated
-    where the layer has no RoPE: GPT-2, SmolLM3's NoPE layers); ``scores`` are ``-inf`` at masked
-    keys. A full trace keeps every activation, the (..., H, T, T) scores and probabilities of
+    where the layer has no RoPE: GPT-2, SmolLM3's NoPE layers); ``scores`` are ``-inf`` where the
+    probability is 0 (masked keys). A full trace keeps every activation, the (..., H, T, T) scores and probabilities of
     every layer among them: pass ``only`` to keep the modules you need from a long sequence.
     Names transformers 4.57 spells otherwise: :func:`trace_names_4x`.
     """
