@@ -142,6 +142,7 @@ from .models.gpt_neox import GPTNeoXLMCache, gpt_neox_lm_backward, gpt_neox_lm_f
 from .models.phi3 import Phi3LMCache, phi3_lm_backward, phi3_lm_forward
 from .models.gemma import GemmaLMCache, gemma_lm_backward, gemma_lm_forward
 from .models.lm import lm_backward, lm_forward, lm_loss
+from .models.trace import lm_trace, trace_names_4x
 from .models.logits_processing import (
     apply_min_new_tokens,
     apply_repetition_penalty,

@@ -6,7 +6,9 @@ is: :class:`Family`, its parameter table and features), ``families`` (one module
 reader, parameter table, block steps and hooks; the registry), ``params`` (one flat dict named
 like transformers' modules, random initialisation, derived from the families' tables), ``lm``
 (the whole model's steps written once: :func:`lm_forward`, :func:`lm_backward`,
-:func:`lm_loss`), ``gpt2``, ``llama``, ``gpt_neox``, ``phi3``, ``gemma`` (0.3's per-family names,
+:func:`lm_loss`), ``trace`` (:func:`lm_trace`, every module's output by transformers' name;
+``trace_steps`` the pieces it reads from the caches),
+``gpt2``, ``llama``, ``gpt_neox``, ``phi3``, ``gemma`` (0.3's per-family names,
 deprecated aliases), ``logits_processing`` (transformers' logits
 processors as pure functions, :func:`left_pad`), ``generate`` (:class:`LMDecoder`, :func:`generate`). May import from ``core``, ``fast``, ``variants`` and ``nn``.
 """
@@ -19,6 +21,7 @@ from .gpt_neox import GPTNeoXLMCache, gpt_neox_lm_backward, gpt_neox_lm_forward
 from .phi3 import Phi3LMCache, phi3_lm_backward, phi3_lm_forward
 from .gemma import GemmaLMCache, gemma_lm_backward, gemma_lm_forward
 from .lm import lm_backward, lm_forward, lm_loss
+from .trace import lm_trace, trace_names_4x
 from .logits_processing import (apply_min_new_tokens, apply_repetition_penalty, apply_temperature, apply_top_k,
                                 apply_top_p, left_pad, process_logits)
 from .generate import LMDecoder, generate
@@ -29,6 +32,6 @@ __all__ = ["FAMILIES", "LMConfig", "block_params", "init_lm_params", "param_name
            "GPTNeoXLMCache", "gpt_neox_lm_backward", "gpt_neox_lm_forward",
            "Phi3LMCache", "phi3_lm_backward", "phi3_lm_forward",
            "GemmaLMCache", "gemma_lm_backward", "gemma_lm_forward",
-           "lm_backward", "lm_forward", "lm_loss",
+           "lm_backward", "lm_forward", "lm_loss", "lm_trace", "trace_names_4x",
            "apply_repetition_penalty", "apply_min_new_tokens", "apply_temperature", "apply_top_k", "apply_top_p",
            "process_logits", "left_pad", "LMDecoder", "generate"]

@@ -88,6 +88,12 @@ class Family(NamedTuple):
     3. ``final_norm(x, params, config) -> (h, cache)``; ``final_norm_backward(dh, cache) -> (dx, grads)``
     4. the LM head (the same for every family), then ``logits(z, config) -> (logits, cache)`` and
        ``logits_backward(dlogits, cache) -> dz`` (Gemma 2's cap; None: the identity)
+
+    The trace (:func:`attention_ref.models.lm_trace`) reads the same steps' outputs by transformers'
+    module names: ``trace_block(cache, p, config) -> [(name, output)]`` names a block cache's fields
+    (names after the layer's prefix, in transformers' hook order), ``trace_embed`` step 1's when it
+    has more than one module (GPT-2's ``wte`` and ``wpe``), ``names_4x`` the names transformers 4.57
+    spells otherwise.
     """
 
     model_type: str
@@ -120,6 +126,10 @@ class Family(NamedTuple):
     block_order: tuple | None = None  # our block names in the order of the params, when not the table's
     keys: dict | None = None  # config.json key -> NEUTRAL, COMPUTED, DROPOUT or its neutral values (check_keys)
     buffers: tuple = ()  # checkpoint names' endings transformers computes from the config and never reads
+    # the trace (issue 38, :func:`attention_ref.models.lm_trace`): transformers' module names of this family
+    trace_embed: Callable | None = None  # (x, cache, params, config) -> [(name, output)]; None: x as top[0]'s module
+    trace_block: Callable | None = None  # (cache, p, config) -> [(name after their_layer, output)], hook order
+    names_4x: tuple = ()  # (5.x name, 4.57's name) of the modules transformers 4.x names otherwise
 
 
 def top_tensor(ours, theirs, how, shape, init="normal", optional=False, when=None) -> Tensor:

@@ -71,23 +71,29 @@ def prepared_blocks(params: dict, config: LMConfig) -> list:
 
 
 def run_steps(ids, positions, params, config: LMConfig, mask, *, blocks=None, layers=None, kv=None,
-              last_only=False):
+              last_only=False, record=None):
     """Steps 1-5 on checked inputs: ``ids`` (..., t) at ``positions`` ((t,) in a forward, (B, t)
     when decoding), ``mask`` None or (..., 1, T_seen); ``blocks`` and ``layers`` as
     :func:`prepared_blocks` and the family's ``layers`` give them (computed when None); ``kv`` a
     :class:`KVCache` per layer when decoding (then the block caches are None). With
-    ``last_only`` steps 3-5 see the last position only. Returns ``(logits, caches)``."""
+    ``last_only`` steps 3-5 see the last position only; ``record``, when given, is called with the
+    residual stream after step 1 and after each block (:func:`attention_ref.models.lm_trace`).
+    Returns ``(logits, caches)``."""
     family = family_of(config)
     blocks = prepared_blocks(params, config) if blocks is None else blocks
     layers = family.layers(config) if layers is None else layers
     # 1. embeddings
     x, embed = family.embed(ids, positions, params, config)  # (..., t, D)
+    if record is not None:
+        record(x)
     # 2. the blocks, each with its own cache (or its KVCache when decoding)
     caches = []
     for layer in range(config.num_layers):
         x, cache = family.block_forward(x, blocks[layer], config, layers[layer], mask, positions,
                                         None if kv is None else kv[layer])  # (..., t, D)
         caches.append(cache)
+        if record is not None:
+            record(x)
     x = x[..., -1:, :] if last_only else x  # (..., 1, D) with last_only
     # 3. the final norm
     h, norm = family.final_norm(x, params, config)  # (..., t, D)

@@ -25,14 +25,15 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ...nn.gemma_block import (gemma_block_backward, gemma_block_formula, gemma_decode_formula,
-                               init_gemma_block_params)
+from ...nn.gemma_block import (CappedAttentionCache, gemma_block_backward, gemma_block_formula,
+                               gemma_decode_formula, init_gemma_block_params)
 from ...nn.gemma_rms_norm import gemma_rms_norm_formula
 from ...nn.llama_block import RotaryHalf
 from ...nn.rms_norm import rms_norm_backward
 from ...nn.rope_scaling import ROPE_TYPES
 from ..config import LAYER_TYPES, LMConfig, refuse
 from ..family import BASE_KEYS, COMPUTED, DROPOUT, NEUTRAL, Features, Tensor, computed
+from ..trace_steps import SEPARATOR, attention_steps, grouped_attention_steps, linear_output, norm_output
 from .llama import FAMILY as LLAMA, embed_tokens, embed_tokens_backward, one_value, rope_spellings, token_id
 
 __all__ = ["FAMILY", "read_gemma", "gemma_rope", "embedding_normalizer", "check_gemma", "GEMMA_ALLOWED"]
@@ -170,6 +171,29 @@ def final_norm_backward(dh, cache):
     return dx, {"norm.weight": dw}
 
 
+def trace_block(cache, p, config):
+    """The trace of one ``Gemma3DecoderLayer`` / ``Gemma2DecoderLayer`` (after ``model.layers.<i>.``),
+    from its caches: the q/k norms run after the three projections, on (..., H, T, Dh); Gemma 2's
+    scores are the capped ones."""
+    attn, mlp = cache.attn, cache.mlp
+    out = [("input_layernorm", attn.q_proj.x)] + [(f"self_attn.{c}_proj", linear_output(getattr(attn, f"{c}_proj")))
+                                                  for c in "qkv"]
+    if isinstance(attn, CappedAttentionCache):  # Gemma 2: soft-capped scores
+        rotary_cache, steps = attn.rotary_cache, attention_steps(attn.q, attn.k, attn.weights_grouped, attn.scale,
+                                                                 True, config.attn_softcap)
+    else:
+        rotary_cache, steps = attn.rotary[1], grouped_attention_steps(attn)
+    if "self_attn.q_norm.weight" in p:  # Gemma 3: per head, before RoPE
+        out += [("self_attn.q_norm", norm_output(rotary_cache[0])), ("self_attn.k_norm", norm_output(rotary_cache[1]))]
+    out += [(f"self_attn{SEPARATOR}{step}", value) for step, value in steps]
+    a = linear_output(attn.o_proj)  # (..., T, D)
+    m = linear_output(mlp.down)  # (..., T, D)
+    return out + [("self_attn.o_proj", a), ("self_attn", a),
+                  ("post_attention_layernorm", norm_output(cache.norm_post_attn)), ("pre_feedforward_layernorm", mlp.gate.x), ("mlp.gate_proj", mlp.a), ("mlp.act_fn", mlp.gelu_a),
+                  ("mlp.up_proj", mlp.u), ("mlp.down_proj", m), ("mlp", m),
+                  ("post_feedforward_layernorm", norm_output(cache.norm_post_ff))]
+
+
 def init_block(config, seed, dtype):
     return init_gemma_block_params(config.d_model, config.num_heads, config.d_ff, num_kv_heads=config.num_kv_heads,
                                    d_head=config.d_head, seed=seed, dtype=dtype,
@@ -221,4 +245,5 @@ FAMILY = LLAMA._replace(
     block_title="transformers Gemma3DecoderLayer (layers.<i>.)", embed=embed, embed_backward=embed_backward,
     layers=layers, block_forward=block, block_backward=gemma_block_backward, final_norm=final_norm,
     final_norm_backward=final_norm_backward, init_block=init_block, float32_steps=(), keys=KEYS,
-    buffers=("rotary_emb.inv_freq", "rotary_emb_local.inv_freq"))
+    buffers=("rotary_emb.inv_freq", "rotary_emb_local.inv_freq"),
+    trace_block=trace_block)

@@ -27,6 +27,7 @@ from ...nn.layer_norm import layer_norm_backward, layer_norm_formula
 from ...nn.residual import split_params
 from ..config import LMConfig, refuse
 from ..family import BASE_KEYS, DROPOUT, NEUTRAL, ConfigFields, Family, Features, Tensor, computed, neutral, top_tensor
+from ..trace_steps import SEPARATOR, grouped_attention_steps, linear_output
 
 __all__ = ["FAMILY"]
 
@@ -134,6 +135,28 @@ def final_norm_backward(dh, cache):
     return dx, {"ln_f.gamma": dg, "ln_f.beta": db}
 
 
+def trace_embed(x, cache, params, config):
+    """The trace's step 1: each table's lookup (``wpe``'s (T, D) broadcasts over the batch, as
+    transformers' (1, T, D))."""
+    tok_cache, pos_cache = cache
+    return [("transformer.wte", params["wte"][tok_cache.ids]), ("transformer.wpe", params["wpe"][pos_cache.ids])]
+
+
+def trace_block(cache, prepared, config):
+    """The trace of one ``GPT2Block`` (after ``transformer.h.<i>.``), from its caches: ``c_attn``
+    is q, k and v side by side, as its fused Conv1D computes them."""
+    (p, _), attn, mlp = prepared, cache.attn, cache.mlp
+    b, ffn = p["self_attn"], p["ffn"]
+    qkv = np.concatenate([linear_output(attn.q_proj, b.get("b_q")), linear_output(attn.k_proj, b.get("b_k")),
+                          linear_output(attn.v_proj, b.get("b_v"))], axis=-1)  # (..., T, 3 D)
+    a = linear_output(attn.o_proj, b.get("b_o"))  # (..., T, D)
+    m = linear_output(mlp.fc2, ffn.get("b_2"))  # (..., T, D)
+    return ([("ln_1", attn.q_proj.x), ("attn.c_attn", qkv)]
+            + [(f"attn{SEPARATOR}{step}", value) for step, value in grouped_attention_steps(attn)]
+            + [("attn.c_proj", a), ("attn", a), ("ln_2", mlp.fc1.x), ("mlp.c_fc", mlp.h), ("mlp.act", mlp.fc2.x),
+               ("mlp.c_proj", m), ("mlp", m)])
+
+
 def init_block(config, seed, dtype):
     return init_gpt2_block_params(config.d_model, config.num_heads, config.d_ff, seed=seed, dtype=dtype)
 
@@ -166,4 +189,5 @@ FAMILY = Family(
     layers=layers, prepare=prepare, block_forward=block, block_backward=gpt2_block_backward, final_norm=final_norm,
     final_norm_backward=final_norm_backward, init_block=init_block,
     keys=KEYS, buffers=("attn.bias", "attn.masked_bias"),
+    trace_embed=trace_embed, trace_block=trace_block,
     block_order=tuple(f"{group}.{name}" for group, names in ENCODER_GROUPS.items() for name in names))

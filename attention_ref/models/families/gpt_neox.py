@@ -15,12 +15,14 @@ The whole model's steps (:mod:`attention_ref.models.lm` runs them):
 """
 from __future__ import annotations
 
+from ...fast.dispatch import linear_formula
 from ...nn.gpt_neox_block import (GPT_NEOX_PARAM_NAMES, PartialRotaryHalf, gpt_neox_attention_params,
                                   gpt_neox_block_backward, gpt_neox_block_formula, gpt_neox_decode_formula,
                                   init_gpt_neox_block_params)
 from ...nn.layer_norm import layer_norm_backward, layer_norm_formula
 from ..config import LMConfig, refuse
 from ..family import BASE_KEYS, DROPOUT, NEUTRAL, ConfigFields, Family, Features, Tensor, computed, top_tensor
+from ..trace_steps import SEPARATOR, grouped_attention_steps, linear_output
 from .llama import embed_tokens, embed_tokens_backward, one_value, rope_spellings
 
 __all__ = ["FAMILY", "gpt_neox_block_shapes", "ACTIVATIONS"]
@@ -140,6 +142,20 @@ def final_norm_backward(dh, cache):
     return dx, {"final_layer_norm.gamma": dg, "final_layer_norm.beta": db}
 
 
+def trace_block(cache, prepared, config):
+    """The trace of one ``GPTNeoXLayer`` (after ``gpt_neox.layers.<i>.``), from its caches:
+    ``query_key_value`` is the fused projection (its per-head layout, as transformers stores it)."""
+    p, attn, mlp = prepared[0], cache.attn, cache.mlp
+    z1 = attn.q_proj.x  # (..., T, D), input_layernorm's output
+    a = linear_output(attn.o_proj, p["attention.b_dense"])  # (..., T, D)
+    m = linear_output(mlp.fc2, p["mlp.b_2"])  # (..., T, D)
+    qkv = linear_formula(z1, p["attention.W_qkv"], p["attention.b_qkv"])  # (..., T, 3 D), per-head layout
+    return ([("input_layernorm", z1), ("attention.query_key_value", qkv)]
+            + [(f"attention{SEPARATOR}{step}", value) for step, value in grouped_attention_steps(attn)]
+            + [("attention.dense", a), ("attention", a), ("post_attention_layernorm", mlp.fc1.x),
+               ("mlp.dense_h_to_4h", mlp.h), ("mlp.act", mlp.fc2.x), ("mlp.dense_4h_to_h", m), ("mlp", m)])
+
+
 def init_block(config, seed, dtype):
     return init_gpt_neox_block_params(config.d_model, config.num_heads, config.d_ff, seed=seed, dtype=dtype)
 
@@ -170,4 +186,5 @@ FAMILY = Family(
     embed_backward=embed_tokens_backward, layers=layers, prepare=prepare, block_forward=block,
     block_backward=gpt_neox_block_backward, final_norm=final_norm, final_norm_backward=final_norm_backward,
     init_block=init_block, float32_steps=(("gpt_neox", "GPTNeoX"),), keys=KEYS,
-    buffers=("attention.bias", "attention.masked_bias", "rotary_emb.inv_freq"))
+    buffers=("attention.bias", "attention.masked_bias", "rotary_emb.inv_freq"),
+    trace_block=trace_block, names_4x=(("lm_head", "embed_out"),))

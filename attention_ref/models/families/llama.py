@@ -39,11 +39,13 @@ from ...nn.rope_scaling import ROPE_TYPES
 from ..config import LMConfig, family_of, refuse
 from ..family import (BASE_KEYS, COMPUTED, DROPOUT, NEUTRAL, ConfigFields, Family, Features, Tensor, computed,
                       top_tensor)
+from ..trace_steps import SEPARATOR, grouped_attention_steps, heads_last, linear_output, norm_output
 
 __all__ = ["FAMILY", "read_llama", "rope_settings", "token_id", "LLAMA_FIELDS", "LLAMA_TOP", "LLAMA_FINAL", "LLAMA_BLOCK",
            "LLAMA_KEYS", "rope_spellings", "rope_conflict", "one_value",
            "LlamaLayer", "llama_layers", "llama_block", "embed_tokens", "embed_tokens_backward",
-           "rms_final_norm", "rms_final_norm_backward", "identity_prepare", "LLAMA_ALLOWED", "init_llama_style"]
+           "rms_final_norm", "rms_final_norm_backward", "identity_prepare", "LLAMA_ALLOWED", "init_llama_style",
+           "trace_llama_block"]
 
 MODEL_TYPE = "llama"
 
@@ -254,6 +256,30 @@ def llama_block(x, p, config, layer: LlamaLayer, mask, positions, kv):
                                 window=layer.window), None  # (B, t, D)
 
 
+def trace_llama_block(cache, p, config):
+    """The trace of one block (:func:`attention_ref.models.lm_trace`): each of transformers'
+    ``LlamaDecoderLayer`` modules (and Qwen2's, Qwen3's, Mistral's, SmolLM3's) by its name after
+    ``model.layers.<i>.``, in the order its forward hooks fire, from the block's caches."""
+    attn, mlp = cache.attn, cache.mlp
+    q_proj = linear_output(attn.q_proj, p.get("self_attn.b_q"))  # (..., T, H Dh)
+    k_proj = linear_output(attn.k_proj, p.get("self_attn.b_k"))  # (..., T, Hkv Dh)
+    v_proj = linear_output(attn.v_proj, p.get("self_attn.b_v"))
+    out = [("input_layernorm", attn.q_proj.x), ("self_attn.q_proj", q_proj)]
+    qk_norms = attn.rotary[1][:2] if "self_attn.q_norm.weight" in p else None  # Qwen3: per head, before RoPE
+    if qk_norms is not None:
+        out.append(("self_attn.q_norm", heads_last(norm_output(qk_norms[0]))))  # (..., T, H, Dh)
+    out.append(("self_attn.k_proj", k_proj))
+    if qk_norms is not None:
+        out.append(("self_attn.k_norm", heads_last(norm_output(qk_norms[1]))))  # (..., T, Hkv, Dh)
+    out.append(("self_attn.v_proj", v_proj))
+    out += [(f"self_attn{SEPARATOR}{step}", value) for step, value in grouped_attention_steps(attn)]
+    a = linear_output(attn.o_proj)  # (..., T, D)
+    out += [("self_attn.o_proj", a), ("self_attn", a), ("post_attention_layernorm", mlp.gate.x),
+            ("mlp.gate_proj", mlp.a), ("mlp.act_fn", mlp.a * mlp.sig), ("mlp.up_proj", mlp.u)]
+    m = linear_output(mlp.down)  # (..., T, D)
+    return out + [("mlp.down_proj", m), ("mlp", m)]
+
+
 def init_llama_style(config, seed, dtype):
     """A block's random weights (:func:`attention_ref.nn.llama_block.init_llama_block_params`, with
     the family's q/k/v biases and q/k norms)."""
@@ -280,4 +306,5 @@ FAMILY = Family(
     embed=embed_tokens, embed_backward=embed_tokens_backward, layers=llama_layers, prepare=identity_prepare,
     block_forward=llama_block, block_backward=llama_block_backward, final_norm=rms_final_norm,
     final_norm_backward=rms_final_norm_backward, init_block=init_llama_style, float32_steps=(("llama", "Llama"),),
-    keys=LLAMA_KEYS, buffers=("rotary_emb.inv_freq",))
+    keys=LLAMA_KEYS, buffers=("rotary_emb.inv_freq",),
+    trace_block=trace_llama_block)

@@ -32,9 +32,11 @@ from ...nn.rms_norm import rms_norm_backward, rms_norm_formula
 from ...nn.swiglu import swiglu_backward, swiglu_formula
 from ...variants.grouped_heads import multi_head_attention_backward_formula, multi_head_attention_formula
 from ..family import Features, Tensor
+from ..trace_steps import SEPARATOR, grouped_attention_steps, linear_output, norm_output
 from .llama import FAMILY as LLAMA, LLAMA_BLOCK
 
-__all__ = ["FAMILY", "ProjectionNormRotary", "Olmo2BlockCache", "olmo2_block", "olmo2_block_backward"]
+__all__ = ["FAMILY", "ProjectionNormRotary", "Olmo2BlockCache", "olmo2_block", "olmo2_block_backward",
+           "olmo2_trace_block"]
 
 MODEL_TYPE = "olmo2"
 
@@ -124,6 +126,23 @@ def olmo2_block_backward(dy, cache: Olmo2BlockCache):
     return dh + dquery + dkey + dvalue, g
 
 
+def olmo2_trace_block(cache, p, config):
+    """The trace of one ``Olmo2DecoderLayer`` (after ``model.layers.<i>.``), from its caches: each
+    q/k norm right after its projection, over the whole projection (..., T, H Dh); no norm before
+    a sub-layer."""
+    attn, mlp = cache.attn, cache.mlp
+    q_norm, k_norm, _ = attn.rotary[1]
+    a = linear_output(attn.o_proj)  # (..., T, D)
+    m = linear_output(mlp.down)  # (..., T, D)
+    return ([("self_attn.q_proj", linear_output(attn.q_proj)), ("self_attn.q_norm", norm_output(q_norm)),
+             ("self_attn.k_proj", linear_output(attn.k_proj)), ("self_attn.k_norm", norm_output(k_norm)),
+             ("self_attn.v_proj", linear_output(attn.v_proj))]
+            + [(f"self_attn{SEPARATOR}{step}", value) for step, value in grouped_attention_steps(attn)]
+            + [("self_attn.o_proj", a), ("self_attn", a), ("post_attention_layernorm", norm_output(cache.norm_a)),
+               ("mlp.gate_proj", mlp.a), ("mlp.act_fn", mlp.a * mlp.sig), ("mlp.up_proj", mlp.u),
+               ("mlp.down_proj", m), ("mlp", m), ("post_feedforward_layernorm", norm_output(cache.norm_m))])
+
+
 def _q(c):
     return (c.num_heads * c.d_head,)
 
@@ -144,4 +163,5 @@ FAMILY = LLAMA._replace(
     model_type=MODEL_TYPE, read=read, features=Features(qk_norm="projection", norm_placement="post"),
     allowed=("head_dim", "rope_scaling"), block=BLOCK, block_title="transformers Olmo2DecoderLayer (layers.<i>.)",
     layers=lambda config: [config.rope_frequencies()] * config.num_layers, block_forward=olmo2_block,
-    block_backward=olmo2_block_backward, init_block=None, float32_steps=(("olmo2", "Olmo2"),))
+    block_backward=olmo2_block_backward, init_block=None, float32_steps=(("olmo2", "Olmo2"),),
+    trace_block=olmo2_trace_block)

@@ -19,6 +19,7 @@ from ...nn.fused_qkv import fused_qkv_split_backward, fused_qkv_split_formula
 from ...nn.llama_block import init_llama_block_params, llama_block_backward
 from ..config import refuse
 from ..family import COMPUTED, DROPOUT, NEUTRAL, Features, Tensor
+from ..trace_steps import SEPARATOR, grouped_attention_steps, linear_output
 from .llama import FAMILY as LLAMA, llama_block, one_value, rope_spellings
 
 __all__ = ["FAMILY", "phi3_block_as_llama", "phi3_block_shapes", "PHI3_PARAM_NAMES"]
@@ -98,6 +99,21 @@ def block_backward(dy, cache):
                 "mlp.W_down": g["mlp.W_down"]}
 
 
+def trace_block(cache, prepared, config):
+    """The trace of one ``Phi3DecoderLayer`` (after ``model.layers.<i>.``), from Llama's block caches:
+    the fused ``qkv_proj`` is ``[q | k | v]``, ``gate_up_proj`` is ``[gate | up]``."""
+    attn, mlp = cache[0].attn, cache[0].mlp  # (Llama's block cache, the QKV split's)
+    qkv = np.concatenate([linear_output(attn.q_proj), linear_output(attn.k_proj), linear_output(attn.v_proj)],
+                         axis=-1)  # (..., T, (H + 2 Hkv) Dh)
+    a = linear_output(attn.o_proj)  # (..., T, D)
+    m = linear_output(mlp.down)  # (..., T, D)
+    return ([("input_layernorm", attn.q_proj.x), ("self_attn.qkv_proj", qkv)]
+            + [(f"self_attn{SEPARATOR}{step}", value) for step, value in grouped_attention_steps(attn)]
+            + [("self_attn.o_proj", a), ("self_attn", a), ("post_attention_layernorm", mlp.gate.x),
+               ("mlp.gate_up_proj", np.concatenate([mlp.a, mlp.u], axis=-1)), ("mlp.activation_fn", mlp.a * mlp.sig),
+               ("mlp.down_proj", m), ("mlp", m)])
+
+
 def init_block(config, seed, dtype):
     """Llama's random weights, fused as Phi-3 stores them."""
     b = init_llama_block_params(config.d_model, config.num_heads, config.d_ff, num_kv_heads=config.num_kv_heads,
@@ -120,4 +136,4 @@ FAMILY = LLAMA._replace(
     allowed=LLAMA.allowed + ("sliding_window",), block=BLOCK,
     block_title="transformers Phi3DecoderLayer (layers.<i>.)",
     prepare=phi3_block_as_llama, block_forward=block, block_backward=block_backward, init_block=init_block,
-    float32_steps=(("phi3", "Phi3"),))
+    float32_steps=(("phi3", "Phi3"),), trace_block=trace_block)

@@ -1,0 +1,181 @@
+"""``lm_trace`` against forward hooks on every module of transformers' model, for every family.
+
+Each family's ``*ForCausalLM`` is built from a small config with random weights in float64,
+written by ``save_pretrained`` and read by our ``load_pretrained``; a forward hook on every
+module of ``named_modules()`` records its output (the first element of a tuple or model output)
+in the order the hooks fire (and, with the eager attention of GPT-2 and Gemma 2, the attention
+module's second output, its probabilities, against the trace's ``<attention>:probs``). Every hooked linear, embedding, norm, attention, MLP, activation
+and decoder-layer module must be in the trace under the same name (4.57's other names through
+``trace_names_4x``), in the same order, each within 1e-10 of its largest entry in float64.
+Dropout and rotary-embedding modules are left out (their outputs are not activations); so are
+module lists. The ids are one batch of two rows with no padding, plus a left-padded check of
+the real positions.
+
+transformers' float32 steps inside a float64 model run as the same formulas in float64 (as the
+other interop tests do): ``llama_in_float64()`` (RMSNorm and RoPE angles of the Llama-built
+families, GPT-NeoX's and Phi-3's), ``gemma3_in_float64()`` / ``gemma2_in_float64()`` (Gemma's
+norms, RoPE, embedding scale; Gemma 2's eager softmax); the softmax runs in the model's dtype
+with ``sdpa`` (Gemma 2: eager, patched). Runs on transformers 4.57 and 5.x.
+"""
+import contextlib
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import attention_ref as ar  # noqa: E402
+from attention_ref.interop import gemma2_in_float64, gemma3_in_float64, llama_in_float64, load_pretrained  # noqa: E402
+from attention_ref.models.config import family_of  # noqa: E402
+from attention_ref.models.families import FAMILIES  # noqa: E402
+
+FIVE = int(transformers.__version__.split(".")[0]) >= 5
+RTOL = 1e-10
+SMALL = dict(vocab_size=41, hidden_size=16, intermediate_size=24, num_attention_heads=4, num_key_value_heads=2,
+             num_hidden_layers=2, max_position_embeddings=64, pad_token_id=0, bos_token_id=None, eos_token_id=None)
+ROPE = {"rope_parameters": {"rope_type": "default", "rope_theta": 500.0}} if FIVE else {"rope_theta": 500.0}
+#: the small config of each family (transformers' config class, its model class, its fields, the float64 patch)
+BUILD = {
+    "gpt2": ("GPT2Config", "GPT2LMHeadModel",
+             dict(vocab_size=37, n_embd=16, n_head=4, n_layer=2, n_positions=32, resid_pdrop=0.0, embd_pdrop=0.0,
+                  attn_pdrop=0.0, attn_implementation="eager", bos_token_id=None, eos_token_id=None), None),
+    "llama": ("LlamaConfig", "LlamaForCausalLM", dict(SMALL, **ROPE, attn_implementation="sdpa"), llama_in_float64),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", dict(SMALL, **ROPE, attn_implementation="sdpa"), llama_in_float64),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(SMALL, **ROPE, head_dim=6, attn_implementation="sdpa"),
+              llama_in_float64),
+    "mistral": ("MistralConfig", "MistralForCausalLM",
+                dict(SMALL, **ROPE, head_dim=4, sliding_window=3, attn_implementation="sdpa"), llama_in_float64),
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", dict(SMALL, **ROPE, attn_implementation="sdpa"), llama_in_float64),
+    "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM",
+                dict(SMALL, **ROPE, no_rope_layer_interval=2, attn_implementation="sdpa"), llama_in_float64),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM",
+             dict(SMALL, **ROPE, original_max_position_embeddings=64, attn_implementation="sdpa"), llama_in_float64),
+    "gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM",
+                 dict(vocab_size=41, hidden_size=24, num_attention_heads=3, intermediate_size=20, num_hidden_layers=2,
+                      rotary_pct=0.25, rotary_emb_base=100.0, max_position_embeddings=64, layer_norm_eps=1e-5,
+                      hidden_act="gelu", bos_token_id=None, eos_token_id=None, pad_token_id=0,
+                      attn_implementation="sdpa"), llama_in_float64),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM",
+               dict(SMALL, **ROPE, head_dim=6, num_hidden_layers=3, sliding_window=3, query_pre_attn_scalar=5,
+                    layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                    attn_logit_softcapping=0.5, final_logit_softcapping=1.0, attn_implementation="eager"),
+               gemma2_in_float64),
+    "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM",
+                    dict(SMALL, head_dim=6, num_hidden_layers=3, sliding_window=3, query_pre_attn_scalar=5,
+                         layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                         attn_implementation="sdpa",
+                         **({"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 500.0},
+                                                 "sliding_attention": {"rope_type": "default", "rope_theta": 20.0}}}
+                            if FIVE else {"rope_theta": 500.0, "rope_local_base_freq": 20.0})),
+                    gemma3_in_float64),
+}
+#: transformers 4.57's Gemma 2 scales the embedding after its plain ``nn.Embedding`` (5.x: inside
+#: ``Gemma2TextScaledWordEmbedding``): its ``model.embed_tokens`` hook records the unscaled lookup, compared
+#: here with the token table's rows (docs/whole_models.md, the trace's 4.x names)
+UNSCALED_4X = {"gemma2": "model.embed_tokens"}
+#: modules whose output is not an activation: left out of the trace (and of this comparison)
+SKIPPED = ("Dropout", "RotaryEmbedding", "ModuleList")
+
+
+def _model(family):
+    config_class, model_class, fields, _ = BUILD[family]
+    config = getattr(transformers, config_class)(**fields)
+    model = getattr(transformers, model_class)(config).double().eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():  # the attention not uniform; norms and biases away from 1 and 0
+            p.mul_(10.0) if "norm" not in name and "ln" not in name and p.ndim == 2 else p.add_(0.2 * torch.randn_like(p))
+    return model
+
+
+def _hooked(model, ids, mask):
+    """Every module's output, in the order the forward hooks fire: a list of (name, array)."""
+    fired, handles = [], []
+    for name, module in model.named_modules():
+        if any(kind in type(module).__name__ for kind in SKIPPED):
+            continue
+
+        def hook(module, args, output, name=name):
+            many = isinstance(output, (tuple, list)) or hasattr(output, "to_tuple")
+            fired.append((name, (output[0] if many else output).detach().numpy().copy()))
+            if many and isinstance(output, tuple) and len(output) > 1 and getattr(output[1], "ndim", 0) == 4:
+                fired.append((name + ":probs", output[1].detach().numpy().copy()))  # eager attention's weights
+        handles.append(module.register_forward_hook(hook))
+    try:
+        with torch.no_grad():
+            model(torch.as_tensor(ids), attention_mask=torch.as_tensor(mask))
+    finally:
+        for handle in handles:
+            handle.remove()
+    return fired
+
+
+def _float64(family):
+    patch = BUILD[family][3]
+    return contextlib.nullcontext() if patch is None else patch()
+
+
+@pytest.fixture(params=[f for f in FAMILIES if f in BUILD])
+def family_run(request, tmp_path):
+    family = request.param
+    torch.manual_seed(0)
+    model = _model(family)
+    model.save_pretrained(tmp_path)
+    params, config = load_pretrained(tmp_path)
+    return family, model, params, config
+
+
+def test_every_family_has_a_build():
+    assert set(FAMILIES) <= set(BUILD), f"families without a transformers build here: {set(FAMILIES) - set(BUILD)}"
+
+
+def test_every_hooked_module_in_hook_order(family_run):
+    family, model, params, config = family_run
+    rng = np.random.default_rng(3)
+    ids = rng.integers(1, config.vocab_size, (2, 7))
+    mask = np.ones_like(ids)
+    with _float64(family):
+        fired = _hooked(model, ids, mask)
+    trace = ar.lm_trace(ids, params, config)
+    to_4x = ar.trace_names_4x(config) if not FIVE else {}
+    ours = {to_4x.get(name, name): value for name, value in trace.items()}
+    if not FIVE and family in UNSCALED_4X:
+        ours[UNSCALED_4X[family]] = params[family_of(config).token_table][ids]
+    order = [name for name in ours if ":" not in name]
+    positions = []
+    worst = 0.0
+    probs = [name for name, _ in fired if name.endswith(":probs")]
+    assert bool(probs) == (BUILD[family][2]["attn_implementation"] == "eager")  # eager returns its weights
+    for name, theirs in fired:
+        assert name in ours, f"{family}: {name!r} hooked in transformers, not in the trace"
+        value = np.broadcast_to(ours[name], theirs.shape)
+        scale = max(float(np.abs(theirs).max()), 1e-300)
+        err = float(np.abs(value - theirs).max())
+        assert err <= RTOL * scale, f"{family}: {name}: max abs error {err:.2e} against max |value| {scale:.2e}"
+        worst = max(worst, err / scale)
+        if ":" not in name:
+            positions.append(order.index(name))
+    assert positions == sorted(positions), f"{family}: the trace's order is not the hooks' order"
+    hooked = {name for name, _ in fired if ":" not in name}
+    assert set(order) == hooked, f"{family}: trace names no module hooks: {sorted(set(order) - hooked)}"
+    print(f"{family}: {len(fired)} hooked names matched, largest relative difference {worst:.1e}")
+
+
+def test_left_padded_real_positions(family_run):
+    """A left-padded batch: every module's output at the real positions (padded ones follow no convention)."""
+    family, model, params, config = family_run
+    rng = np.random.default_rng(4)
+    ids = rng.integers(1, config.vocab_size, (2, 7))
+    mask = np.ones_like(ids)
+    mask[1, :3] = 0
+    with _float64(family):
+        fired = dict(_hooked(model, ids, mask))
+    trace = ar.lm_trace(ids, params, config, attention_mask=mask)
+    to_4x = ar.trace_names_4x(config) if not FIVE else {}
+    for name, value in trace.items():
+        name = to_4x.get(name, name)
+        if name not in fired or (not FIVE and UNSCALED_4X.get(family) == name) or fired[name].ndim < 3 or fired[name].shape[:2] != ids.shape:
+            continue  # per-position outputs (B, T, ...) only
+        theirs, value = fired[name][mask == 1], np.broadcast_to(value, fired[name].shape)[mask == 1]
+        scale = max(float(np.abs(theirs).max()), 1e-300)
+        assert float(np.abs(value - theirs).max()) <= RTOL * scale, f"{family}: {name} at the real positions"
