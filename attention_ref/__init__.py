@@ -157,7 +157,7 @@ from .models.generate import LMDecoder, generate
 # the layers as modules: attention_ref.core.X is the reference, attention_ref.fast.X_fast the fast path
 from . import core, fast, models, nn, variants
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 __all__ = list(dict.fromkeys(["GradcheckError", "GradcheckReport", "gradcheck", "numerical_gradient",
                               *core.__all__, "reference_only", *variants.__all__, *nn.__all__, *models.__all__]))
