@@ -15,6 +15,7 @@ from ..fast.dispatch import attention_formula, linear_formula
 from ..variants.grouped_heads import (
     group_heads,
     group_mask,
+    hooked_attention_formula,
     multi_head_attention_backward,
     multi_head_attention_forward,
     ungroup_heads,
@@ -40,7 +41,7 @@ def check_new_tokens(x_t, cache) -> np.ndarray:
 
 
 def decode_attention(z, p, num_heads, num_kv_heads, cache: KVCache, *, scale=None, rotary=None, name="x_t",
-                     mask=None):
+                     mask=None, scores=None):
     """Multi-head attention of the new tokens ``z`` (..., t, D) in a decoding step.
 
     Projects them to queries, keys and values, rotates the queries and keys when ``rotary``
@@ -48,7 +49,8 @@ def decode_attention(z, p, num_heads, num_kv_heads, cache: KVCache, *, scale=Non
     appends the keys and values to ``cache`` (once per key/value head) and attends from each
     new query to every cached position and, causally, to the new ones before it; ``p`` holds
     validated ``W_q ... W_o`` (biases optional). ``mask``, checked by :func:`check_decode_mask`,
-    is combined with that causal rule (e.g. the padding of left-padded prompts). Returns
+    is combined with that causal rule (e.g. the padding of left-padded prompts); ``scores``, a
+    hook on the scaled scores as in the grouped-heads path (Gemma 2's cap). Returns
     ``concat W_o + b_o`` (..., t, D_out).
     """
     h, hkv = num_heads, num_kv_heads
@@ -65,7 +67,10 @@ def decode_attention(z, p, num_heads, num_kv_heads, cache: KVCache, *, scale=Non
     causal = None if t == 1 else causal_mask(t, cache.length)  # (t, T)
     if mask is not None:
         causal = mask if causal is None else combine_masks(mask, causal)  # (..., t, T)
-    o, _ = attention_formula(group_heads(q, hkv), keys, values, group_mask(causal), scale=scale)  # (..., Hkv, G, t, Dv)
+    if scores is None:
+        o, _ = attention_formula(group_heads(q, hkv), keys, values, group_mask(causal), scale=scale)  # (..., Hkv, G, t, Dv)
+    else:
+        o, _, _ = hooked_attention_formula(group_heads(q, hkv), keys, values, group_mask(causal), scale, scores)
     heads = ungroup_heads(o)  # (..., H, t, Dv)
     return linear_formula(merge_heads_formula(heads), p["W_o"], p.get("b_o"), ("heads", "W_o", "b_o"))  # (..., t, D_out)
 
