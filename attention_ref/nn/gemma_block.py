@@ -24,6 +24,8 @@ Forward, numbered so the backward can walk it in reverse:
 7. ``c = GRMS_post_feedforward(m)``
 8. ``y = h + c``
 
+Decoding runs the same eight steps (:func:`gemma_block_formula` with a :class:`KVCache`).
+
 Backward: the same steps in reverse. Each ``GRMS`` is RMSNorm with gain ``g = 1 + w``, so its
 backward is RMSNorm's with ``dw = dg``; the q/k norms are :class:`QKNormRotary` given the gains
 ``1 + w`` (their gradients sum over batch, heads and positions); the residuals pass their
@@ -46,17 +48,15 @@ import numpy as np
 
 from .._checks import (as_real_array, as_upstream, cast, check_positive_int, check_positive_real, common_dtype,
                        require_ndim)
-from .._pair_checks import MultiHeadInputs, check_scale
-from ..core.masks import causal_mask
+from .._pair_checks import check_scale
 from ..variants.grouped_heads import GroupedMultiHeadCache
-from ..variants.grouped_heads import multi_head_attention_backward_formula, multi_head_attention_formula
+from ..variants.grouped_heads import multi_head_attention_backward_formula
 from ..variants.kv_cache import KVCache
-from ..variants.local import local_window_mask
 from .geglu import GeGLUCache, _geglu_backward, geglu_formula
 from .llama_block import (QK_NORM_NAMES, LLAMA_PARAM_NAMES, QKNormRotary, RotaryHalf, check_decode_positions,
                           check_llama_block_params)
-from .multi_head_attention import (check_block_mask, check_decode_mask, check_new_tokens, combine_masks,
-                                   decode_attention)
+from .multi_head_attention import (causal_self_attention_formula, check_block_mask, check_decode_mask,
+                                   check_new_tokens)
 from .gemma_rms_norm import gemma_rms_norm_formula
 from .rms_norm import RMSNormCache, _rms_norm_backward
 from .rope_scaling import rope_frequencies
@@ -64,7 +64,7 @@ from .soft_cap import SoftCapScores
 
 __all__ = ["GEMMA_PARAM_NAMES", "GEMMA2_PARAM_NAMES", "GemmaBlockCache",
            "gemma_block_forward", "gemma_block_backward",
-           "gemma_block_decode_step", "gemma_block_formula", "gemma_decode_formula", "check_gemma_block_params",
+           "gemma_block_decode_step", "gemma_block_formula", "check_gemma_block_params",
            "init_gemma_block_params"]
 
 GEMMA_PARAM_NAMES = ("input_norm.weight", "self_attn.W_q", "self_attn.W_k", "self_attn.W_v", "self_attn.W_o",
@@ -182,22 +182,27 @@ def _attention_params(p):
     return {name: p[f"self_attn.{name}"] for name in ("W_q", "W_k", "W_v", "W_o")}
 
 
-def gemma_block_formula(x, p, num_heads, num_kv_heads, *, eps, mask, scale, theta, window=None, cap=None):
+def gemma_block_formula(x, p, num_heads, num_kv_heads, *, eps, mask, scale, theta, window=None, cap=None,
+                        kv: KVCache | None = None, positions=None):
     """:func:`gemma_block_forward` on checked inputs (``p`` as :func:`check_gemma_block_params`
     returns it, ``mask`` None or checked, ``theta`` the layer's RoPE frequencies (Dh/2,),
-    ``window`` None or the sliding window, ``cap`` None or Gemma 2's score soft cap)."""
-    n = x.shape[-2]
-    attn_params = _attention_params(p)
+    ``window`` None or the sliding window, ``cap`` None or Gemma 2's score soft cap).
+
+    The same eight steps serve decoding: with ``kv`` this layer's :class:`KVCache`, ``x`` holds the
+    t new tokens at ``positions`` (..., t) (default ``T .. T + t - 1``), step 2 attends to the
+    cached keys too, ``mask`` is as :func:`check_decode_mask` gives it, and the cache returned is
+    None (:func:`gemma_block_decode_step`)."""
+    if positions is None:
+        positions = np.arange(x.shape[-2]) if kv is None else np.arange(kv.length, kv.length + x.shape[-2])
+    at = positions if kv is None else positions[..., None, :]  # (N,), or (..., 1, t): the same for every head
     # 1. z = GRMS_input(x)
     z, norm_in = gemma_rms_norm_formula(x, p["input_norm.weight"], eps)  # (..., N, D)
-    # 2. a = Attn(z): q/k norms, RoPE, causal (sliding on local layers), grouped heads
-    positions = np.arange(n)
-    causal = causal_mask(n) if window is None else local_window_mask(n, window - 1, causal=True)  # (N, N)
-    causal = causal if mask is None else combine_masks(mask, causal)  # (..., N, N)
-    rotary = _qk_norm_rotary(RotaryHalf(positions, positions, 1.0, theta), p, eps)
-    inputs = MultiHeadInputs(z, z, z, attn_params, causal, None, num_heads, num_kv_heads)
-    a, attn = multi_head_attention_formula(inputs, tuple(attn_params), scale=scale, rotary=rotary,
-                                           scores=_capped(cap))  # (..., N, D)
+    # 2. a = Attn(z): q/k norms, RoPE, causal (sliding on local layers), grouped heads, Gemma 2's scores
+    #    capped (the scores hook); decoding: against the cached keys too
+    a, attn = causal_self_attention_formula(z, _attention_params(p), num_heads, num_kv_heads, mask=mask, kv=kv,
+                                            window=window, scale=scale,
+                                            rotary=_qk_norm_rotary(RotaryHalf(at, at, 1.0, theta), p, eps),
+                                            scores=_capped(cap))  # (..., N, D)
     # 3. b = GRMS_post_attention(a)
     b, norm_post_attn = gemma_rms_norm_formula(a, p["post_attention_norm.weight"], eps)  # (..., N, D)
     # 4. h = x + b
@@ -210,6 +215,8 @@ def gemma_block_formula(x, p, num_heads, num_kv_heads, *, eps, mask, scale, thet
     c, norm_post_ff = gemma_rms_norm_formula(m, p["post_feedforward_norm.weight"], eps)  # (..., N, D)
     # 8. y = h + c
     y = hidden + c  # (..., N, D)
+    if kv is not None:
+        return y, None
     return y, GemmaBlockCache(norm_in, attn, norm_post_attn, norm_pre_ff, mlp, norm_post_ff, y.shape, y.dtype)
 
 
@@ -273,31 +280,8 @@ def gemma_block_decode_step(x_t, params, num_heads, cache: KVCache, *, num_kv_he
     theta = _frequencies(p, num_heads, rope_base, rope_scaling)
     window = None if sliding_window is None else check_positive_int(sliding_window, "sliding_window")
     cap = None if attn_softcap is None else check_positive_real(attn_softcap, "attn_softcap")
-    return gemma_decode_formula(x_t, p, num_heads, num_kv_heads, cache, eps=eps, scale=scale, mask=mask,
-                                rotary=RotaryHalf(positions[..., None, :], positions[..., None, :], 1.0, theta),
-                                window=window, cap=cap)
-
-
-def gemma_decode_formula(x_t, p, num_heads, num_kv_heads, cache: KVCache, *, eps, scale, mask, rotary, window=None,
-                         cap=None):
-    """:func:`gemma_block_decode_step` on checked inputs (``rotary`` a :class:`RotaryHalf` at the
-    new tokens' positions with the layer's frequencies)."""
-    if window is not None:  # a sliding layer: the t new tokens, last of the T + t, see keys i - W < j <= i only
-        t = x_t.shape[-2]
-        band = local_window_mask(t, window - 1, cache.length + t, causal=True)  # (t, T + t)
-        mask = band if mask is None else combine_masks(mask, band)  # (..., t, T + t)
-    # 1. z = GRMS_input(x_t)
-    z, _ = gemma_rms_norm_formula(x_t, p["input_norm.weight"], eps)  # (..., t, D)
-    # 2. attention: q/k norms, then RoPE at the new positions; the rotated keys are cached
-    a = decode_attention(z, _attention_params(p), num_heads, num_kv_heads, cache, scale=scale, name="z", mask=mask,
-                         rotary=_qk_norm_rotary(rotary, p, eps), scores=_capped(cap))  # (..., t, D)
-    # 3. b = GRMS_post_attention(a); 4. h = x + b
-    hidden = x_t + gemma_rms_norm_formula(a, p["post_attention_norm.weight"], eps)[0]  # (..., t, D)
-    # 5. u = GRMS_pre_feedforward(h); 6. m = GeGLU(u)
-    m, _ = geglu_formula(gemma_rms_norm_formula(hidden, p["pre_feedforward_norm.weight"], eps)[0],
-                         p["mlp.W_gate"], p["mlp.W_up"], p["mlp.W_down"])  # (..., t, D)
-    # 7. c = GRMS_post_feedforward(m); 8. y = h + c
-    return hidden + gemma_rms_norm_formula(m, p["post_feedforward_norm.weight"], eps)[0]  # (..., t, D)
+    return gemma_block_formula(x_t, p, num_heads, num_kv_heads, eps=eps, mask=mask, scale=scale, theta=theta,
+                               window=window, cap=cap, kv=cache, positions=positions)[0]
 
 
 def init_gemma_block_params(d_model, num_heads, d_ff, *, num_kv_heads=None, d_head=None, seed=None,
