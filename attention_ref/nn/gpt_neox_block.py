@@ -19,6 +19,7 @@ Forward, numbered so the backward can walk it in reverse:
 With the parallel residual the five steps are the pair :func:`attention_ref.nn.parallel_residual.
 parallel_residual_formula` (its 1. both norms of ``x``, 2. ``Attn`` and ``MLP``, 3. ``y = x + a + m``)
 given this block's attention and MLP, and its backward :func:`parallel_residual_backward_formula`.
+Decoding runs the same five steps (:func:`gpt_neox_block_formula` with a :class:`KVCache`).
 
 Backward, in reverse: ``dy`` reaches ``m`` (and ``a`` and ``x`` directly when parallel); the MLP's
 backward gives ``dz_2``; LN_2's backward adds to ``dx`` (parallel) or to ``dh = dy + LN_2'(dz_2)``
@@ -38,16 +39,15 @@ import numpy as np
 
 from .._checks import (as_real_array, as_upstream, cast, check_positive_int, check_positive_real, common_dtype,
                        require_ndim)
-from .._pair_checks import MultiHeadInputs
-from ..core.masks import causal_mask
 from ..variants.grouped_heads import GroupedMultiHeadCache
-from ..variants.grouped_heads import multi_head_attention_backward_formula, multi_head_attention_formula
+from ..variants.grouped_heads import multi_head_attention_backward_formula
 from ..variants.kv_cache import KVCache
 from .feed_forward import FeedForwardCache, _feed_forward_backward, feed_forward_formula
 from .fused_qkv import FusedQKVCache, _fused_qkv_split_backward, fused_qkv_split_formula
 from .llama_block import check_decode_positions
 from .layer_norm import LayerNormCache, _layer_norm_backward, layer_norm_formula
-from .multi_head_attention import check_block_mask, check_decode_mask, check_new_tokens, combine_masks, decode_attention
+from .multi_head_attention import (causal_self_attention_formula, check_block_mask, check_decode_mask,
+                                   check_new_tokens)
 from .parallel_residual import ParallelResidualCache, parallel_residual_backward_formula, parallel_residual_formula
 from .partial_rotary import _partial_rotary_backward, partial_rotary_formula
 from .rope_scaling import rope_frequencies
@@ -182,20 +182,27 @@ def gpt_neox_block_forward(x, params, num_heads, *, rotary_pct=0.25, rope_base=1
     return gpt_neox_block_formula(x, p, num_heads, eps=eps, mask=mask, theta=theta, parallel=bool(parallel))
 
 
-def gpt_neox_block_formula(x, p, num_heads, *, eps, mask, theta, parallel):
+def gpt_neox_block_formula(x, p, num_heads, *, eps, mask, theta, parallel, kv: KVCache | None = None,
+                           positions=None, split=None):
     """:func:`gpt_neox_block_forward` on checked inputs (``p`` as :func:`check_gpt_neox_block_params`
-    returns it, ``mask`` None or checked, ``theta`` the rotated features' frequencies (r/2,))."""
-    n = x.shape[-2]
+    returns it, ``mask`` None or checked, ``theta`` the rotated features' frequencies (r/2,);
+    ``split`` what :func:`gpt_neox_attention_params` returns for ``p``, when made once per model).
+
+    The same five steps serve decoding: with ``kv`` this layer's :class:`KVCache`, ``x`` holds the
+    t new tokens at ``positions`` (..., t) (default ``T .. T + t - 1``), step 2 attends to the
+    cached keys too, ``mask`` is as :func:`check_decode_mask` gives it, and the cache returned is
+    None (:func:`gpt_neox_block_decode_step`)."""
     ln_1 = p["input_layernorm.gamma"], p["input_layernorm.beta"]
     ln_2 = p["post_attention_layernorm.gamma"], p["post_attention_layernorm.beta"]
-    attn_params, qkv_split, bias_split = gpt_neox_attention_params(p, num_heads)
-    positions = np.arange(n)
-    causal = causal_mask(n) if mask is None else combine_masks(mask, causal_mask(n))  # (..., N, N)
+    attn_params, qkv_split, bias_split = gpt_neox_attention_params(p, num_heads) if split is None else split
+    if positions is None:
+        positions = np.arange(x.shape[-2]) if kv is None else np.arange(kv.length, kv.length + x.shape[-2])
+    at = positions if kv is None else positions[..., None, :]  # (N,), or (..., 1, t): the same for every head
 
     def attend(z1):  # 2. a = Attn(z_1): the fused weights split per head, partial rotary, causal
-        inputs = MultiHeadInputs(z1, z1, z1, attn_params, causal, None, num_heads, num_heads)
-        return multi_head_attention_formula(inputs, _ATTN_KEYS, scale=None,
-                                            rotary=PartialRotaryHalf(positions, positions, theta))  # (..., N, D)
+        return causal_self_attention_formula(z1, attn_params, num_heads, num_heads, mask=mask, kv=kv,
+                                             rotary=PartialRotaryHalf(at, at, theta), param_keys=_ATTN_KEYS,
+                                             name="z_1")  # (..., N, D)
 
     def mlp(z2):  # 4. m = MLP(z_2), exact GELU
         return feed_forward_formula(z2, p["mlp.W_1"], p["mlp.b_1"], p["mlp.W_2"], p["mlp.b_2"], "gelu_exact",
@@ -203,6 +210,8 @@ def gpt_neox_block_formula(x, p, num_heads, *, eps, mask, theta, parallel):
 
     if parallel:  # 1.-5. y = x + Attn(LN_1(x)) + MLP(LN_2(x)): the parallel residual pair
         y, steps = parallel_residual_formula(x, attend, mlp, *ln_1, *ln_2, eps)  # (..., N, D)
+        if kv is not None:
+            return y, None
         return y, GPTNeoXBlockCache(steps.norm_1, qkv_split, bias_split, steps.sublayer_1, steps.norm_2,
                                     steps.sublayer_2, True, y.shape, y.dtype)
     # 1. z_1 = LN_1(x)
@@ -216,6 +225,8 @@ def gpt_neox_block_formula(x, p, num_heads, *, eps, mask, theta, parallel):
     m, mlp_cache = mlp(z2)  # (..., N, D)
     # 5. y = h + m
     y = hidden + m  # (..., N, D)
+    if kv is not None:
+        return y, None
     return y, GPTNeoXBlockCache(norm1, qkv_split, bias_split, attn, norm2, mlp_cache, False, y.shape, y.dtype)
 
 
@@ -293,32 +304,9 @@ def gpt_neox_block_decode_step(x_t, params, num_heads, cache: KVCache, *, rotary
     mask = check_decode_mask(mask, x_t, cache, x_t.dtype)
     if positions is None:
         positions = np.arange(cache.length, cache.length + x_t.shape[-2])  # (t,)
-    positions = check_decode_positions(positions, x_t)[..., None, :]  # (..., 1, t): the same for every head
-    attn = gpt_neox_attention_params(p, num_heads)[0]
-    return gpt_neox_decode_formula(x_t, p, attn, num_heads, cache, eps=eps, mask=mask,
-                                   rotary=PartialRotaryHalf(positions, positions, theta), parallel=bool(parallel))
-
-
-def gpt_neox_decode_formula(x_t, p, attn, num_heads, cache: KVCache, *, eps, mask, rotary, parallel):
-    """:func:`gpt_neox_block_decode_step` on checked inputs (``attn`` the split attention weights of
-    :func:`gpt_neox_attention_params`, made once per model by the decoder; ``rotary`` a
-    :class:`PartialRotaryHalf` at the new tokens' positions)."""
-    ln_1 = p["input_layernorm.gamma"], p["input_layernorm.beta"]
-    ln_2 = p["post_attention_layernorm.gamma"], p["post_attention_layernorm.beta"]
-
-    def attend(z1):  # 2. the new tokens attend to the cached ones and causally among themselves
-        return decode_attention(z1, attn, num_heads, num_heads, cache, scale=None, name="z_1", mask=mask,
-                                rotary=rotary), None  # (..., t, D)
-
-    def mlp(z2):  # 4. m = MLP(z_2)
-        return feed_forward_formula(z2, p["mlp.W_1"], p["mlp.b_1"], p["mlp.W_2"], p["mlp.b_2"], "gelu_exact")
-
-    if parallel:  # 1.-5. the parallel residual pair
-        return parallel_residual_formula(x_t, attend, mlp, *ln_1, *ln_2, eps)[0]  # (..., t, D)
-    # 1. z_1 = LN_1(x_t); 2. a = Attn(z_1); 3. z_2 = LN_2(h), h = x + a; 4. m = MLP(z_2); 5. y = h + m
-    a, _ = attend(layer_norm_formula(x_t, *ln_1, eps)[0])  # (..., t, D)
-    hidden = x_t + a  # (..., t, D)
-    return hidden + mlp(layer_norm_formula(hidden, *ln_2, eps)[0])[0]  # (..., t, D)
+    positions = check_decode_positions(positions, x_t)
+    return gpt_neox_block_formula(x_t, p, num_heads, eps=eps, mask=mask, theta=theta, parallel=bool(parallel), kv=cache,
+                                  positions=positions)[0]
 
 
 def init_gpt_neox_block_params(d_model, num_heads, d_ff=None, *, seed=None, dtype=np.float64):
