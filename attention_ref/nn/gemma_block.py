@@ -15,7 +15,8 @@ Forward, numbered so the backward can walk it in reverse:
    and its scaling); scores times ``scale`` (``query_pre_attn_scalar ** -0.5``); causal, and on
    sliding layers keys ``i - W < j <= i`` only; grouped heads; merge; ``W_o``     (..., N, D)
    Gemma 2 instead: no q/k norms, and the scaled scores ``S`` become ``C = cap * tanh(S / cap)``
-   before the mask and the softmax (its own grouped step, :func:`_capped_attention_formula`)
+   before the mask and the softmax (the grouped path's ``scores`` hook,
+   :class:`attention_ref.nn.soft_cap.SoftCapScores`)
 3. ``b = GRMS_post_attention(a)``
 4. ``h = x + b``
 5. ``u = GRMS_pre_feedforward(h)``
@@ -23,11 +24,13 @@ Forward, numbered so the backward can walk it in reverse:
 7. ``c = GRMS_post_feedforward(m)``
 8. ``y = h + c``
 
+Decoding runs the same eight steps (:func:`gemma_block_formula` with a :class:`KVCache`).
+
 Backward: the same steps in reverse. Each ``GRMS`` is RMSNorm with gain ``g = 1 + w``, so its
 backward is RMSNorm's with ``dw = dg``; the q/k norms are :class:`QKNormRotary` given the gains
 ``1 + w`` (their gradients sum over batch, heads and positions); the residuals pass their
 gradient to both branches. Gemma 2's cap: ``dS = dC * (1 - t^2)``, ``t = tanh(S / cap)``, between
-the softmax's backward and the scores'.
+the softmax's backward and the scale's (the hook's backward, inside the grouped path's).
 
 Parameter names (flat): ``input_norm.weight``, ``self_attn.W_q``, ``.W_k``, ``.W_v``, ``.W_o``,
 ``self_attn.q_norm.weight``, ``.k_norm.weight`` (Dh,), ``post_attention_norm.weight``,
@@ -39,37 +42,30 @@ Parameter names (flat): ``input_norm.weight``, ``self_attn.W_q``, ``.W_k``, ``.W
 """
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import numpy as np
 
 from .._checks import as_generator
 from .._checks import (as_real_array, as_upstream, cast, check_positive_int, check_positive_real, common_dtype,
-                       require_ndim, signals_land_here, unbroadcast)
-from .._pair_checks import MultiHeadInputs, check_scale
-from ..core.linear import LinearCache
-from ..core.masks import apply_mask, causal_mask
-from ..fast.core_formulas import merge_heads_formula, split_heads_formula
-from ..fast.dispatch import linear_backward_formula, linear_formula
-from ..fast.softmax import softmax_in_place
-from ..variants.grouped_heads import group_heads, group_mask, ungroup_heads
+                       require_ndim)
+from .._pair_checks import check_scale
 from ..variants.grouped_heads import GroupedMultiHeadCache
-from ..variants.grouped_heads import multi_head_attention_backward_formula, multi_head_attention_formula
+from ..variants.grouped_heads import multi_head_attention_backward_formula
 from ..variants.kv_cache import KVCache
-from ..variants.local import local_window_mask
 from .geglu import GeGLUCache, _geglu_backward, geglu_formula
 from .llama_block import (QK_NORM_NAMES, LLAMA_PARAM_NAMES, QKNormRotary, RotaryHalf, check_decode_positions,
                           check_llama_block_params)
-from .multi_head_attention import (check_block_mask, check_decode_mask, check_new_tokens, combine_masks,
-                                   decode_attention)
+from .multi_head_attention import (causal_self_attention_formula, check_block_mask, check_decode_mask,
+                                   check_new_tokens)
 from .gemma_rms_norm import gemma_rms_norm_formula
-from .rms_norm import RMSNormCache, _rms_norm_backward, rms_norm_formula
+from .rms_norm import RMSNormCache, _rms_norm_backward
 from .rope_scaling import rope_frequencies
+from .soft_cap import SoftCapScores
 
-__all__ = ["GEMMA_PARAM_NAMES", "GEMMA2_PARAM_NAMES", "CappedAttentionCache", "GemmaBlockCache",
+__all__ = ["GEMMA_PARAM_NAMES", "GEMMA2_PARAM_NAMES", "GemmaBlockCache",
            "gemma_block_forward", "gemma_block_backward",
-           "gemma_block_decode_step", "gemma_block_formula", "gemma_decode_formula", "check_gemma_block_params",
+           "gemma_block_decode_step", "gemma_block_formula", "check_gemma_block_params",
            "init_gemma_block_params"]
 
 GEMMA_PARAM_NAMES = ("input_norm.weight", "self_attn.W_q", "self_attn.W_k", "self_attn.W_v", "self_attn.W_o",
@@ -98,105 +94,6 @@ class GemmaBlockCache(NamedTuple):
     def weights(self) -> np.ndarray:
         """Self-attention probabilities of every head, (..., H, N, N)."""
         return self.attn.weights
-
-
-class CappedAttentionCache(NamedTuple):
-    """Gemma 2's attention step with soft-capped scores: what its backward needs."""
-
-    q_proj: LinearCache
-    k_proj: LinearCache
-    v_proj: LinearCache
-    rotary: object  # the rotary hook (RotaryHalf)
-    rotary_cache: object
-    q: np.ndarray  # (..., Hkv, G, Nq, Dh), rotated, grouped
-    k: np.ndarray  # (..., Hkv, 1, Nk, Dh), rotated
-    v: np.ndarray  # (..., Hkv, 1, Nk, Dh)
-    t: np.ndarray  # tanh(S / cap), (..., Hkv, G, Nq, Nk)
-    weights_grouped: np.ndarray  # P, (..., Hkv, G, Nq, Nk)
-    out: np.ndarray  # P v, (..., Hkv, G, Nq, Dh)
-    scale: float
-    o_proj: LinearCache
-    num_heads: int
-    num_kv_heads: int
-
-    @property
-    def weights(self) -> np.ndarray:
-        """Attention probabilities of every head, (..., H, Nq, Nk)."""
-        return ungroup_heads(self.weights_grouped)
-
-
-def _capped_scores_formula(q, k, v, mask, scale, cap):
-    """Steps a-e of soft-capped attention on grouped heads: ``S = (q scale) k^T``,
-    ``C = cap tanh(S / cap)``, the mask, ``P = softmax``, ``out = P v``. Returns ``(out, t, P)``."""
-    with np.errstate(under="ignore"):
-        scores = (q * scale) @ k.swapaxes(-1, -2)  # a. S, (..., Nq, Nk)
-        t = np.tanh(scores / cap)  # b. t = tanh(S / cap)
-        capped = cap * t  # c. C = cap t, every entry in (-cap, cap): no overflow below
-        weights = softmax_in_place(apply_mask(capped, mask))  # d. P = softmax(C + mask), over a fresh array
-        out = weights @ v  # e. out = P v
-        signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
-    return out, t, weights
-
-
-def _capped_attention_formula(z, p, mask, h, hkv, scale, rotary, cap):
-    """Gemma 2's step 2 on checked inputs: projections, split, RoPE, soft-capped grouped
-    attention, merge, ``W_o``."""
-    Q, K, V = (linear_formula(z, p[f"W_{c}"], None, ("z", f"W_{c}", "b")) for c in "qkv")  # (..., N, H Dh) ...
-    q, k, rotary_cache = rotary.forward(split_heads_formula(Q, h), split_heads_formula(K, hkv))  # (..., H, N, Dh)
-    q, k = group_heads(q, hkv), k[..., None, :, :]  # (..., Hkv, G, N, Dh), (..., Hkv, 1, N, Dh)
-    v = split_heads_formula(V, hkv)[..., None, :, :]  # (..., Hkv, 1, N, Dh)
-    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale  # a Python float: float32 stays float32
-    out, t, weights = _capped_scores_formula(q, k, v, group_mask(mask), scale, cap)
-    concat = merge_heads_formula(ungroup_heads(out))  # (..., N, H Dh)
-    a = linear_formula(concat, p["W_o"], None, ("heads", "W_o", "b"))  # (..., N, D)
-    return a, CappedAttentionCache(LinearCache(z, p["W_q"], False), LinearCache(z, p["W_k"], False),
-                                   LinearCache(z, p["W_v"], False), rotary, rotary_cache, q, k, v, t, weights, out,
-                                   scale, LinearCache(concat, p["W_o"], False), h, hkv)
-
-
-def _capped_attention_backward(da, c: CappedAttentionCache):
-    """The gradients of :func:`_capped_attention_formula`, in reverse: ``dz`` (the sum of the
-    three projections' input gradients) and ``{W_q, W_k, W_v, W_o}``."""
-    grads = {}
-    dconcat, grads["W_o"], _ = linear_backward_formula(da, c.o_proj)  # (..., N, H Dh)
-    dout = group_heads(split_heads_formula(dconcat, c.num_heads), c.num_kv_heads)  # (..., Hkv, G, N, Dh)
-    P = c.weights_grouped
-    with np.errstate(under="ignore"):
-        dv = P.swapaxes(-1, -2) @ dout  # e. out = P v: dv = P^T dout
-        dP = dout @ c.v.swapaxes(-1, -2)  # e. dP = dout v^T
-        dC = P * (dP - (dout * c.out).sum(axis=-1, keepdims=True))  # d. softmax: P (dP - rowsum(dout * out))
-        # c.-b. C = cap tanh(S / cap): dS = dC (1 - t^2) (the mask passed dC through; masked keys have P = 0)
-        dS = dC * (1.0 - c.t * c.t)
-        dq = dS @ c.k * c.scale  # a. S = (q scale) k^T
-        dk = dS.swapaxes(-1, -2) @ c.q * c.scale
-        signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
-    dq = ungroup_heads(dq)  # (..., H, N, Dh)
-    dk = unbroadcast(dk, c.k.shape)[..., 0, :, :]  # the G query heads' sum per key/value head: (..., Hkv, N, Dh)
-    dv = unbroadcast(dv, c.v.shape)[..., 0, :, :]
-    dq, dk = c.rotary.backward(dq, dk, c.rotary_cache)  # RoPE's R(p)^T
-    dz_q, grads["W_q"], _ = linear_backward_formula(merge_heads_formula(dq), c.q_proj)
-    dz_k, grads["W_k"], _ = linear_backward_formula(merge_heads_formula(dk), c.k_proj)
-    dz_v, grads["W_v"], _ = linear_backward_formula(merge_heads_formula(dv), c.v_proj)
-    return dz_q + dz_k + dz_v, grads
-
-
-def _capped_decode_attention(z, p, h, hkv, cache: KVCache, *, scale, rotary, mask, cap):
-    """Gemma 2's step 2 in a decoding step: the new tokens' queries against every cached key
-    (the new rotated keys and values appended first), causal among the new ones."""
-    cache.claim(p["W_k"])
-    q = split_heads_formula(linear_formula(z, p["W_q"], None, ("z", "W_q", "b")), h)  # (..., H, t, Dh)
-    k = split_heads_formula(linear_formula(z, p["W_k"], None, ("z", "W_k", "b")), hkv)  # (..., Hkv, t, Dh)
-    v = split_heads_formula(linear_formula(z, p["W_v"], None, ("z", "W_v", "b")), hkv)
-    q, k, _ = rotary.forward(q, k)
-    cache.append(k, v)
-    t = z.shape[-2]
-    causal = None if t == 1 else causal_mask(t, cache.length)  # (t, T)
-    if mask is not None:
-        causal = mask if causal is None else combine_masks(mask, causal)  # (..., t, T)
-    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale  # a Python float: float32 stays float32
-    out, _, _ = _capped_scores_formula(group_heads(q, hkv), cache.keys[..., None, :, :], cache.values[..., None, :, :],
-                                       group_mask(causal), scale, cap)  # (..., Hkv, G, t, Dh)
-    return linear_formula(merge_heads_formula(ungroup_heads(out)), p["W_o"], None, ("heads", "W_o", "b"))
 
 
 def check_gemma_block_params(x, params, num_heads, num_kv_heads=None):
@@ -277,28 +174,36 @@ def _qk_norm_rotary(rotary, p, eps):
     return QKNormRotary(rotary, 1.0 + p["self_attn.q_norm.weight"], 1.0 + p["self_attn.k_norm.weight"], eps)
 
 
+def _capped(cap):
+    """Gemma 2's scores hook (the scaled scores soft-capped before the mask), None for Gemma 3."""
+    return None if cap is None else SoftCapScores(cap)
+
+
 def _attention_params(p):
     return {name: p[f"self_attn.{name}"] for name in ("W_q", "W_k", "W_v", "W_o")}
 
 
-def gemma_block_formula(x, p, num_heads, num_kv_heads, *, eps, mask, scale, theta, window=None, cap=None):
+def gemma_block_formula(x, p, num_heads, num_kv_heads, *, eps, mask, scale, theta, window=None, cap=None,
+                        kv: KVCache | None = None, positions=None):
     """:func:`gemma_block_forward` on checked inputs (``p`` as :func:`check_gemma_block_params`
     returns it, ``mask`` None or checked, ``theta`` the layer's RoPE frequencies (Dh/2,),
-    ``window`` None or the sliding window, ``cap`` None or Gemma 2's score soft cap)."""
-    n = x.shape[-2]
-    attn_params = _attention_params(p)
+    ``window`` None or the sliding window, ``cap`` None or Gemma 2's score soft cap).
+
+    The same eight steps serve decoding: with ``kv`` this layer's :class:`KVCache`, ``x`` holds the
+    t new tokens at ``positions`` (..., t) (default ``T .. T + t - 1``), step 2 attends to the
+    cached keys too, ``mask`` is as :func:`check_decode_mask` gives it, and the cache returned is
+    None (:func:`gemma_block_decode_step`)."""
+    if positions is None:
+        positions = np.arange(x.shape[-2]) if kv is None else np.arange(kv.length, kv.length + x.shape[-2])
+    at = positions if kv is None else positions[..., None, :]  # (N,), or (..., 1, t): the same for every head
     # 1. z = GRMS_input(x)
     z, norm_in = gemma_rms_norm_formula(x, p["input_norm.weight"], eps)  # (..., N, D)
-    # 2. a = Attn(z): q/k norms, RoPE, causal (sliding on local layers), grouped heads
-    positions = np.arange(n)
-    causal = causal_mask(n) if window is None else local_window_mask(n, window - 1, causal=True)  # (N, N)
-    causal = causal if mask is None else combine_masks(mask, causal)  # (..., N, N)
-    rotary = _qk_norm_rotary(RotaryHalf(positions, positions, 1.0, theta), p, eps)
-    if cap is None:
-        inputs = MultiHeadInputs(z, z, z, attn_params, causal, None, num_heads, num_kv_heads)
-        a, attn = multi_head_attention_formula(inputs, tuple(attn_params), scale=scale, rotary=rotary)  # (..., N, D)
-    else:  # Gemma 2: the scaled scores soft-capped before the mask and the softmax
-        a, attn = _capped_attention_formula(z, attn_params, causal, num_heads, num_kv_heads, scale, rotary, cap)
+    # 2. a = Attn(z): q/k norms, RoPE, causal (sliding on local layers), grouped heads, Gemma 2's scores
+    #    capped (the scores hook); decoding: against the cached keys too
+    a, attn = causal_self_attention_formula(z, _attention_params(p), num_heads, num_kv_heads, mask=mask, kv=kv,
+                                            window=window, scale=scale,
+                                            rotary=_qk_norm_rotary(RotaryHalf(at, at, 1.0, theta), p, eps),
+                                            scores=_capped(cap))  # (..., N, D)
     # 3. b = GRMS_post_attention(a)
     b, norm_post_attn = gemma_rms_norm_formula(a, p["post_attention_norm.weight"], eps)  # (..., N, D)
     # 4. h = x + b
@@ -311,6 +216,8 @@ def gemma_block_formula(x, p, num_heads, num_kv_heads, *, eps, mask, scale, thet
     c, norm_post_ff = gemma_rms_norm_formula(m, p["post_feedforward_norm.weight"], eps)  # (..., N, D)
     # 8. y = h + c
     y = hidden + c  # (..., N, D)
+    if kv is not None:
+        return y, None
     return y, GemmaBlockCache(norm_in, attn, norm_post_attn, norm_pre_ff, mlp, norm_post_ff, y.shape, y.dtype)
 
 
@@ -337,11 +244,9 @@ def gemma_block_backward(dout, cache: GemmaBlockCache):
     da, g["post_attention_norm.weight"] = _rms_norm_backward(dh, cache.norm_post_attn)  # (..., N, D)
     # 2. a = Attn(z): z fed the query, the key and the value, so dz sums the three (the q/k norms'
     #    gradients come back with the attention's)
-    if isinstance(cache.attn, CappedAttentionCache):  # Gemma 2: the cap's dS = dC (1 - t^2) inside
-        dz, attn_grads = _capped_attention_backward(da, cache.attn)
-    else:
-        dquery, dkey, dvalue, attn_grads = multi_head_attention_backward_formula(da, cache.attn)
-        dz = dquery + dkey + dvalue  # (..., N, D)
+    #    Gemma 2's cap: dS = dC (1 - t^2) inside, the scores hook's backward
+    dquery, dkey, dvalue, attn_grads = multi_head_attention_backward_formula(da, cache.attn)
+    dz = dquery + dkey + dvalue  # (..., N, D)
     g.update({f"self_attn.{name}": grad for name, grad in attn_grads.items()})
     # 1. z = GRMS_input(x)
     dx_norm, g["input_norm.weight"] = _rms_norm_backward(dz, cache.norm_in)
@@ -376,35 +281,8 @@ def gemma_block_decode_step(x_t, params, num_heads, cache: KVCache, *, num_kv_he
     theta = _frequencies(p, num_heads, rope_base, rope_scaling)
     window = None if sliding_window is None else check_positive_int(sliding_window, "sliding_window")
     cap = None if attn_softcap is None else check_positive_real(attn_softcap, "attn_softcap")
-    return gemma_decode_formula(x_t, p, num_heads, num_kv_heads, cache, eps=eps, scale=scale, mask=mask,
-                                rotary=RotaryHalf(positions[..., None, :], positions[..., None, :], 1.0, theta),
-                                window=window, cap=cap)
-
-
-def gemma_decode_formula(x_t, p, num_heads, num_kv_heads, cache: KVCache, *, eps, scale, mask, rotary, window=None,
-                         cap=None):
-    """:func:`gemma_block_decode_step` on checked inputs (``rotary`` a :class:`RotaryHalf` at the
-    new tokens' positions with the layer's frequencies)."""
-    if window is not None:  # a sliding layer: the t new tokens, last of the T + t, see keys i - W < j <= i only
-        t = x_t.shape[-2]
-        band = local_window_mask(t, window - 1, cache.length + t, causal=True)  # (t, T + t)
-        mask = band if mask is None else combine_masks(mask, band)  # (..., t, T + t)
-    # 1. z = GRMS_input(x_t)
-    z, _ = gemma_rms_norm_formula(x_t, p["input_norm.weight"], eps)  # (..., t, D)
-    # 2. attention: q/k norms, then RoPE at the new positions; the rotated keys are cached
-    if cap is None:
-        a = decode_attention(z, _attention_params(p), num_heads, num_kv_heads, cache, scale=scale, name="z", mask=mask,
-                             rotary=_qk_norm_rotary(rotary, p, eps))  # (..., t, D)
-    else:  # Gemma 2: soft-capped scores
-        a = _capped_decode_attention(z, _attention_params(p), num_heads, num_kv_heads, cache, scale=scale,
-                                     rotary=rotary, mask=mask, cap=cap)  # (..., t, D)
-    # 3. b = GRMS_post_attention(a); 4. h = x + b
-    hidden = x_t + gemma_rms_norm_formula(a, p["post_attention_norm.weight"], eps)[0]  # (..., t, D)
-    # 5. u = GRMS_pre_feedforward(h); 6. m = GeGLU(u)
-    m, _ = geglu_formula(gemma_rms_norm_formula(hidden, p["pre_feedforward_norm.weight"], eps)[0],
-                         p["mlp.W_gate"], p["mlp.W_up"], p["mlp.W_down"])  # (..., t, D)
-    # 7. c = GRMS_post_feedforward(m); 8. y = h + c
-    return hidden + gemma_rms_norm_formula(m, p["post_feedforward_norm.weight"], eps)[0]  # (..., t, D)
+    return gemma_block_formula(x_t, p, num_heads, num_kv_heads, eps=eps, mask=mask, scale=scale, theta=theta,
+                               window=window, cap=cap, kv=cache, positions=positions)[0]
 
 
 def init_gemma_block_params(d_model, num_heads, d_ff, *, num_kv_heads=None, d_head=None, seed=None,

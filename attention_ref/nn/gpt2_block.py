@@ -16,7 +16,8 @@ Parameter names (flat, ``group.name``) as the encoder block's: ``ln1.gamma``, ``
 ``self_attn.W_q`` ... ``.b_o``, ``ln2.gamma``, ``ln2.beta``, ``ffn.W_1``, ``.b_1``, ``.W_2``,
 ``.b_2``; :func:`attention_ref.interop.from_gpt2_block` maps transformers' ``GPT2Block``
 weights onto them. The decode step (:func:`gpt2_block_decode_step`) runs the same steps on new
-tokens against a :class:`KVCache`.
+tokens against a :class:`KVCache`: :func:`gpt2_block_formula` with the cache as an argument, one
+step list for both.
 """
 from __future__ import annotations
 
@@ -27,14 +28,13 @@ import numpy as np
 from .._checks import (as_real_array, as_upstream, cast, check_positive_int, check_positive_real, common_dtype,
                        require_ndim)
 from .._pair_checks import check_multi_head_inputs, check_scale
-from ..core.masks import causal_mask
-from ..fast.dispatch import plain_multi_head_backward_formula, plain_multi_head_formula
+from ..fast.dispatch import plain_multi_head_backward_formula
 from ..variants.kv_cache import KVCache
 from .encoder_block import ENCODER_GROUPS, init_encoder_block_params
 from .feed_forward import FeedForwardCache, _feed_forward_backward, check_ffn_inputs, feed_forward_formula
 from .layer_norm import LayerNormCache, _layer_norm_backward, layer_norm_formula
-from .multi_head_attention import (check_block_mask, check_decode_mask, check_new_tokens, combine_masks,
-                                   decode_attention)
+from .multi_head_attention import (causal_self_attention_formula, check_block_mask, check_decode_mask,
+                                   check_new_tokens)
 from .residual import check_block_params, split_params
 
 __all__ = ["GPT2BlockCache", "gpt2_block_forward", "gpt2_block_backward", "gpt2_block_decode_step", "init_gpt2_block_params"]
@@ -89,17 +89,20 @@ def gpt2_block_forward(x, params, num_heads, *, eps=1e-5, mask=None, scale=None)
     return gpt2_block_formula(x, p, num_heads, eps=eps, mask=mask, scale=scale, param_keys=tuple(params))
 
 
-def gpt2_block_formula(x, p, num_heads, *, eps, mask, scale, param_keys):
+def gpt2_block_formula(x, p, num_heads, *, eps, mask, scale, param_keys, kv: KVCache | None = None):
     """:func:`gpt2_block_forward` on checked inputs (``p`` grouped as
     :func:`check_gpt2_block_params` returns it, ``mask`` None or checked; whole models call it
-    on weights they checked once). ``param_keys`` names the gradients of the backward."""
+    on weights they checked once). ``param_keys`` names the gradients of the backward.
+
+    The same six steps serve decoding: with ``kv`` this layer's :class:`KVCache`, ``x`` holds the
+    t new tokens after the cached ones, step 2 attends to the cached keys too, ``mask`` is as
+    :func:`check_decode_mask` gives it, and the cache returned is None (:func:`gpt2_block_decode_step`)."""
     ln1, attn, ln2, ffn = p["ln1"], p["self_attn"], p["ln2"], p["ffn"]
-    n = x.shape[-2]
     # 1. z = LN_1(x)
     z, ln1_cache = layer_norm_formula(x, ln1["gamma"], ln1["beta"], eps)  # (..., N, D)
-    # 2. a = Attn(z), causal (and the extra mask)
-    causal = causal_mask(n) if mask is None else combine_masks(mask, causal_mask(n))  # (..., N, N)
-    a, attn_cache = plain_multi_head_formula(z, z, z, attn, causal, num_heads, tuple(attn), scale=scale)  # (..., N, D)
+    # 2. a = Attn(z), causal (and the extra mask); decoding: against the cached keys too
+    a, attn_cache = causal_self_attention_formula(z, attn, num_heads, num_heads, mask=mask, kv=kv,
+                                                  scale=scale)  # (..., N, D)
     # 3. h = x + a
     hidden = x + a  # (..., N, D)
     # 4. u = LN_2(h)
@@ -109,6 +112,8 @@ def gpt2_block_formula(x, p, num_heads, *, eps, mask, scale, param_keys):
                                         tuple(ffn))  # (..., N, D)
     # 6. y = h + m
     y = hidden + m  # (..., N, D)
+    if kv is not None:
+        return y, None
     return y, GPT2BlockCache(ln1_cache, attn_cache, ln2_cache, mlp_cache, tuple(param_keys), y.shape, y.dtype)
 
 
@@ -169,7 +174,8 @@ def gpt2_block_decode_step(x_t, params, num_heads, cache: KVCache, *, eps=1e-5, 
     x_t, p = check_gpt2_block_params(x_t, params, num_heads)
     eps = check_positive_real(eps, "eps")
     mask = check_decode_mask(mask, x_t, cache, x_t.dtype)
-    return gpt2_decode_formula(x_t, p, num_heads, cache, eps=eps, scale=scale, mask=mask)
+    return gpt2_block_formula(x_t, p, num_heads, eps=eps, mask=mask, scale=scale, param_keys=tuple(params),
+                              kv=cache)[0]
 
 
 def check_gpt2_block_params(x, params, num_heads):
@@ -183,22 +189,6 @@ def check_gpt2_block_params(x, params, num_heads):
     p["ffn"] = {name: a for name, a in zip(("W_1", "b_1", "W_2", "b_2"), ffn) if a is not None}
     dtype = common_dtype(x, *(a for group in p.values() for a in group.values()))
     return cast(x, dtype), {g: {n: cast(a, dtype) for n, a in group.items()} for g, group in p.items()}
-
-
-def gpt2_decode_formula(x_t, p, num_heads, cache: KVCache, *, eps, scale, mask):
-    """:func:`gpt2_block_decode_step` on checked inputs (``p`` grouped as
-    :func:`check_gpt2_block_params` returns it, ``mask`` as :func:`check_decode_mask`)."""
-    ln1, attn, ln2, ffn = p["ln1"], p["self_attn"], p["ln2"], p["ffn"]
-    # 1. z = LN_1(x): 2. the new tokens attend to the cached ones and causally among themselves
-    z, _ = layer_norm_formula(x_t, ln1["gamma"], ln1["beta"], eps)  # (..., t, D)
-    a = decode_attention(z, attn, num_heads, num_heads, cache, scale=scale, name="z", mask=mask)  # (..., t, D)
-    # 3. h = x + a
-    hidden = x_t + a  # (..., t, D)
-    # 4. u = LN_2(h); 5. m = MLP(u)
-    u, _ = layer_norm_formula(hidden, ln2["gamma"], ln2["beta"], eps)  # (..., t, D)
-    m, _ = feed_forward_formula(u, ffn["W_1"], ffn.get("b_1"), ffn["W_2"], ffn.get("b_2"), "gelu")  # (..., t, D)
-    # 6. y = h + m
-    return hidden + m  # (..., t, D)
 
 
 def init_gpt2_block_params(d_model, num_heads, d_ff=None, *, seed=None, dtype=np.float64):

@@ -16,6 +16,11 @@ Forward, numbered so the backward can walk it in reverse:
 4. ``m = gelu(z_2 W_1 + b_1) W_2 + b_2`` (the exact, erf GELU)
 5. parallel: ``y = x + a + m``;  sequential: ``y = h + m``
 
+With the parallel residual the five steps are the pair :func:`attention_ref.nn.parallel_residual.
+parallel_residual_formula` (its 1. both norms of ``x``, 2. ``Attn`` and ``MLP``, 3. ``y = x + a + m``)
+given this block's attention and MLP, and its backward :func:`parallel_residual_backward_formula`.
+Decoding runs the same five steps (:func:`gpt_neox_block_formula` with a :class:`KVCache`).
+
 Backward, in reverse: ``dy`` reaches ``m`` (and ``a`` and ``x`` directly when parallel); the MLP's
 backward gives ``dz_2``; LN_2's backward adds to ``dx`` (parallel) or to ``dh = dy + LN_2'(dz_2)``
 (sequential), which also feeds the attention; the attention's backward gives ``dz_1`` and the
@@ -35,16 +40,16 @@ import numpy as np
 from .._checks import as_generator
 from .._checks import (as_real_array, as_upstream, cast, check_positive_int, check_positive_real, common_dtype,
                        require_ndim)
-from .._pair_checks import MultiHeadInputs
-from ..core.masks import causal_mask
 from ..variants.grouped_heads import GroupedMultiHeadCache
-from ..variants.grouped_heads import multi_head_attention_backward_formula, multi_head_attention_formula
+from ..variants.grouped_heads import multi_head_attention_backward_formula
 from ..variants.kv_cache import KVCache
 from .feed_forward import FeedForwardCache, _feed_forward_backward, feed_forward_formula
 from .fused_qkv import FusedQKVCache, _fused_qkv_split_backward, fused_qkv_split_formula
 from .llama_block import check_decode_positions
 from .layer_norm import LayerNormCache, _layer_norm_backward, layer_norm_formula
-from .multi_head_attention import check_block_mask, check_decode_mask, check_new_tokens, combine_masks, decode_attention
+from .multi_head_attention import (causal_self_attention_formula, check_block_mask, check_decode_mask,
+                                   check_new_tokens)
+from .parallel_residual import ParallelResidualCache, parallel_residual_backward_formula, parallel_residual_formula
 from .partial_rotary import _partial_rotary_backward, partial_rotary_formula
 from .rope_scaling import rope_frequencies
 
@@ -178,29 +183,59 @@ def gpt_neox_block_forward(x, params, num_heads, *, rotary_pct=0.25, rope_base=1
     return gpt_neox_block_formula(x, p, num_heads, eps=eps, mask=mask, theta=theta, parallel=bool(parallel))
 
 
-def gpt_neox_block_formula(x, p, num_heads, *, eps, mask, theta, parallel):
+def gpt_neox_block_formula(x, p, num_heads, *, eps, mask, theta, parallel, kv: KVCache | None = None,
+                           positions=None, split=None):
     """:func:`gpt_neox_block_forward` on checked inputs (``p`` as :func:`check_gpt_neox_block_params`
-    returns it, ``mask`` None or checked, ``theta`` the rotated features' frequencies (r/2,))."""
-    n = x.shape[-2]
+    returns it, ``mask`` None or checked, ``theta`` the rotated features' frequencies (r/2,);
+    ``split`` what :func:`gpt_neox_attention_params` returns for ``p``, when made once per model).
+
+    The same five steps serve decoding: with ``kv`` this layer's :class:`KVCache`, ``x`` holds the
+    t new tokens at ``positions`` (..., t) (default ``T .. T + t - 1``), step 2 attends to the
+    cached keys too, ``mask`` is as :func:`check_decode_mask` gives it, and the cache returned is
+    None (:func:`gpt_neox_block_decode_step`)."""
+    ln_1 = p["input_layernorm.gamma"], p["input_layernorm.beta"]
+    ln_2 = p["post_attention_layernorm.gamma"], p["post_attention_layernorm.beta"]
+    attn_params, qkv_split, bias_split = gpt_neox_attention_params(p, num_heads) if split is None else split
+    if positions is None:
+        positions = np.arange(x.shape[-2]) if kv is None else np.arange(kv.length, kv.length + x.shape[-2])
+    at = positions if kv is None else positions[..., None, :]  # (N,), or (..., 1, t): the same for every head
+
+    def attend(z1):  # 2. a = Attn(z_1): the fused weights split per head, partial rotary, causal
+        return causal_self_attention_formula(z1, attn_params, num_heads, num_heads, mask=mask, kv=kv,
+                                             rotary=PartialRotaryHalf(at, at, theta), param_keys=_ATTN_KEYS,
+                                             name="z_1")  # (..., N, D)
+
+    def mlp(z2):  # 4. m = MLP(z_2), exact GELU
+        return feed_forward_formula(z2, p["mlp.W_1"], p["mlp.b_1"], p["mlp.W_2"], p["mlp.b_2"], "gelu_exact",
+                                    ("W_1", "b_1", "W_2", "b_2"))  # (..., N, D)
+
+    if parallel:  # 1.-5. y = x + Attn(LN_1(x)) + MLP(LN_2(x)): the parallel residual pair
+        y, steps = parallel_residual_formula(x, attend, mlp, *ln_1, *ln_2, eps)  # (..., N, D)
+        if kv is not None:
+            return y, None
+        return y, GPTNeoXBlockCache(steps.norm_1, qkv_split, bias_split, steps.sublayer_1, steps.norm_2,
+                                    steps.sublayer_2, True, y.shape, y.dtype)
     # 1. z_1 = LN_1(x)
-    z1, norm1 = layer_norm_formula(x, p["input_layernorm.gamma"], p["input_layernorm.beta"], eps)  # (..., N, D)
-    # 2. a = Attn(z_1): the fused weights split per head, partial rotary, causal
-    attn_params, qkv_split, bias_split = gpt_neox_attention_params(p, num_heads)
-    positions = np.arange(n)
-    causal = causal_mask(n) if mask is None else combine_masks(mask, causal_mask(n))  # (..., N, N)
-    inputs = MultiHeadInputs(z1, z1, z1, attn_params, causal, None, num_heads, num_heads)
-    a, attn = multi_head_attention_formula(inputs, _ATTN_KEYS, scale=None,
-                                           rotary=PartialRotaryHalf(positions, positions, theta))  # (..., N, D)
-    # 3. z_2 = LN_2(x) (parallel) or LN_2(h), h = x + a (sequential)
-    hidden = x if parallel else x + a  # (..., N, D)
-    z2, norm2 = layer_norm_formula(hidden, p["post_attention_layernorm.gamma"], p["post_attention_layernorm.beta"],
-                                   eps)  # (..., N, D)
-    # 4. m = MLP(z_2), exact GELU
-    m, mlp = feed_forward_formula(z2, p["mlp.W_1"], p["mlp.b_1"], p["mlp.W_2"], p["mlp.b_2"], "gelu_exact",
-                                  ("W_1", "b_1", "W_2", "b_2"))  # (..., N, D)
-    # 5. y = x + a + m (parallel) or h + m (sequential)
-    y = x + a + m if parallel else hidden + m  # (..., N, D)
-    return y, GPTNeoXBlockCache(norm1, qkv_split, bias_split, attn, norm2, mlp, parallel, y.shape, y.dtype)
+    z1, norm1 = layer_norm_formula(x, *ln_1, eps)  # (..., N, D)
+    # 2. a = Attn(z_1)
+    a, attn = attend(z1)  # (..., N, D)
+    # 3. z_2 = LN_2(h), h = x + a
+    hidden = x + a  # (..., N, D)
+    z2, norm2 = layer_norm_formula(hidden, *ln_2, eps)  # (..., N, D)
+    # 4. m = MLP(z_2)
+    m, mlp_cache = mlp(z2)  # (..., N, D)
+    # 5. y = h + m
+    y = hidden + m  # (..., N, D)
+    if kv is not None:
+        return y, None
+    return y, GPTNeoXBlockCache(norm1, qkv_split, bias_split, attn, norm2, mlp_cache, False, y.shape, y.dtype)
+
+
+def _attention_backward(da, attn_cache):
+    """Step 2 back: ``dz_1`` (z_1 fed the query, the key and the value: the three summed) and the
+    split weights' gradients."""
+    dquery, dkey, dvalue, attn_grads = multi_head_attention_backward_formula(da, attn_cache)
+    return dquery + dkey + dvalue, attn_grads  # (..., N, D)
 
 
 def gpt_neox_block_backward(dout, cache: GPTNeoXBlockCache):
@@ -213,26 +248,32 @@ def gpt_neox_block_backward(dout, cache: GPTNeoXBlockCache):
     """
     dy = as_upstream(dout, cache.y_shape, cache.y_dtype, "dout")
     g = {}
-    # 5. y = x + a + m (parallel) or h + m: dy reaches m, and x and a (or h) unchanged
-    # 4. m = MLP(z_2)
-    dz2, mlp_grads = _feed_forward_backward(dy, cache.mlp)  # (..., N, D)
+    if cache.parallel:  # 5.-1. the parallel residual pair's backward: dx = dy + LN_1'(dz_1) + LN_2'(dz_2)
+        steps = ParallelResidualCache(cache.norm1, cache.norm2, cache.attn, cache.mlp, cache.y_shape, cache.y_dtype)
+        dx, attn_grads, mlp_grads, *norm_grads = parallel_residual_backward_formula(
+            dy, steps, _attention_backward, _feed_forward_backward)  # (..., N, D)
+        (g["input_layernorm.gamma"], g["input_layernorm.beta"], g["post_attention_layernorm.gamma"],
+         g["post_attention_layernorm.beta"]) = norm_grads
+    else:
+        # 5. y = h + m: dy reaches m and h unchanged
+        # 4. m = MLP(z_2)
+        dz2, mlp_grads = _feed_forward_backward(dy, cache.mlp)  # (..., N, D)
+        # 3. z_2 = LN_2(h), h = x + a: dh = dy + LN_2'(dz_2) reaches a and x
+        dnorm2, g["post_attention_layernorm.gamma"], g["post_attention_layernorm.beta"] = _layer_norm_backward(
+            dz2, cache.norm2)  # (..., N, D)
+        dh = dy + dnorm2  # (..., N, D)
+        # 2. a = Attn(z_1)
+        dz1, attn_grads = _attention_backward(dh, cache.attn)  # (..., N, D)
+        # 1. z_1 = LN_1(x)
+        dnorm1, g["input_layernorm.gamma"], g["input_layernorm.beta"] = _layer_norm_backward(dz1, cache.norm1)
+        dx = dh + dnorm1  # (..., N, D): both paths from x summed
     g.update({f"mlp.{name}": grad for name, grad in mlp_grads.items()})
-    # 3. z_2 = LN_2(x or h)
-    dnorm2, g["post_attention_layernorm.gamma"], g["post_attention_layernorm.beta"] = _layer_norm_backward(
-        dz2, cache.norm2)  # (..., N, D)
-    da = dy if cache.parallel else dy + dnorm2  # (..., N, D): sequential, dh = dy + LN_2'(dz_2) reaches a and x
-    # 2. a = Attn(z_1): z_1 fed the query, the key and the value, so dz_1 sums the three
-    dquery, dkey, dvalue, attn_grads = multi_head_attention_backward_formula(da, cache.attn)
-    dz1 = dquery + dkey + dvalue  # (..., N, D)
-    # the split weights' gradients back in the fused per-head order
+    # 2. the split weights' gradients back in the fused per-head order
     g["attention.W_qkv"] = _fused_qkv_split_backward((attn_grads["W_q"], attn_grads["W_k"], attn_grads["W_v"]),
                                                      cache.qkv_split)  # (D, 3 D)
     g["attention.b_qkv"] = _fused_qkv_split_backward((attn_grads["b_q"], attn_grads["b_k"], attn_grads["b_v"]),
                                                      cache.bias_split)  # (3 D,)
     g["attention.W_dense"], g["attention.b_dense"] = attn_grads["W_o"], attn_grads["b_o"]
-    # 1. z_1 = LN_1(x)
-    dnorm1, g["input_layernorm.gamma"], g["input_layernorm.beta"] = _layer_norm_backward(dz1, cache.norm1)
-    dx = dy + dnorm1 + dnorm2 if cache.parallel else da + dnorm1  # (..., N, D): every path from x summed
     return dx, {name: g[name] for name in GPT_NEOX_PARAM_NAMES}
 
 
@@ -264,25 +305,9 @@ def gpt_neox_block_decode_step(x_t, params, num_heads, cache: KVCache, *, rotary
     mask = check_decode_mask(mask, x_t, cache, x_t.dtype)
     if positions is None:
         positions = np.arange(cache.length, cache.length + x_t.shape[-2])  # (t,)
-    positions = check_decode_positions(positions, x_t)[..., None, :]  # (..., 1, t): the same for every head
-    attn = gpt_neox_attention_params(p, num_heads)[0]
-    return gpt_neox_decode_formula(x_t, p, attn, num_heads, cache, eps=eps, mask=mask,
-                                   rotary=PartialRotaryHalf(positions, positions, theta), parallel=bool(parallel))
-
-
-def gpt_neox_decode_formula(x_t, p, attn, num_heads, cache: KVCache, *, eps, mask, rotary, parallel):
-    """:func:`gpt_neox_block_decode_step` on checked inputs (``attn`` the split attention weights of
-    :func:`gpt_neox_attention_params`, made once per model by the decoder; ``rotary`` a
-    :class:`PartialRotaryHalf` at the new tokens' positions)."""
-    # 1. z_1 = LN_1(x_t); 2. the new tokens attend to the cached ones and causally among themselves
-    z1, _ = layer_norm_formula(x_t, p["input_layernorm.gamma"], p["input_layernorm.beta"], eps)  # (..., t, D)
-    a = decode_attention(z1, attn, num_heads, num_heads, cache, scale=None, name="z_1", mask=mask,
-                         rotary=rotary)  # (..., t, D)
-    # 3. z_2 = LN_2(x_t) or LN_2(h); 4. m = MLP(z_2); 5. the residual sum
-    hidden = x_t if parallel else x_t + a  # (..., t, D)
-    z2, _ = layer_norm_formula(hidden, p["post_attention_layernorm.gamma"], p["post_attention_layernorm.beta"], eps)
-    m, _ = feed_forward_formula(z2, p["mlp.W_1"], p["mlp.b_1"], p["mlp.W_2"], p["mlp.b_2"], "gelu_exact")
-    return x_t + a + m if parallel else hidden + m  # (..., t, D)
+    positions = check_decode_positions(positions, x_t)
+    return gpt_neox_block_formula(x_t, p, num_heads, eps=eps, mask=mask, theta=theta, parallel=bool(parallel), kv=cache,
+                                  positions=positions)[0]
 
 
 def init_gpt_neox_block_params(d_model, num_heads, d_ff=None, *, seed=None, dtype=np.float64):

@@ -15,6 +15,9 @@ Forward, numbered so the backward can walk it in reverse:
 5. ``m = SwiGLU(u) = (silu(u W_gate) * (u W_up)) W_down``
 6. ``y = h + m``
 
+Decoding runs the same six steps (:func:`llama_block_formula` with a :class:`KVCache`, as
+tinygrad's one ``__call__``): step 2 then attends from the new tokens to the cached keys too.
+
 Parameter names (flat, ``group.name``): ``input_norm.weight``, ``self_attn.W_q``, ``.W_k``,
 ``.W_v``, ``.W_o``, ``post_attention_norm.weight``, ``mlp.W_gate``, ``.W_up``, ``.W_down``, and
 for Qwen2 ``self_attn.b_q``, ``.b_k``, ``.b_v`` (``q = z W_q + b_q`` ...; their gradients are the
@@ -33,15 +36,13 @@ from .._checks import as_generator
 from .._checks import (as_real_array, as_upstream, broadcasts_into, cast, check_positive_int,
                        check_positive_real, common_dtype, require_ndim)
 from .._pair_checks import check_scale
-from ..core.masks import causal_mask
-from .._pair_checks import MultiHeadInputs, check_multi_head_inputs
+from .._pair_checks import check_multi_head_inputs
 from ..variants.grouped_heads import GroupedMultiHeadCache
-from ..variants.grouped_heads import multi_head_attention_backward_formula, multi_head_attention_formula
+from ..variants.grouped_heads import multi_head_attention_backward_formula
 from ..variants.kv_cache import KVCache
-from ..variants.local import local_window_mask
 from ..variants.rope import RopeCache, rope_backward, rope_forward, rotate
-from .multi_head_attention import (check_block_mask, check_decode_mask, check_new_tokens, combine_masks,
-                                   decode_attention)
+from .multi_head_attention import (causal_self_attention_formula, check_block_mask, check_decode_mask,
+                                   check_new_tokens)
 from .rope_scaling import rope_frequencies
 from .rms_norm import RMSNormCache, _rms_norm_backward, rms_norm_formula, rms_norm_forward
 from .swiglu import SwiGLUCache, _swiglu_backward, check_swiglu_inputs, swiglu_formula, swiglu_forward
@@ -227,24 +228,28 @@ def _scaled_frequencies(p, num_heads, rope_base, rope_scaling):
 
 
 def llama_block_formula(x, p, num_heads, num_kv_heads, *, rope_base, eps, mask, scale, theta=None, window=None,
-                        rotate=True, layout="half"):
+                        rotate=True, layout="half", kv: KVCache | None = None, positions=None):
     """:func:`llama_block_forward` on checked inputs (``p`` as :func:`check_llama_block_params`
     returns it, ``mask`` None or checked, ``theta`` None or RoPE's frequencies (Dh/2,), ``window``
     None or Mistral's sliding window; whole models call it on weights they checked once).
     ``rotate=False``: no RoPE in this layer (SmolLM3's NoPE layers); ``layout``: RoPE's pairing
-    (:class:`RotaryHalf`)."""
-    n = x.shape[-2]
+    (:class:`RotaryHalf`).
+
+    The same six steps serve decoding: with ``kv`` this layer's :class:`KVCache`, ``x`` holds the
+    t new tokens at ``positions`` (..., t) (default ``T .. T + t - 1``), step 2 attends to the
+    cached keys too (appending the new ones), ``mask`` is as :func:`check_decode_mask` gives it,
+    and the cache returned is None (:func:`llama_block_decode_step`)."""
     attn_params = _attention_params(p)
+    if positions is None:
+        positions = np.arange(x.shape[-2]) if kv is None else np.arange(kv.length, kv.length + x.shape[-2])
+    at = positions if kv is None else positions[..., None, :]  # (N,), or (..., 1, t): the same for every head
+    rotary = RotaryHalf(at, at, float(rope_base), theta, layout) if rotate else None
     # 1. z = RMSNorm_1(x)
     z, norm1 = rms_norm_formula(x, p["input_norm.weight"], eps)  # (..., N, D)
-    # 2. a = Attn(z): causal, RoPE on q and k, grouped heads
-    positions = np.arange(n)
-    rotary = RotaryHalf(positions, positions, float(rope_base), theta, layout) if rotate else None
-    causal = causal_mask(n) if window is None else local_window_mask(n, window - 1, causal=True)  # (N, N)
-    causal = causal if mask is None else combine_masks(mask, causal)  # (..., N, N)
-    inputs = MultiHeadInputs(z, z, z, attn_params, causal, None, num_heads, num_kv_heads)
-    a, attn = multi_head_attention_formula(inputs, tuple(attn_params), scale=scale,
-                                           rotary=_with_qk_norm(rotary, p, eps))  # (..., N, D)
+    # 2. a = Attn(z): causal (within the window), RoPE on q and k (Qwen3: each head's q and k normalised
+    #    first), grouped heads; decoding: against the cached keys too
+    a, attn = causal_self_attention_formula(z, attn_params, num_heads, num_kv_heads, mask=mask, kv=kv, window=window,
+                                            scale=scale, rotary=_with_qk_norm(rotary, p, eps))  # (..., N, D)
     # 3. h = x + a
     hidden = x + a  # (..., N, D)
     # 4. u = RMSNorm_2(h)
@@ -253,7 +258,7 @@ def llama_block_formula(x, p, num_heads, num_kv_heads, *, rope_base, eps, mask, 
     mlp_out, mlp = swiglu_formula(u, p["mlp.W_gate"], p["mlp.W_up"], p["mlp.W_down"])  # (..., N, D)
     # 6. y = h + m
     y = hidden + mlp_out  # (..., N, D)
-    return y, LlamaBlockCache(norm1, attn, norm2, mlp, y.shape, y.dtype)
+    return y, (None if kv is not None else LlamaBlockCache(norm1, attn, norm2, mlp, y.shape, y.dtype))
 
 
 def _attention_params(p):
@@ -331,9 +336,8 @@ def llama_block_decode_step(x_t, params, num_heads, cache: KVCache, *, num_kv_he
     positions = check_decode_positions(positions, x_t)
     theta = _scaled_frequencies(p, num_heads, rope_base, rope_scaling)
     window = None if sliding_window is None else check_positive_int(sliding_window, "sliding_window")
-    return llama_decode_formula(x_t, p, num_heads, num_kv_heads, cache, eps=eps, scale=scale, mask=mask,
-                                rotary=RotaryHalf(positions[..., None, :], positions[..., None, :], rope_base, theta),
-                                window=window)
+    return llama_block_formula(x_t, p, num_heads, num_kv_heads, rope_base=rope_base, eps=eps, mask=mask, scale=scale,
+                               theta=theta, window=window, kv=cache, positions=positions)[0]
 
 
 def check_llama_block_params(x, params, num_heads, num_kv_heads=None):
@@ -360,31 +364,6 @@ def check_llama_block_params(x, params, num_heads, num_kv_heads=None):
             p[n] = as_real_array(params[n], f"params['{n}']")
     dtype = common_dtype(x, *p.values())
     return cast(x, dtype), {n: cast(p[n], dtype) for n in LLAMA_PARAM_NAMES + _OPTIONAL_NAMES if n in p}, h, hkv
-
-
-def llama_decode_formula(x_t, p, num_heads, num_kv_heads, cache: KVCache, *, eps, scale, mask, rotary, window=None):
-    """:func:`llama_block_decode_step` on checked inputs (``p`` as :func:`check_llama_block_params`
-    returns it, ``mask`` as :func:`check_decode_mask`, ``rotary`` a :class:`RotaryHalf` at the
-    new tokens' positions, ``window`` None or Mistral's sliding window)."""
-    attn = _attention_params(p)
-    if window is not None:  # Mistral: the t new tokens, last of the T + t, see the keys i - W < j <= i only
-        t = x_t.shape[-2]
-        band = local_window_mask(t, window - 1, cache.length + t, causal=True)  # (t, T + t)
-        mask = band if mask is None else combine_masks(mask, band)  # (..., t, T + t)
-    rotary = _with_qk_norm(rotary, p, eps)  # Qwen3: each head's q and k normalised before RoPE
-    # 1. z = RMSNorm_1(x_t)
-    z, _ = rms_norm_formula(x_t, p["input_norm.weight"], eps)  # (..., t, D)
-    # 2. attention: queries and keys rotated at the new positions; the rotated keys are cached
-    a = decode_attention(z, attn, num_heads, num_kv_heads, cache, scale=scale, name="z", mask=mask,
-                         rotary=rotary)  # (..., t, D)
-    # 3. h = x + a
-    hidden = x_t + a  # (..., t, D)
-    # 4. u = RMSNorm_2(h)
-    u, _ = rms_norm_formula(hidden, p["post_attention_norm.weight"], eps)  # (..., t, D)
-    # 5. m = SwiGLU(u)
-    m, _ = swiglu_formula(u, p["mlp.W_gate"], p["mlp.W_up"], p["mlp.W_down"])  # (..., t, D)
-    # 6. y = h + m
-    return hidden + m  # (..., t, D)
 
 
 def check_decode_positions(positions, x_t):

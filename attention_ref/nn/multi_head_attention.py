@@ -8,7 +8,7 @@ import numpy as np
 
 from .._checks import as_generator
 from .._checks import as_mask, as_real_array, cast_mask, check_float_dtype, check_mask_shape, check_positive_int
-from .._pair_checks import check_multi_head_inputs
+from .._pair_checks import MultiHeadInputs, check_multi_head_inputs
 from ..core.linear import glorot_uniform
 from ..core.masks import causal_mask
 from ..fast.core_formulas import merge_heads_formula, split_heads_formula
@@ -16,17 +16,21 @@ from ..fast.dispatch import attention_formula, linear_formula
 from ..variants.grouped_heads import (
     group_heads,
     group_mask,
+    hooked_attention_formula,
     multi_head_attention_backward,
+    multi_head_attention_formula,
     multi_head_attention_forward,
     ungroup_heads,
 )
+from ..variants.local import local_window_mask
 from ..core.separate_heads import (
     multi_head_attention_separate_heads_backward,
     multi_head_attention_separate_heads_forward,
 )
 from ..variants.kv_cache import KVCache
 
-__all__ = ["MultiHeadAttention", "check_new_tokens", "decode_attention", "check_decode_mask", "check_block_mask"]
+__all__ = ["MultiHeadAttention", "check_new_tokens", "decode_attention", "check_decode_mask", "check_block_mask",
+           "causal_self_attention_formula"]
 
 
 def check_new_tokens(x_t, cache) -> np.ndarray:
@@ -41,7 +45,7 @@ def check_new_tokens(x_t, cache) -> np.ndarray:
 
 
 def decode_attention(z, p, num_heads, num_kv_heads, cache: KVCache, *, scale=None, rotary=None, name="x_t",
-                     mask=None):
+                     mask=None, scores=None):
     """Multi-head attention of the new tokens ``z`` (..., t, D) in a decoding step.
 
     Projects them to queries, keys and values, rotates the queries and keys when ``rotary``
@@ -49,7 +53,8 @@ def decode_attention(z, p, num_heads, num_kv_heads, cache: KVCache, *, scale=Non
     appends the keys and values to ``cache`` (once per key/value head) and attends from each
     new query to every cached position and, causally, to the new ones before it; ``p`` holds
     validated ``W_q ... W_o`` (biases optional). ``mask``, checked by :func:`check_decode_mask`,
-    is combined with that causal rule (e.g. the padding of left-padded prompts). Returns
+    is combined with that causal rule (e.g. the padding of left-padded prompts); ``scores``, a
+    hook on the scaled scores as in the grouped-heads path (Gemma 2's cap). Returns
     ``concat W_o + b_o`` (..., t, D_out).
     """
     h, hkv = num_heads, num_kv_heads
@@ -66,9 +71,39 @@ def decode_attention(z, p, num_heads, num_kv_heads, cache: KVCache, *, scale=Non
     causal = None if t == 1 else causal_mask(t, cache.length)  # (t, T)
     if mask is not None:
         causal = mask if causal is None else combine_masks(mask, causal)  # (..., t, T)
-    o, _ = attention_formula(group_heads(q, hkv), keys, values, group_mask(causal), scale=scale)  # (..., Hkv, G, t, Dv)
+    if scores is None:
+        o, _ = attention_formula(group_heads(q, hkv), keys, values, group_mask(causal), scale=scale)  # (..., Hkv, G, t, Dv)
+    else:
+        o, _, _ = hooked_attention_formula(group_heads(q, hkv), keys, values, group_mask(causal), scale, scores)
     heads = ungroup_heads(o)  # (..., H, t, Dv)
     return linear_formula(merge_heads_formula(heads), p["W_o"], p.get("b_o"), ("heads", "W_o", "b_o"))  # (..., t, D_out)
+
+
+def causal_self_attention_formula(z, p, num_heads, num_kv_heads, *, mask=None, kv: KVCache | None = None,
+                                  window=None, scale=None, rotary=None, scores=None, param_keys=None, name="z"):
+    """A decoder block's attention step ``a = Attn(z)``, one step for the forward and for decoding
+    (the KV cache is an argument, as in tinygrad's one ``__call__``): ``(a, cache)``.
+
+    ``kv`` None: the forward over the N positions of ``z`` (..., N, D), causal (within the sliding
+    ``window`` W, keys ``i - W < j <= i``, when given) and the extra ``mask`` (None or checked,
+    (..., N, N)); ``cache`` is the multi-head layer's for the backward. ``kv`` a
+    :class:`KVCache`: the t new tokens after the ``kv.length`` cached ones
+    (:func:`decode_attention`; ``mask`` as :func:`check_decode_mask`, (..., t, T + t)); ``cache``
+    is None. ``rotary`` and ``scores`` are the grouped-heads path's hooks on q and k and on the
+    scores; ``p`` the checked ``W_q ... W_o`` (biases optional), ``param_keys`` their names in
+    the gradients (default ``tuple(p)``)."""
+    t = z.shape[-2]
+    if kv is None:
+        rule = causal_mask(t) if window is None else local_window_mask(t, window - 1, causal=True)  # (N, N)
+        rule = rule if mask is None else combine_masks(mask, rule)  # (..., N, N)
+        inputs = MultiHeadInputs(z, z, z, p, rule, None, num_heads, num_kv_heads)
+        return multi_head_attention_formula(inputs, tuple(p) if param_keys is None else param_keys, scale=scale,
+                                            rotary=rotary, scores=scores)  # (..., N, D)
+    if window is not None:  # the t new tokens, last of the T + t, see the keys i - W < j <= i only
+        band = local_window_mask(t, window - 1, kv.length + t, causal=True)  # (t, T + t)
+        mask = band if mask is None else combine_masks(mask, band)  # (..., t, T + t)
+    return decode_attention(z, p, num_heads, num_kv_heads, kv, scale=scale, rotary=rotary, name=name, mask=mask,
+                            scores=scores), None  # (..., t, D)
 
 
 def combine_masks(mask, causal):

@@ -3,8 +3,9 @@
 A pre-norm block (:func:`attention_ref.nn.residual.residual_forward`) runs its two sub-layers one
 after the other: ``h = x + attn(LN_1(x))``, ``y = h + mlp(LN_2(h))``. GPT-NeoX / Pythia
 (``use_parallel_residual = True``), GPT-J and Phi-2 feed both sub-layers the same ``x`` and add
-both outputs to it, so the two can run at once. The sub-layers are any forward/backward pairs.
-Symbols: ``...`` any leading (batch, position) axes, D model width.
+both outputs to it, so the two can run at once. The sub-layers are any forward/backward pairs
+(GPT-NeoX's block, :mod:`attention_ref.nn.gpt_neox_block`, calls :func:`parallel_residual_formula`
+with its attention and MLP, in a forward and in a decoding step). Symbols: ``...`` any leading (batch, position) axes, D model width.
 
 Forward, numbered so the backward can walk it in reverse:
 
@@ -20,9 +21,10 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .._checks import as_upstream
-from .layer_norm import LayerNormCache, _layer_norm_backward, check_norm_inputs, layer_norm_forward
+from .layer_norm import LayerNormCache, _layer_norm_backward, check_norm_inputs, layer_norm_formula
 
-__all__ = ["ParallelResidualCache", "parallel_residual_forward", "parallel_residual_backward"]
+__all__ = ["ParallelResidualCache", "parallel_residual_forward", "parallel_residual_backward",
+           "parallel_residual_formula", "parallel_residual_backward_formula"]
 
 
 class ParallelResidualCache(NamedTuple):
@@ -64,14 +66,28 @@ def parallel_residual_forward(x, attn: Callable, mlp: Callable, gamma_1, beta_1,
     # the four norm parameters named as they are here (layer_norm_forward would call both "gamma")
     x, gamma_1, beta_1, gamma_2, beta_2, eps = check_norm_inputs(x, eps, gamma_1=gamma_1, beta_1=beta_1,
                                                                  gamma_2=gamma_2, beta_2=beta_2)
+    return parallel_residual_formula(x, _width_checked("attn", x, attn), _width_checked("mlp", x, mlp),
+                                     gamma_1, beta_1, gamma_2, beta_2, eps)
+
+
+def _width_checked(name, x, sublayer):
+    """``sublayer`` whose output is checked to have x's shape before the residual sum."""
+    def run(z):
+        s, cache = sublayer(z)
+        _check_width(name, x, s)
+        return s, cache
+    return run
+
+
+def parallel_residual_formula(x, attn: Callable, mlp: Callable, gamma_1, beta_1, gamma_2, beta_2, eps):
+    """:func:`parallel_residual_forward` on checked inputs (the sub-layers trusted to return x's
+    shape; GPT-NeoX's block calls it)."""
     # 1. the two norms of the same x
-    z_1, norm_1 = layer_norm_forward(x, gamma_1, beta_1, eps)  # (..., D)
-    z_2, norm_2 = layer_norm_forward(x, gamma_2, beta_2, eps)  # (..., D)
+    z_1, norm_1 = layer_norm_formula(x, gamma_1, beta_1, eps)  # (..., D)
+    z_2, norm_2 = layer_norm_formula(x, gamma_2, beta_2, eps)  # (..., D)
     # 2. the two sub-layers
     s_1, cache_1 = attn(z_1)  # (..., D)
-    _check_width("attn", x, s_1)
     s_2, cache_2 = mlp(z_2)  # (..., D)
-    _check_width("mlp", x, s_2)
     # 3. both added to the residual stream
     y = x + s_1 + s_2  # (..., D)
     return y, ParallelResidualCache(norm_1, norm_2, cache_1, cache_2, y.shape, y.dtype)
@@ -93,7 +109,13 @@ def parallel_residual_backward(dy, cache: ParallelResidualCache, attn_backward: 
     extra_1, extra_2 : what ``attn_backward`` and ``mlp_backward`` returned besides ``dz``
     dgamma_1, dbeta_1, dgamma_2, dbeta_2 : arrays (d,)
     """
-    dy = as_upstream(dy, cache.shape, cache.dtype, "dy")
+    return parallel_residual_backward_formula(as_upstream(dy, cache.shape, cache.dtype, "dy"), cache, attn_backward,
+                                              mlp_backward)
+
+
+def parallel_residual_backward_formula(dy, cache: ParallelResidualCache, attn_backward: Callable,
+                                       mlp_backward: Callable):
+    """:func:`parallel_residual_backward` on a checked ``dy``."""
     # 2. the sub-layers
     dz_1, extra_1 = attn_backward(dy, cache.sublayer_1)  # (..., D)
     dz_2, extra_2 = mlp_backward(dy, cache.sublayer_2)  # (..., D)

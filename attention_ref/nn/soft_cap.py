@@ -15,7 +15,8 @@ import numpy as np
 
 from .._checks import as_real_array, as_upstream, check_positive_real, signals_land_here
 
-__all__ = ["SoftCapCache", "soft_cap_forward", "soft_cap_backward", "soft_cap_formula", "soft_cap_backward_formula"]
+__all__ = ["SoftCapCache", "SoftCapScores", "soft_cap_forward", "soft_cap_backward", "soft_cap_formula",
+           "soft_cap_backward_formula"]
 
 
 class SoftCapCache(NamedTuple):
@@ -77,3 +78,17 @@ def soft_cap_formula(x, cap):
 def soft_cap_backward_formula(dy, cache: SoftCapCache):
     """:func:`soft_cap_backward` on a checked ``dy``: ``dy * (1 - t^2)``."""
     return dy * (1.0 - cache.t * cache.t)
+
+
+class SoftCapScores(NamedTuple):
+    """Gemma 2's cap on the attention scores as the grouped-heads path's ``scores`` hook
+    (:mod:`attention_ref.variants.grouped_heads`): ``C = cap tanh(S / cap)`` on the scaled scores
+    before the mask and the softmax; backward ``dS = dC (1 - t^2)``."""
+
+    cap: float  # attn_logit_softcapping
+
+    def forward(self, S):
+        return soft_cap_formula(S, self.cap)
+
+    def backward(self, dC, cache: SoftCapCache):
+        return soft_cap_backward_formula(dC, cache)

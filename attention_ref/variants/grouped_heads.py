@@ -14,7 +14,12 @@ around the same steps:
 * **a head mask** (``head_mask``, (H,)): head ``i``'s output times ``head_mask[i]`` before the
   concatenation; its gradient is ``sum(dheads_i * heads_i)``;
 * **rotary positions** (``rotary``, used by :mod:`attention_ref.nn.llama_block`): an object
-  with ``forward(q, k) -> (q, k, cache)`` on the split heads and ``backward(dq, dk, cache)``.
+  with ``forward(q, k) -> (q, k, cache)`` on the split heads and ``backward(dq, dk, cache)``;
+* **a hook on the scores** (``scores``, Gemma 2's soft cap :class:`attention_ref.nn.soft_cap.SoftCapScores`):
+  an object with ``forward(S) -> (C, cache)`` on the scaled scores ``S = (q scale) k^T``, before
+  the mask and the softmax, and ``backward(dC, cache) -> dS``, between the softmax's backward and
+  the scale's. Step 3 then runs :func:`hooked_attention_formula` (the attention's formulas with
+  the hook between steps 1 and 2, unfused: the fast path's row blocks have no place for it).
 
 Forward, numbered so the backward can walk it in reverse (steps 1, 2, 5, 6 are the plain
 layer's):
@@ -22,7 +27,8 @@ layer's):
 1. projections  ``Q = query W_q + b_q``, ``K = key W_k + b_k``, ``V = value W_v + b_v``
 2. split heads  ``(..., N, H*Dk) -> (..., H, N, Dk)`` (keys and values: Hkv heads);
    2b. rotary positions on q and k, when given
-3. attention, each key/value head broadcast over its group of G query heads
+3. attention, each key/value head broadcast over its group of G query heads (the scores
+   through the ``scores`` hook, when given)
 4. head mask
 5. merge heads ``(..., H, Nq, Dv) -> (..., Nq, H*Dv)``
 6. output projection ``out = concat W_o + b_o``
@@ -38,10 +44,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._checks import as_upstream
+import math
+
+from .._checks import as_upstream, signals_land_here, unbroadcast
 from .._pair_checks import MultiHeadInputs, check_multi_head_inputs, check_scale
 from ..core.attention import AttentionCache
 from ..core.linear import LinearCache
+from ..core.masks import apply_mask
 from ..core.multi_head import MultiHeadCache
 from ..fast.core_formulas import SCORE_NAMES, merge_heads_formula, split_heads_formula
 from ..fast.dispatch import (
@@ -52,8 +61,10 @@ from ..fast.dispatch import (
     plain_multi_head_backward_formula,
     plain_multi_head_formula,
 )
+from ..fast.softmax import softmax_in_place
 
-__all__ = ["GroupedMultiHeadCache", "multi_head_attention_forward", "multi_head_attention_backward"]
+__all__ = ["GroupedMultiHeadCache", "multi_head_attention_forward", "multi_head_attention_backward",
+           "hooked_attention_formula", "hooked_attention_backward_formula"]
 
 
 class GroupedMultiHeadCache(NamedTuple):
@@ -70,6 +81,7 @@ class GroupedMultiHeadCache(NamedTuple):
     num_kv_heads: int
     param_keys: tuple  # the keys of params, so grads mirrors them
     rotary: tuple | None = None  # (rotary, its cache) when positions rotate q and k
+    scores: tuple | None = None  # (the scores hook, its cache) when a hook changes the scores
 
     @property
     def weights(self) -> np.ndarray:
@@ -94,13 +106,44 @@ def group_mask(mask):
     return mask.reshape(mask.shape[:-2] + (1, 1) + mask.shape[-2:])  # (..., 1, 1, Nq, Nk)
 
 
+def hooked_attention_formula(q, k, v, mask, scale, scores):
+    """Attention with a hook on the scores, on checked inputs: ``(out, cache, hook_cache)``.
+
+    1. ``S = (q scale) k^T``; 1b. ``C = scores.forward(S)``; 2. the mask; 3. ``P = softmax``;
+    4. ``out = P v``. ``scale`` None is ``1 / sqrt(Dk)``; ``cache`` an :class:`AttentionCache`."""
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale  # a Python float: float32 stays float32
+    with np.errstate(under="ignore"):
+        S = (q * scale) @ k.swapaxes(-1, -2)  # 1. (..., Nq, Nk)
+        C, hook_cache = scores.forward(S)  # 1b. the hook (Gemma 2: cap tanh(S / cap), every entry below cap)
+        P = softmax_in_place(apply_mask(C, mask))  # 2.-3. over a fresh array
+        out = P @ v  # 4. (..., Nq, Dv)
+        signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
+    return out, AttentionCache(q, k, v, P, out, scale), hook_cache
+
+
+def hooked_attention_backward_formula(dout, cache: AttentionCache, scores, hook_cache):
+    """:func:`hooked_attention_formula`'s steps in reverse: ``(dq, dk, dv)``, each summed over
+    the axes its input broadcast over."""
+    q, k, v, P, out, scale = cache
+    with np.errstate(under="ignore"):
+        dv = P.swapaxes(-1, -2) @ dout  # 4. dv = P^T dout
+        dP = dout @ v.swapaxes(-1, -2)  # 4. dP = dout v^T
+        dC = P * (dP - (dout * out).sum(axis=-1, keepdims=True))  # 3. softmax; 2. the mask passes dC through
+        dS = scores.backward(dC, hook_cache)  # 1b. the hook's backward (Gemma 2: dC (1 - t^2))
+        dq = dS @ k * scale  # 1. S = (q scale) k^T
+        dk = dS.swapaxes(-1, -2) @ q * scale
+        signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
+    return unbroadcast(dq, q.shape), unbroadcast(dk, k.shape), unbroadcast(dv, v.shape)
+
+
 def _project(x, p, w_name, b_name, x_name):
     """Step 1 or 6: ``x W + b`` with its cache (the public linear pair's size rule)."""
     W, b = p[w_name], p.get(b_name)
     return linear_formula(x, W, b, (x_name, w_name, b_name)), LinearCache(x, W, b is not None)
 
 
-def _grouped_forward(query, key, value, p, mask, head_mask, h, hkv, param_keys, *, scale=None, rotary=None):
+def _grouped_forward(query, key, value, p, mask, head_mask, h, hkv, param_keys, *, scale=None, rotary=None,
+                     scores=None):
     """The six steps on the validated arguments :func:`check_multi_head_inputs` returns."""
     # 1. projections
     Q, q_cache = _project(query, p, "W_q", "b_q", "query")  # (..., Nq, H*Dk)
@@ -115,14 +158,19 @@ def _grouped_forward(query, key, value, p, mask, head_mask, h, hkv, param_keys, 
     q = group_heads(q, hkv)  # (..., Hkv, G, Nq, Dk)
     k = k[..., None, :, :]  # (..., Hkv, 1, Nk, Dk)
     v = split_heads_formula(V, hkv)[..., None, :, :]  # (..., Hkv, 1, Nk, Dv)
-    o, attn_cache = attention_formula(q, k, v, group_mask(mask), SCORE_NAMES, scale)  # (..., Hkv, G, Nq, Dv)
+    hooked = None
+    if scores is None:
+        o, attn_cache = attention_formula(q, k, v, group_mask(mask), SCORE_NAMES, scale)  # (..., Hkv, G, Nq, Dv)
+    else:  # the scores through the hook
+        o, attn_cache, hook_cache = hooked_attention_formula(q, k, v, group_mask(mask), scale, scores)
+        hooked = (scores, hook_cache)
     heads = ungroup_heads(o)  # (..., H, Nq, Dv)
     # 4. head mask
     masked = heads if head_mask is None else heads * head_mask[:, None, None]
     # 5. merge, 6. output projection
     out, o_cache = _project(merge_heads_formula(masked), p, "W_o", "b_o", "concat")  # (..., Nq, Dout)
     return out, GroupedMultiHeadCache(q_cache, k_cache, v_cache, attn_cache, heads, head_mask, o_cache, h, hkv,
-                                      param_keys, rotated)
+                                      param_keys, rotated, hooked)
 
 
 def _grouped_backward(dout, c: GroupedMultiHeadCache):
@@ -137,7 +185,10 @@ def _grouped_backward(dout, c: GroupedMultiHeadCache):
         grads["head_mask"] = (dheads * c.heads).sum(axis=(-2, -1)).reshape(-1, h).sum(axis=0)  # (H,)
         dheads = dheads * c.head_mask[:, None, None]
     # 3. attention: the sum over the broadcast axis adds the G query heads' gradients per key/value head
-    dq, dk, dv = attention_backward_formula(group_heads(dheads, hkv), c.attention)
+    if c.scores is None:
+        dq, dk, dv = attention_backward_formula(group_heads(dheads, hkv), c.attention)
+    else:  # the hook's backward between the softmax's and the scale's
+        dq, dk, dv = hooked_attention_backward_formula(group_heads(dheads, hkv), c.attention, *c.scores)
     dq, dk, dv = ungroup_heads(dq), dk[..., 0, :, :], dv[..., 0, :, :]  # (..., H, Nq, Dk), (..., Hkv, Nk, D)
     rotary_grads = {}
     if c.rotary is not None:  # 2b. rotate back (a hook with weights, as Qwen3's q/k norms, returns their gradients)
@@ -155,14 +206,16 @@ def _grouped_backward(dout, c: GroupedMultiHeadCache):
     return dquery, dkey, dvalue, ordered
 
 
-def multi_head_attention_formula(inputs: MultiHeadInputs, param_keys, *, scale=None, rotary=None):
+def multi_head_attention_formula(inputs: MultiHeadInputs, param_keys, *, scale=None, rotary=None, scores=None):
     """:func:`multi_head_attention_forward` on checked inputs (a :class:`MultiHeadInputs`, as
     ``check_multi_head_inputs`` returns it; the blocks of ``nn`` call it): the plain layer when
-    nothing is added, else the grouped steps."""
+    nothing is added, else the grouped steps (``rotary`` a hook on q and k, ``scores`` a hook on
+    the scaled scores)."""
     query, key, value, p, mask, head_mask, h, hkv = inputs
-    if hkv == h and head_mask is None and rotary is None:
+    if hkv == h and head_mask is None and rotary is None and scores is None:
         return plain_multi_head_formula(query, key, value, p, mask, h, param_keys, scale=scale)
-    return _grouped_forward(query, key, value, p, mask, head_mask, h, hkv, param_keys, scale=scale, rotary=rotary)
+    return _grouped_forward(query, key, value, p, mask, head_mask, h, hkv, param_keys, scale=scale, rotary=rotary,
+                            scores=scores)
 
 
 def multi_head_attention_backward_formula(dout, cache):

@@ -25,10 +25,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ...nn.gemma_block import (CappedAttentionCache, gemma_block_backward, gemma_block_formula,
-                               gemma_decode_formula, init_gemma_block_params)
+from ...nn.gemma_block import gemma_block_backward, gemma_block_formula, init_gemma_block_params
 from ...nn.gemma_rms_norm import gemma_rms_norm_formula
-from ...nn.llama_block import RotaryHalf
 from ...nn.rms_norm import rms_norm_backward
 from ...nn.rope_scaling import ROPE_TYPES
 from ..config import LAYER_TYPES, LMConfig, refuse
@@ -150,15 +148,10 @@ def layers(config):
 
 
 def block(x, p, config, layer, mask, positions, kv):
-    """Step 2: :func:`attention_ref.nn.gemma_block.gemma_block_formula`, or its decoding step."""
+    """Step 2: :func:`attention_ref.nn.gemma_block.gemma_block_formula` (with ``kv``, its decoding step)."""
     (theta, window), scale = layer
-    H, Hkv = config.num_heads, config.num_kv_heads
-    if kv is None:
-        return gemma_block_formula(x, p, H, Hkv, eps=config.eps, mask=mask, scale=scale, theta=theta, window=window,
-                                   cap=config.attn_softcap)
-    at = positions[:, None, :]  # (B, 1, t)
-    return gemma_decode_formula(x, p, H, Hkv, kv, eps=config.eps, scale=scale, mask=mask,
-                                rotary=RotaryHalf(at, at, 1.0, theta), window=window, cap=config.attn_softcap), None
+    return gemma_block_formula(x, p, config.num_heads, config.num_kv_heads, eps=config.eps, mask=mask, scale=scale,
+                               theta=theta, window=window, cap=config.attn_softcap, kv=kv, positions=positions)
 
 
 def final_norm(x, params, config):
@@ -178,11 +171,11 @@ def trace_block(cache, p, config):
     attn, mlp = cache.attn, cache.mlp
     out = [("input_layernorm", attn.q_proj.x)] + [(f"self_attn.{c}_proj", linear_output(getattr(attn, f"{c}_proj")))
                                                   for c in "qkv"]
-    if isinstance(attn, CappedAttentionCache):  # Gemma 2: soft-capped scores
-        rotary_cache, steps = attn.rotary_cache, attention_steps(attn.q, attn.k, attn.weights_grouped, attn.scale,
-                                                                 True, config.attn_softcap)
+    rotary_cache, a = attn.rotary[1], attn.attention
+    if attn.scores is not None:  # Gemma 2: the scores hook soft-capped the scores
+        steps = attention_steps(a.q, a.k, a.weights, a.scale, True, config.attn_softcap)
     else:
-        rotary_cache, steps = attn.rotary[1], grouped_attention_steps(attn)
+        steps = grouped_attention_steps(attn)
     if "self_attn.q_norm.weight" in p:  # Gemma 3: per head, before RoPE
         out += [("self_attn.q_norm", norm_output(rotary_cache[0])), ("self_attn.k_norm", norm_output(rotary_cache[1]))]
     out += [(f"self_attn{SEPARATOR}{step}", value) for step, value in steps]

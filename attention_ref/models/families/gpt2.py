@@ -22,7 +22,7 @@ import numpy as np
 
 from ...nn.embedding import embedding_backward, embedding_formula
 from ...nn.encoder_block import ENCODER_GROUPS
-from ...nn.gpt2_block import gpt2_block_backward, gpt2_block_formula, gpt2_decode_formula, init_gpt2_block_params
+from ...nn.gpt2_block import gpt2_block_backward, gpt2_block_formula, init_gpt2_block_params
 from ...nn.layer_norm import layer_norm_backward, layer_norm_formula
 from ...nn.residual import split_params
 from ..config import LMConfig, refuse
@@ -119,11 +119,9 @@ def prepare(p, config):
 
 
 def block(x, prepared, config, scale, mask, positions, kv):
-    """Step 2: :func:`attention_ref.nn.gpt2_block.gpt2_block_formula`, or its decoding step."""
+    """Step 2: :func:`attention_ref.nn.gpt2_block.gpt2_block_formula` (with ``kv``, its decoding step)."""
     p, keys = prepared
-    if kv is None:
-        return gpt2_block_formula(x, p, config.num_heads, eps=config.eps, mask=mask, scale=scale, param_keys=keys)
-    return gpt2_decode_formula(x, p, config.num_heads, kv, eps=config.eps, scale=scale, mask=mask), None
+    return gpt2_block_formula(x, p, config.num_heads, eps=config.eps, mask=mask, scale=scale, param_keys=keys, kv=kv)
 
 
 def final_norm(x, params, config):

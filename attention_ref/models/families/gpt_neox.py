@@ -16,9 +16,8 @@ The whole model's steps (:mod:`attention_ref.models.lm` runs them):
 from __future__ import annotations
 
 from ...fast.dispatch import linear_formula
-from ...nn.gpt_neox_block import (GPT_NEOX_PARAM_NAMES, PartialRotaryHalf, gpt_neox_attention_params,
-                                  gpt_neox_block_backward, gpt_neox_block_formula, gpt_neox_decode_formula,
-                                  init_gpt_neox_block_params)
+from ...nn.gpt_neox_block import (GPT_NEOX_PARAM_NAMES, gpt_neox_attention_params, gpt_neox_block_backward,
+                                  gpt_neox_block_formula, init_gpt_neox_block_params)
 from ...nn.layer_norm import layer_norm_backward, layer_norm_formula
 from ..config import LMConfig, refuse
 from ..family import BASE_KEYS, DROPOUT, NEUTRAL, ConfigFields, Family, Features, Tensor, computed, top_tensor
@@ -117,20 +116,16 @@ def layers(config):
 
 
 def prepare(p, config):
-    """The block's params, and the fused QKV split once (a decoding step reads the split)."""
-    return p, gpt_neox_attention_params(p, config.num_heads)[0]
+    """The block's params, and the fused QKV split once per run (the forward and each decoding step read it)."""
+    return p, gpt_neox_attention_params(p, config.num_heads)
 
 
 def block(x, prepared, config, theta, mask, positions, kv):
-    """Step 2: :func:`attention_ref.nn.gpt_neox_block.gpt_neox_block_formula`, or its decoding step."""
-    p, attn = prepared
-    if kv is None:
-        return gpt_neox_block_formula(x, p, config.num_heads, eps=config.eps, mask=mask, theta=theta,
-                                      parallel=config.use_parallel_residual)  # (..., T, D)
-    at = positions[:, None, :]  # (B, 1, t): the same positions for every head
-    return gpt_neox_decode_formula(x, p, attn, config.num_heads, kv, eps=config.eps, mask=mask,
-                                   rotary=PartialRotaryHalf(at, at, theta),
-                                   parallel=config.use_parallel_residual), None
+    """Step 2: :func:`attention_ref.nn.gpt_neox_block.gpt_neox_block_formula` (with ``kv``, its decoding step)."""
+    p, split = prepared
+    return gpt_neox_block_formula(x, p, config.num_heads, eps=config.eps, mask=mask, theta=theta,
+                                  parallel=config.use_parallel_residual, kv=kv, positions=positions,
+                                  split=split)  # (..., T, D)
 
 
 def final_norm(x, params, config):

@@ -32,8 +32,7 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from ...nn.embedding import embedding_backward, embedding_formula
-from ...nn.llama_block import (RotaryHalf, init_llama_block_params, llama_block_backward, llama_block_formula,
-                               llama_decode_formula)
+from ...nn.llama_block import init_llama_block_params, llama_block_backward, llama_block_formula
 from ...nn.rms_norm import rms_norm_backward, rms_norm_formula
 from ...nn.rope_scaling import ROPE_TYPES
 from ..config import LMConfig, family_of, refuse
@@ -244,16 +243,11 @@ def identity_prepare(p, config):
 
 def llama_block(x, p, config, layer: LlamaLayer, mask, positions, kv):
     """Step 2, one block: :func:`attention_ref.nn.llama_block.llama_block_formula` over the
-    sequence, or with ``kv`` its decoding step at ``positions`` (B, t) (the same six steps)."""
-    H, Hkv = config.num_heads, config.num_kv_heads
-    if kv is None:
-        return llama_block_formula(x, p, H, Hkv, rope_base=config.rope_theta, eps=config.eps, mask=mask, scale=None,
-                                   theta=layer.theta, window=layer.window, rotate=layer.rotate,
-                                   layout=config.rope_layout)  # (..., T, D)
-    at = positions[:, None, :]  # (B, 1, t): the same positions for every head
-    rotary = RotaryHalf(at, at, float(config.rope_theta), layer.theta, config.rope_layout) if layer.rotate else None
-    return llama_decode_formula(x, p, H, Hkv, kv, eps=config.eps, scale=None, mask=mask, rotary=rotary,
-                                window=layer.window), None  # (B, t, D)
+    sequence, or with ``kv`` its decoding step at ``positions`` (B, t) (the same six steps, one
+    step list)."""
+    return llama_block_formula(x, p, config.num_heads, config.num_kv_heads, rope_base=config.rope_theta, eps=config.eps,
+                               mask=mask, scale=None, theta=layer.theta, window=layer.window, rotate=layer.rotate,
+                               layout=config.rope_layout, kv=kv, positions=positions)  # (..., T, D)
 
 
 def trace_llama_block(cache, p, config):
