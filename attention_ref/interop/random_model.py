@@ -18,48 +18,22 @@ import numpy as np
 from .._atomic import write_atomic
 from .._checks import check_float_dtype
 from ..models.config import FAMILIES, LMConfig
+from ..models.families import FAMILY
 from ..models.params import init_lm_params
 from .pretrained import to_transformers
 from .safetensors import write_safetensors
 
 __all__ = ["write_random_model", "random_model_config"]
 
-#: the sizes of every random model: vocabulary, width, layers, heads (query, key/value), MLP width, positions
-_V, _D, _L, _H, _HKV, _F, _P = 64, 16, 2, 4, 2, 32, 64
 _TOKENS = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}  # inside the vocabulary, for every family
-_LLAMA = {"vocab_size": _V, "hidden_size": _D, "intermediate_size": _F, "num_hidden_layers": _L,
-          "num_attention_heads": _H, "num_key_value_heads": _HKV, "max_position_embeddings": _P,
-          "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "hidden_act": "silu", "tie_word_embeddings": False}
-_GEMMA = {**_LLAMA, "head_dim": _D // _H, "query_pre_attn_scalar": _D // _H, "sliding_window": 4096,
-          "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": True}
-_GEMMA.pop("hidden_act")
-#: config.json of each family, every field that changes the maths written out (no default assumed)
-_CONFIGS = {
-    "gpt2": {"vocab_size": _V, "n_embd": _D, "n_layer": _L, "n_head": _H, "n_inner": _F, "n_positions": _P,
-             "layer_norm_epsilon": 1e-5, "activation_function": "gelu_new", "tie_word_embeddings": True},
-    "llama": _LLAMA,
-    "qwen2": {**_LLAMA, "use_sliding_window": False},
-    "qwen3": {**_LLAMA, "head_dim": _D // _H, "use_sliding_window": False},
-    "mistral": {**_LLAMA, "sliding_window": 4096},
-    "gpt_neox": {"vocab_size": _V, "hidden_size": _D, "intermediate_size": _F, "num_hidden_layers": _L,
-                 "num_attention_heads": _H, "max_position_embeddings": _P, "layer_norm_eps": 1e-5,
-                 "rotary_pct": 0.5, "rotary_emb_base": 10000, "hidden_act": "gelu", "use_parallel_residual": True,
-                 "tie_word_embeddings": False},
-    "phi3": {**_LLAMA, "sliding_window": None},
-    "gemma2": {**_GEMMA, "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0,
-               "layer_types": ["sliding_attention", "full_attention"]},
-    "gemma3_text": {**_GEMMA, "rope_theta": 1_000_000.0, "rope_local_base_freq": 10000.0,
-                    "layer_types": ["sliding_attention", "full_attention"], "attn_logit_softcapping": None,
-                    "final_logit_softcapping": None},
-}
 
 
 def random_model_config(family: str, **fields) -> dict:
     """The ``config.json`` that :func:`write_random_model` writes for ``family`` (one of
     :data:`attention_ref.models.FAMILIES`), with ``fields`` (transformers' names) set over it."""
-    if family not in _CONFIGS:
+    if family not in FAMILY or FAMILY[family].example is None:
         raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
-    return {"model_type": family, **_TOKENS, **_CONFIGS[family], **fields}
+    return {"model_type": family, **_TOKENS, **FAMILY[family].example, **fields}  # the family file's small model
 
 
 def write_random_model(path, family: str = "llama", *, seed=None, dtype=np.float32, **fields) -> Path:

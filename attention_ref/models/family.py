@@ -130,6 +130,9 @@ class Family(NamedTuple):
     trace_embed: Callable | None = None  # (x, cache, params, config) -> [(name, output)]; None: x as top[0]'s module
     trace_block: Callable | None = None  # (cache, p, config) -> [(name after their_layer, output)], hook order
     names_4x: tuple = ()  # (5.x name, 4.57's name) of the modules transformers 4.x names otherwise
+    # a small model of this family (attention_ref.interop.write_random_model): config.json's fields, every one that
+    # changes the maths written out (no default assumed); model_type and the token ids are added there
+    example: dict | None = None
 
 
 def top_tensor(ours, theirs, how, shape, init="normal", optional=False, when=None) -> Tensor:

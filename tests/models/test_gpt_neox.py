@@ -70,7 +70,7 @@ def test_load_pretrained_round_trip(tmp_path, spelling):
     config = ar.LMConfig.from_dict(spelling)
     params = ar.init_lm_params(config, seed=0)
     (tmp_path / "config.json").write_text(json.dumps(spelling))
-    state = to_transformers(params, config)
+    state = to_transformers(params, config, version=4)  # 4.x's names, as Pythia's files hold them
     assert "embed_out.weight" in state and state["gpt_neox.layers.1.attention.query_key_value.weight"].shape == (24, 8)
     buffers = {"gpt_neox.layers.0.attention.bias": np.tril(np.ones((1, 1, 32, 32), bool)),  # Pythia's files hold
                "gpt_neox.layers.0.attention.masked_bias": np.array(-1e9, np.float32),  # old transformers' buffers:

@@ -83,7 +83,7 @@ def test_rotation_is_rope_times_the_attention_factor():
 def test_other_types_keep_attention_factor_one():
     x = np.random.default_rng(1).standard_normal((4, 8))
     y, _ = scaled_rope_forward(x, base=10000.0, scaling=None, layout="interleaved")
-    assert_close(y, rope_forward(x)[0])
+    assert_close(y, rope_forward(x, layout="interleaved")[0])
     assert rope_parameters(8)[1] == 1.0
 
 

@@ -68,3 +68,7 @@ FAMILY = GEMMA3._replace(
     allowed=GEMMA_ALLOWED + ("attn_softcap", "final_softcap"), block=BLOCK,
     block_title="transformers Gemma2DecoderLayer (layers.<i>.)",
     logits=logits, logits_backward=logits_backward)
+
+#: a small Gemma 2 (attention_ref.interop.write_random_model)
+FAMILY = FAMILY._replace(example={**{k: v for k, v in GEMMA3.example.items() if k != "rope_local_base_freq"},
+                                  "rope_theta": 10000.0, "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0})

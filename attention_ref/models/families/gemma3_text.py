@@ -240,3 +240,9 @@ FAMILY = LLAMA._replace(
     final_norm_backward=final_norm_backward, init_block=init_block, float32_steps=(), keys=KEYS,
     buffers=("rotary_emb.inv_freq", "rotary_emb_local.inv_freq"),
     trace_block=trace_block)
+
+#: a small Gemma 3 (attention_ref.interop.write_random_model)
+FAMILY = FAMILY._replace(example={**{**{k: v for k, v in LLAMA.example.items() if k != "hidden_act"}, "head_dim": 4, "query_pre_attn_scalar": 4,
+           "sliding_window": 4096, "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": True,
+           "layer_types": ["sliding_attention", "full_attention"]}, "rope_theta": 1_000_000.0,
+    "rope_local_base_freq": 10000.0, "attn_logit_softcapping": None, "final_logit_softcapping": None})

@@ -189,3 +189,8 @@ FAMILY = Family(
     keys=KEYS, buffers=("attn.bias", "attn.masked_bias"),
     trace_embed=trace_embed, trace_block=trace_block,
     block_order=tuple(f"{group}.{name}" for group, names in ENCODER_GROUPS.items() for name in names))
+
+#: a small GPT-2 (attention_ref.interop.write_random_model): every config.json field that changes the maths
+FAMILY = FAMILY._replace(example={"vocab_size": 64, "n_embd": 16, "n_layer": 2, "n_head": 4, "n_inner": 32,
+                                  "n_positions": 64, "layer_norm_epsilon": 1e-5, "activation_function": "gelu_new",
+                                  "tie_word_embeddings": True})

@@ -183,3 +183,9 @@ FAMILY = Family(
     init_block=init_block, float32_steps=(("gpt_neox", "GPTNeoX"),), keys=KEYS,
     buffers=("attention.bias", "attention.masked_bias", "rotary_emb.inv_freq"),
     trace_block=trace_block, names_4x=(("lm_head", "embed_out"),))
+
+#: a small GPT-NeoX (attention_ref.interop.write_random_model): every config.json field that changes the maths
+FAMILY = FAMILY._replace(example={"vocab_size": 64, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2,
+                                  "num_attention_heads": 4, "max_position_embeddings": 64, "layer_norm_eps": 1e-5,
+                                  "rotary_pct": 0.5, "rotary_emb_base": 10000, "hidden_act": "gelu",
+                                  "use_parallel_residual": True, "tie_word_embeddings": False})

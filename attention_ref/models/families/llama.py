@@ -302,3 +302,9 @@ FAMILY = Family(
     final_norm_backward=rms_final_norm_backward, init_block=init_llama_style, float32_steps=(("llama", "Llama"),),
     keys=LLAMA_KEYS, buffers=("rotary_emb.inv_freq",),
     trace_block=trace_llama_block)
+
+#: a small Llama (attention_ref.interop.write_random_model): every config.json field that changes the maths
+EXAMPLE = {"vocab_size": 64, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64, "rms_norm_eps": 1e-6,
+           "rope_theta": 10000.0, "hidden_act": "silu", "tie_word_embeddings": False}
+FAMILY = FAMILY._replace(example=EXAMPLE)

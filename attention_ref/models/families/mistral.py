@@ -23,3 +23,5 @@ KEYS = {**LLAMA.keys, "sliding_window": COMPUTED}
 
 FAMILY = LLAMA._replace(model_type=MODEL_TYPE, read=read, keys=KEYS,
                         allowed=LLAMA.allowed + ("sliding_window",), float32_steps=(("mistral", "Mistral"),))
+
+FAMILY = FAMILY._replace(example={**LLAMA.example, "sliding_window": 4096})  # a small model

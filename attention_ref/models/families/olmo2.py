@@ -165,3 +165,5 @@ FAMILY = LLAMA._replace(
     layers=lambda config: [config.rope_frequencies()] * config.num_layers, block_forward=olmo2_block,
     block_backward=olmo2_block_backward, init_block=None, float32_steps=(("olmo2", "Olmo2"),),
     trace_block=olmo2_trace_block)
+
+FAMILY = FAMILY._replace(example=dict(LLAMA.example))  # a small model

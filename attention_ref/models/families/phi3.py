@@ -137,3 +137,5 @@ FAMILY = LLAMA._replace(
     block_title="transformers Phi3DecoderLayer (layers.<i>.)",
     prepare=phi3_block_as_llama, block_forward=block, block_backward=block_backward, init_block=init_block,
     float32_steps=(("phi3", "Phi3"),), trace_block=trace_block)
+
+FAMILY = FAMILY._replace(example={**LLAMA.example, "sliding_window": None})  # a small model

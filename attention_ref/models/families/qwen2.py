@@ -28,3 +28,5 @@ FAMILY = LLAMA._replace(model_type=MODEL_TYPE, read=lambda d: LLAMA.read(d, MODE
                         features=Features(qkv_bias=True), block=BLOCK,
                         block_title="transformers Qwen2DecoderLayer (layers.<i>.)",
                         float32_steps=(("qwen2", "Qwen2"),))
+
+FAMILY = FAMILY._replace(example={**LLAMA.example, "use_sliding_window": False})  # a small model

@@ -28,3 +28,5 @@ FAMILY = LLAMA._replace(model_type=MODEL_TYPE, read=lambda d: LLAMA.read(d, MODE
                         features=Features(qk_norm="head"), block=BLOCK,
                         block_title="transformers Qwen3DecoderLayer (layers.<i>.)",
                         float32_steps=(("qwen3", "Qwen3"),))
+
+FAMILY = FAMILY._replace(example={**LLAMA.example, "head_dim": 4, "use_sliding_window": False})  # a small model

@@ -38,3 +38,5 @@ FAMILY = LLAMA._replace(
     model_type=MODEL_TYPE, read=read, keys=KEYS, allowed=LLAMA.allowed + ("rope_layers",),
     fields=LLAMA.fields._replace(optional_positive=LLAMA.fields.optional_positive + ("no_rope_layer_interval",)),
     block_title="transformers SmolLM3DecoderLayer (layers.<i>.)", float32_steps=(("smollm3", "SmolLM3"),))
+
+FAMILY = FAMILY._replace(example={**LLAMA.example, "no_rope_layers": [1, 0], "use_sliding_window": False})  # a small model
