@@ -120,9 +120,11 @@ def test_every_page_in_a_real_browser(book, browser):
                 seen = browser.execute_script(count)
                 time.sleep(0.3)
             body = browser.execute_script(  # the prose only: code may hold LaTeX for matplotlib's labels
-                "const root = document.querySelector('main, article, body').cloneNode(true);"
-                "root.querySelectorAll('pre, code, div.cell_input, script, style').forEach(e => e.remove());"
-                "return root.textContent")
+                "const code = [...document.querySelectorAll('pre, code, div.cell_input')];"
+                "code.forEach(e => { e.dataset.display = e.style.display; e.style.display = 'none'; });"
+                "const text = document.querySelector('main, article, body').innerText;"
+                "code.forEach(e => { e.style.display = e.dataset.display; });"
+                "return text")
             assert not re.search(r"\$\$|\\(frac|mathrm|sqrt|hat|odot|text)\b", body), f"{name}: raw maths left"
         wide = browser.execute_script(  # code and outputs fit the text column (they wrap, see book.py's CSS)
             "return [...document.querySelectorAll('div.highlight pre, div.cell_output pre')]"
