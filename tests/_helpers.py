@@ -1,6 +1,11 @@
 """Shared test helpers: strict gradient checks and comparisons that say why they failed."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 
 from attention_ref import gradcheck
@@ -9,6 +14,15 @@ from attention_ref import gradcheck
 #: 1e-7 of the largest gradient entry of that input (atol covers gradients that are zero
 #: up to rounding, such as b_k's, where finite differences give ~1e-9 noise).
 STRICT = {"atol": 1e-8, "rtol": 1e-7}
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_package(*args, cwd, env=None, timeout=120):
+    """``python -m attention_ref ARGS`` in a child process, this checkout first on the path."""
+    env = {**os.environ, **(env or {}), "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "attention_ref", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
 
 
 def check_gradients(forward, backward, *inputs, names=None, seed=0, **tol):

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from attention_ref.documents import book
+from tests._helpers import run_package
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,9 +26,7 @@ def _snapshot(folder: Path) -> dict:
 
 
 def _cli(out, cwd, env=None):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "attention_ref", "book", str(out)], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return run_package("book", str(out), cwd=cwd, env=env)
 
 
 @pytest.fixture

@@ -5,23 +5,20 @@ import errno
 import json
 import os
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from attention_ref._atomic import write_atomic
 from attention_ref.interop import read_safetensors
+from tests._helpers import run_package
 
 ROOT = Path(__file__).resolve().parents[1]
 NAME_MAX = os.pathconf(ROOT, "PC_NAME_MAX") if hasattr(os, "pathconf") else 255
 
 
 def _cli(*args, cwd):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "attention_ref", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return run_package(*args, cwd=cwd, timeout=300)
 
 
 def _one_line(result, *words):

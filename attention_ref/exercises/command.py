@@ -323,24 +323,17 @@ def _hint_number(text):
     return _whole(text, 1, "the hint number")
 
 
-def _seconds(text):
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"--time-limit must be a number of seconds > 0, got {text!r}")
-    return value
-
-
-def _mebibytes(text):
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"--memory-limit must be a number of MiB > 0, got {text!r}")
-    return value
+def _positive_number(option, unit):
+    """An argparse type: a finite number > 0 (``option`` and ``unit`` name it in the error)."""
+    def parse(text):
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not 0 < value < float("inf"):
+            raise argparse.ArgumentTypeError(f"{option} must be a number of {unit} > 0, got {text!r}")
+        return value
+    return parse
 
 
 def _exercise_name(text):
@@ -368,9 +361,9 @@ def main(argv=None) -> int:
     hints = sub.add_parser("hint", help="show one hint (each says more than the last)")
     hints.add_argument("name", type=_exercise_name, metavar="NAME", help=names)
     hints.add_argument("number", nargs="?", type=_hint_number, default=1)
-    limit = dict(type=_seconds, default=TIME_LIMIT, metavar="SECONDS",
+    limit = dict(type=_positive_number("--time-limit", "seconds"), default=TIME_LIMIT, metavar="SECONDS",
                  help=f"time the code may take on one case (default {TIME_LIMIT:g})")
-    memory = dict(type=_mebibytes, default=MEMORY_LIMIT, metavar="MIB",
+    memory = dict(type=_positive_number("--memory-limit", "MiB"), default=MEMORY_LIMIT, metavar="MIB",
                   help=f"memory the code may add, in MiB (Linux; default {MEMORY_LIMIT})")
     seed = dict(type=_seed, default=0, help="seed of the inputs (default 0)")
     run = sub.add_parser("check", help="check the backward in a file written by start")

@@ -193,15 +193,24 @@ def to_transformers(tree, config: LMConfig, version=None) -> dict:
 
 def _state_dict_names(out, tree, config, major):
     """The file's names (:data:`MAPPINGS`) as ``model.state_dict()`` of that transformers major
-    version has them: the tied head added under the head's name, GPT-NeoX's head renamed in 5.x."""
-    head = "embed_out.weight" if config.family == "gpt_neox" and major < 5 else "lm_head.weight"
-    if config.family == "gpt_neox" and "embed_out.weight" in out:
-        out[head] = out.pop("embed_out.weight")
+    version has them: the tied head added under the head's name, and in 5.x the modules 4.57 named
+    otherwise (the family's ``names_4x``: GPT-NeoX's ``embed_out``) under their 5.x names."""
+    names_4x = dict(family_of(config).names_4x)  # 5.x's module name -> 4.57's
+    if major >= 5:
+        renamed = {old: new for new, old in names_4x.items()}
+        out = {_renamed(name, renamed): value for name, value in out.items()}
+    head = f"{'lm_head' if major >= 5 else names_4x.get('lm_head', 'lm_head')}.weight"
     if config.tie_word_embeddings and tree.get(TOKEN_TABLE[config.family]) is not None:
         token_rule = next(rule for rule in MAPPINGS[WHOLE_MODELS[config.family][0]]
                           if rule.ours == (TOKEN_TABLE[config.family],))
         out[head] = out[token_rule.theirs]  # one parameter under two names, as in the state dict
     return out
+
+
+def _renamed(name, renamed):
+    """``name`` with its first module renamed when ``renamed`` has it (``embed_out.weight`` -> ``lm_head.weight``)."""
+    first, _, rest = name.partition(".")
+    return f"{renamed[first]}.{rest}" if first in renamed and rest else name
 
 
 def _major_version(version):

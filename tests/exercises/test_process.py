@@ -3,7 +3,6 @@ as such with a non-zero status; the caller's NumPy settings survive a check; the
 kept safely where XDG says; argument errors are one line; every line fits 80 columns."""
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,16 +12,14 @@ import pytest
 from attention_ref import multi_head_attention_backward, softmax_backward
 from attention_ref.exercises import EXERCISES, check
 from attention_ref.exercises.command import main
+from tests._helpers import run_package
 
 ROOT = Path(__file__).resolve().parents[2]
 RIGHT = "    return cache.y * (dy - (cache.y * dy).sum(axis=cache.axis, keepdims=True))\n"
 
 
 def _cli(*args, cwd, env=None):
-    """``python -m attention_ref exercise ...`` in a child process, this checkout first on the path."""
-    env = {**os.environ, **(env or {}), "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "attention_ref", "exercise", *args], capture_output=True,
-                          text=True, cwd=cwd, env=env, timeout=120)
+    return run_package("exercise", *args, cwd=cwd, env=env)
 
 
 def _file(tmp_path, body, name="attempt.py", exercise="softmax_backward", extra=""):
