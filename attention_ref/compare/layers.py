@@ -22,12 +22,15 @@ import numpy as np
 
 from ..interop.pretrained import from_transformers_state, to_transformers
 from ..models.config import LMConfig, family_of
+from ..nn.feed_forward import gelu_forward
+from ..nn.geglu import geglu_formula
+from ..nn.gemma_rms_norm import gemma_rms_norm_formula
 from ..models.params import block_params, init_lm_params
 from ..models.trace import lm_trace
 from ..models.trace_steps import SEPARATOR
 
 __all__ = ["Variant", "layer_variants", "model_variants", "drawn_state", "block_reference", "model_reference",
-           "module_names", "KINDS"]
+           "module_names", "KINDS", "transformers_state"]
 
 #: the kinds of module :func:`attention_ref.compare.module` compares
 KINDS = ("attention", "mlp", "decoder_layer")
@@ -35,7 +38,6 @@ KINDS = ("attention", "mlp", "decoder_layer")
 #: the values people use, tried for a mistake with a wrong value (issue 39)
 THETAS = (10000.0, 500000.0, 1000000.0)
 EPSILONS = (1e-5, 1e-6, 1e-300)  # 1e-300: eps left out (the config refuses 0; no row is that small)
-ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh")
 
 
 def config_of(cfg: dict) -> LMConfig:
@@ -57,7 +59,16 @@ def drawn_state(cfg: dict, seed: int) -> dict:
             drawn[key] = rng.standard_normal(value.shape) / (math.sqrt(value.shape[-2]) if inside else 1.0)
         else:  # a norm's weight (ones) or a bias (zeros): away from both
             drawn[key] = value + 0.3 * rng.standard_normal(value.shape)
-    return {k: np.asarray(v, np.float64) for k, v in to_transformers(drawn, config).items()}
+    return transformers_state(drawn, config)
+
+
+def transformers_state(params, config) -> dict:
+    """``params`` under transformers' names, float64; a tied head once, as the token table (as
+    ``save_pretrained`` writes it), so that an edit of the table edits the head too."""
+    state = to_transformers(params, config)
+    if config.tie_word_embeddings:
+        state = {k: v for k, v in state.items() if k.rsplit(".", 1)[0] not in ("lm_head", "embed_out")}
+    return {k: np.asarray(v, np.float64) for k, v in state.items()}
 
 
 def _params(state, cfg):
@@ -119,6 +130,41 @@ class Variant(NamedTuple):
     label: str
     edit: Callable | None = None
     case: Callable | None = None
+    compute: Callable | None = None  # (state, cfg, trace, x, prefix) -> {name: output} over layer 0's trace
+
+
+def _gelu_compute(approximate, gpt2):
+    """GELU ``approximate`` in place of the MLP's activation, on layer 0's trace: the activation's
+    output, then the down projection's (linear in it) and the MLP's."""
+    def compute(state, cfg, trace, x, prefix):
+        keys = list(trace)
+        mlp = prefix + "mlp"
+        inside = [k for k in keys if k.startswith(mlp + ".")]
+        acts = [k for k in inside if k.rsplit(".", 1)[1] in ("act", "act_fn", "activation_fn")]
+        if not acts:
+            return None
+        act, down = acts[0], inside[-1]
+        pre = trace[keys[keys.index(act) - 1]]
+        F = trace[act].shape[-1]
+        gate, up = (pre[..., :F], pre[..., F:]) if pre.shape[-1] == 2 * F else (pre, trace.get(mlp + ".up_proj"))
+        new_act, _ = gelu_forward(gate, approximate)
+        term = new_act - trace[act] if up is None else (new_act - trace[act]) * up
+        W = state[family_of(config_of(cfg)).their_layer.format(i=0) + down[len(prefix):] + ".weight"]
+        delta = term @ (W if gpt2 else W.T)  # GPT-2's Conv1D (in, out); Linear (out, in)
+        return {act: new_act, down: trace[down] + delta, mlp: trace[mlp] + delta}
+    return compute
+
+
+def _without_post_norms(state, cfg, trace, x, prefix):
+    """Gemma's layer 0 without its two post-norms: ``h = x + a``, ``y = h + GeGLU(GRMS_pre_ff(h))``."""
+    params, config = _params(state, cfg)
+    family = family_of(config)
+    p = family.prepare(block_params(params, config, 0), config)
+    attention = next(k.split(SEPARATOR)[0] for k in trace if k.startswith(prefix) and SEPARATOR in k)
+    h = x + trace[attention]
+    u, _ = gemma_rms_norm_formula(h, p["pre_feedforward_norm.weight"], config.eps)
+    m, _ = geglu_formula(u, p["mlp.W_gate"], p["mlp.W_up"], p["mlp.W_down"])
+    return {prefix + "pre_feedforward_layernorm": u, prefix + "mlp": m, prefix.rstrip("."): h + m}
 
 
 def _with(cfg, **fields):
@@ -280,6 +326,8 @@ def layer_variants(cfg: dict, kind: str, state: dict) -> list:
                                    case=lambda pos, keep: (np.broadcast_to(np.arange(pos.shape[-1]), pos.shape), keep)))
                 out.append(Variant("rope_position_offset", "the first row's positions",
                                    case=lambda pos, keep: (np.broadcast_to(pos[:1], pos.shape), keep)))
+        if kind != "model":  # the model level's own (model_variants)
+            out.append(Variant("padding_ignored", "the attention mask left out", case=lambda pos, keep: (pos, None)))
         if Hkv < H:
             G = H // Hkv
             sigma = np.array([(h % G) * Hkv + h // G for h in range(H)])
@@ -357,11 +405,11 @@ def layer_variants(cfg: dict, kind: str, state: dict) -> list:
         out.append(Variant("conv1d_transpose", "square Conv1D weights not transposed", transposed))
     if mlp:
         act = _field(family, "act", cfg)
-        if act is not None:
-            now = cfg.get(act)
-            for a in ACTIVATIONS:
-                if a != now and not ({a, now} <= {"gelu_new", "gelu_pytorch_tanh"}):
-                    out.append(Variant("gelu_variant", f"activation {a}", lambda s, c, a=a, k=act: (s, _with(c, **{k: a}))))
+        now = None if act is None else cfg.get(act, family.example.get(act) if family.example else None)
+        if isinstance(now, str) and now.startswith("gelu"):
+            other = "tanh" if now == "gelu" else "none"
+            out.append(Variant("gelu_variant", "the exact GELU" if other == "none" else "GELU's tanh approximation",
+                               compute=_gelu_compute(other, config.family == "gpt2")))
 
         def swapped(state, cfg):
             out_ = dict(state)
@@ -387,6 +435,8 @@ def layer_variants(cfg: dict, kind: str, state: dict) -> list:
             def offset(state, cfg, shift=shift):
                 return {k: (v + shift if k in _norm_names(state) else v) for k, v in state.items()}, cfg
             out.append(Variant("norm_offset", "norm weights w" if shift < 0 else "norm weights 1 + w", offset))
+        if _gemma_norms(config) and config.features.norm_placement == "sandwich":
+            out.append(Variant("post_norm_missing", "no post-norms", compute=_without_post_norms))
         if config.family == "gpt_neox":
             out.append(Variant("parallel_residual", "residual " + ("sequential" if config.use_parallel_residual else
                                                                     "parallel"),

@@ -21,13 +21,13 @@ from pathlib import Path
 import numpy as np
 
 from .._checks import signals_land_here
-from ..interop.pretrained import load_pretrained, to_transformers
+from ..interop.pretrained import load_pretrained
 from ..models.config import LMConfig, family_of
 from ..models.lm import step_modules
 from ..models.trace import trace_names_4x
 from .judge import _deviation, _separating, _user_line
 from .layers import (KINDS, block_reference, config_of, drawn_state, layer_variants, model_reference, model_variants,
-                     module_names)
+                     module_names, transformers_state)
 from .verdict import Comparison
 
 __all__ = ["module", "model", "MODULE_RTOL"]
@@ -141,7 +141,12 @@ def _compare(user, ref, keep, rtol):
     """(deviation relative to the reference's size, NaN at a padded position) or (inf, False) for a
     shape that does not fit."""
     if user.size != ref.size:
-        return math.inf, False
+        try:  # an output without batch axes (GPT-2's wpe, (T, D)) against the user's (B, T, D)
+            ref = np.broadcast_to(ref, user.shape) if user.ndim > ref.ndim else None
+        except ValueError:
+            ref = None
+        if ref is None:
+            return math.inf, False
     user = user.reshape(ref.shape)
     skip = _keep_rows(ref, keep)
     size = max(_deviation(ref, 0 * ref, skip), np.finfo(np.float64).tiny)
@@ -348,6 +353,8 @@ def _reproduces_module(variant, cfg, inner, input_key, state, j):
         positions, keep = variant.case(case.positions, case.keep) if variant.case is not None else (
             case.positions, case.keep)
         theirs = block_reference(s, c, case.x, positions, keep)
+        if variant.compute is not None:
+            theirs = {**theirs, **(variant.compute(s, c, theirs, case.x, "") or {})}
     except Exception:  # a variant this config refuses reproduces nothing
         return False
     if input_key is not None:  # the variant must leave the module's input as it was
@@ -388,7 +395,7 @@ def model(model, folder, names=None) -> Comparison:
         raise TypeError("names must be a dict {their module name: transformers' module name} of strings")
     cfg = json.loads((folder / "config.json").read_text())
     params, config = load_pretrained(folder, dtype=np.float64)
-    state = {k: np.asarray(v, np.float64) for k, v in to_transformers(params, config).items()}
+    state = transformers_state(params, config)
     subject = f"model ({config.family}, {folder.name})"
     user = _float64_copy(torch, model) if isinstance(model, torch.nn.Module) else model
     mapping = _mapping(names, config)
@@ -542,6 +549,11 @@ def _reproduces_model(variant, cfg, state, key, j):
         s, c = variant.edit(state, cfg) if variant.edit is not None else (state, cfg)
         _, keep = variant.case(ids, mask) if variant.case is not None else (ids, mask)
         theirs = model_reference(s, c, ids, keep)
+        if variant.compute is not None:  # on layer 0, whose input is the embedding's output
+            config = config_of(c)
+            modules = step_modules(config)
+            theirs = {**theirs, **(variant.compute(s, c, theirs, theirs[modules["embed"]],
+                                                   modules["block"][0] + ".") or {})}
     except Exception:  # a variant this config refuses reproduces nothing
         return False
     error, _ = _compare(value, theirs[key], mask, MODULE_RTOL)

@@ -197,7 +197,7 @@ class MLP(nn.Module):
         D, F, f = s["D"], s["F"], s["family"]
         self.act = activation(s["act"], mistakes)
         if f == "gpt2":
-            if "conv1d_transpose" in mistakes:  # Linear layers: (out, in), the checkpoint's (in, out) refused
+            if "conv1d_transpose_mlp" in mistakes:  # Linear layers: (out, in), the checkpoint's (in, out) refused
                 self.c_fc, self.c_proj = nn.Linear(D, F), nn.Linear(F, D)
             else:
                 self.c_fc, self.c_proj = Conv1D(D, F), Conv1D(F, D)
