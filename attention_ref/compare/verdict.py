@@ -62,10 +62,10 @@ class Comparison:
         size = ", ".join(sizes) or "no case judged"
         if self.ok:
             lines.append(f"{self.subject}: matches the reference on all {self.cases} cases ({size}).")
-        elif self.cases == 0:  # nothing ran: the weights did not load
-            lines.append(f"{self.subject}: differs from the reference before any case: {self.where}.")
         else:
-            lines.append(f"{self.subject}: differs from the reference on {self.failed} of {self.cases} cases ({size}).")
+            lines.append(f"{self.subject}: differs from the reference on {self.failed} of {self.cases} cases ({size})."
+                         if self.cases else  # nothing ran: the weights did not load
+                         f"{self.subject}: differs from the reference before any case ran.")
             if self.mistake is not None:
                 m = MISTAKES[self.mistake]
                 lines.append(f"Mistake: {self.mistake} (docs/compare.md): {m.symptom}.")
