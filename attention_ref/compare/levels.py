@@ -485,7 +485,7 @@ def _embed_scaled(config):
 
 def _divergences(config, ref, records, logits, keep):
     """The names of the modules whose output differs, in hook order, then ``""`` for the logits."""
-    out, compared = [], 0
+    out, compared, largest = [], 0, 0.0
     embed = step_modules(config)["embed"]
     for name, value in records:
         if name not in ref or name == "":
@@ -494,25 +494,26 @@ def _divergences(config, ref, records, logits, keep):
         error, _ = _compare(value, ref[name], keep, MODULE_RTOL)
         if not error <= MODULE_RTOL and name == embed and _embed_scaled(config):  # 4.57 scales after the module
             error, _ = _compare(value, ref[name] / math.sqrt(config.d_model), keep, MODULE_RTOL)
+        largest = max(largest, error)
         if not error <= MODULE_RTOL:
             out.append((name, value, error))
     error, _ = _compare(logits, ref[""], keep, MODULE_RTOL)
     if not error <= MODULE_RTOL:
         out.append(("", logits, error))
-    return out, compared
+    return out, compared, max(largest, error)
 
 
 def _model_verdict(subject, cfg, config, state, results, their_head):
-    judged, compared = [], 0
+    judged, compared, largest = [], 0, 0.0
     for ids, mask, features, logits, records in results:
         ref = model_reference(state, cfg, ids, mask)
-        diverging, n = _divergences(config, ref, records, logits, mask)
-        compared = max(compared, n)
+        diverging, n, error = _divergences(config, ref, records, logits, mask)
+        compared, largest = max(compared, n), max(largest, error)
         _, nan = _compare(logits, ref[""], mask, MODULE_RTOL)
         judged.append((ids, mask, features, logits, dict(records), diverging, nan))
     note = "" if compared else (" No submodule name matched transformers' (pass names={...}): the logits alone"
                                 " were compared.")
-    error = max((d[2] for j in judged for d in j[5]), default=0.0)
+    error = largest
     wrong = [j for j in judged if j[5]]
     n = len(judged)
     if not wrong:
@@ -534,7 +535,7 @@ def _model_verdict(subject, cfg, config, state, results, their_head):
         if all(_reproduces_model(variant, cfg, state, key, j) for j in judged):
             return Comparison(False, variant.mistake, where, inputs, subject, n, len(wrong), error,
                               detail=f"Reproduced at {key or 'the logits'} by the reference with {variant.label} on"
-                                     f" every batch{inside}.{note}")
+                                     f" every batch.{note}")
     return Comparison(False, None, where, inputs, subject, n, len(wrong), error,
                       detail=f"Largest relative error {error:.3g}{inside}; no mistake of the catalogue reproduces it"
                              f" on every batch.{note}")
