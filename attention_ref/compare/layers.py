@@ -15,6 +15,7 @@ outputs on every case (STYLE item 28).
 from __future__ import annotations
 
 import copy
+import json
 import math
 from typing import Callable, NamedTuple
 
@@ -30,7 +31,7 @@ from ..models.trace import lm_trace
 from ..models.trace_steps import SEPARATOR
 
 __all__ = ["Variant", "layer_variants", "model_variants", "drawn_state", "block_reference", "model_reference",
-           "module_names", "KINDS", "transformers_state"]
+           "module_names", "KINDS", "transformers_state", "read_params"]
 
 #: the kinds of module :func:`attention_ref.compare.module` compares
 KINDS = ("attention", "mlp", "decoder_layer")
@@ -40,8 +41,20 @@ THETAS = (10000.0, 500000.0, 1000000.0)
 EPSILONS = (1e-5, 1e-6, 1e-300)  # 1e-300: eps left out (the config refuses 0; no row is that small)
 
 
+_CONFIGS = {}
+
+
 def config_of(cfg: dict) -> LMConfig:
-    return LMConfig.from_dict(cfg)
+    """``LMConfig.from_dict(cfg)``, read once per distinct config (an LMConfig is immutable)."""
+    try:
+        key = json.dumps(cfg, sort_keys=True)
+    except (TypeError, ValueError):  # a value JSON cannot hold: read it every time
+        return LMConfig.from_dict(cfg)
+    if key not in _CONFIGS:
+        if len(_CONFIGS) > 256:
+            _CONFIGS.clear()
+        _CONFIGS[key] = LMConfig.from_dict(cfg)
+    return _CONFIGS[key]
 
 
 def drawn_state(cfg: dict, seed: int) -> dict:
@@ -71,17 +84,22 @@ def transformers_state(params, config) -> dict:
     return {k: np.asarray(v, np.float64) for k, v in state.items()}
 
 
+def read_params(state, cfg):
+    """Our params of ``(state, cfg)``, float64."""
+    return _params(state, cfg)[0]
+
+
 def _params(state, cfg):
     config = config_of(cfg)
     return from_transformers_state(state, config, np.float64), config
 
 
-def module_names(cfg: dict) -> dict:
+def module_names(cfg: dict, state=None) -> dict:
     """``{"attention": "self_attn", "mlp": "mlp", "layer": "model.layers.0."}``: the family's names of
     layer 0's attention and MLP, after the layer's prefix (read from the block's trace)."""
     config = config_of(cfg)
     family = family_of(config)
-    _, p, cache = _one_block(cfg)
+    _, p, cache = _one_block(cfg, state)
     entries = [name for name, _ in family.trace_block(cache, p, config)]
     attention = next(n.split(SEPARATOR)[0] for n in entries if SEPARATOR in n)
     return {"attention": attention, "mlp": "mlp", "layer": family.their_layer.format(i=0), "entries": entries}
@@ -99,11 +117,11 @@ def _one_block(cfg, state=None):
     return family, p, cache
 
 
-def block_reference(state, cfg, x, positions, keep) -> dict:
+def block_reference(state, cfg, x, positions, keep, params=None) -> dict:
     """Layer 0's trace (names after the layer's prefix; ``""`` is the layer's output) for the block
     input ``x`` (B, T, D), ``positions`` (B, T) and ``keep`` (B, T) booleans or None, one batch row
-    at a time (each row with its own positions)."""
-    params, config = _params(state, cfg)
+    at a time (each row with its own positions); ``params`` the state read already, or None."""
+    params, config = _params(state, cfg) if params is None else (params, config_of(cfg))
     family = family_of(config)
     p = family.prepare(block_params(params, config, 0), config)
     layer = family.layers(config)[0]

@@ -27,7 +27,7 @@ from ..models.lm import step_modules
 from ..models.trace import trace_names_4x
 from .judge import _deviation, _separating, _user_line
 from .layers import (KINDS, block_reference, config_of, drawn_state, layer_variants, model_reference, model_variants,
-                     module_names, transformers_state)
+                     module_names, read_params, transformers_state)
 from .verdict import Comparison
 
 __all__ = ["module", "model", "MODULE_RTOL"]
@@ -172,7 +172,8 @@ def module(module, config, kind) -> Comparison:
     Weights are drawn (seed 0), loaded with ``module.load_state_dict(strict=True)`` into a float64
     copy of the module; a load that fails is a verdict (named when the catalogue explains it: a
     dropped bias, GPT-2's Conv1D weights not transposed, a head width not read from the config).
-    The cases: positions from 0, not from 0, per batch row, a left-padded batch, and T beyond the
+    The cases: positions from 0, not from 0, per batch row, with a jump (packed sequences), a
+    left-padded batch, and T beyond the
     sliding window when the config has a small one. ``.where`` is the first submodule (forward
     hook order, transformers' names) whose output differs, or the module's output.
     """
@@ -183,10 +184,11 @@ def module(module, config, kind) -> Comparison:
         raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
     cfg = _config_dict(config)
     lm_config = config_of(cfg)
-    names = module_names(cfg)
+    state = drawn_state(cfg, _SEED)
+    params = read_params(state, cfg)
+    names = module_names(cfg, state)
     inner = {"attention": names["attention"], "mlp": names["mlp"], "decoder_layer": ""}[kind]
     prefix = names["layer"] + (inner + "." if inner else "")
-    state = drawn_state(cfg, _SEED)
     subject = f"{kind} ({lm_config.family})"
     theirs = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
     user = _float64_copy(torch, module)
@@ -201,7 +203,7 @@ def module(module, config, kind) -> Comparison:
     try:
         results = []
         for case in cases:
-            ref = block_reference(state, cfg, case.x, case.positions, case.keep)
+            ref = block_reference(state, cfg, case.x, case.positions, case.keep, params)
             given = case.x if input_key is None else ref[input_key]
             recorder.records.clear()
             try:
@@ -241,6 +243,8 @@ def _module_cases(config: LMConfig, rng) -> list:
                    {"positions not from 0": True}),
              _Case(rng.standard_normal((B, T, D)), np.stack([ar + 3, ar + 1000]), None,
                    {"positions not from 0": True, "positions per batch row": True})]
+    cases.append(_Case(rng.standard_normal((B, T, D)), np.stack([ar, np.r_[ar[:3], ar[:T - 3]]]), None,
+                       {"positions with a jump": True, "positions per batch row": True}))  # packed sequences
     keep = np.ones((B, T), bool)
     keep[1, :2] = False
     positions = np.maximum(np.cumsum(keep, axis=1) - 1, 0)
@@ -340,19 +344,25 @@ def _first_divergent(records, ref, inner, keep):
 
 
 def _name_module(cfg, kind, inner, input_key, state, judged):
+    # the cases that differ first: a variant that cannot reproduce them is dropped at once
+    order = sorted(judged, key=lambda j: j[5] <= MODULE_RTOL)
     for variant in layer_variants(cfg, kind, state):
-        if all(_reproduces_module(variant, cfg, inner, input_key, state, j) for j in judged):
+        try:
+            s, c = variant.edit(state, cfg) if variant.edit is not None else (state, cfg)
+            params = read_params(s, c)
+        except Exception:  # a variant this config refuses reproduces nothing
+            continue
+        if all(_reproduces_module(variant, s, c, params, inner, input_key, j) for j in order):
             return variant
     return None
 
 
-def _reproduces_module(variant, cfg, inner, input_key, state, j):
+def _reproduces_module(variant, s, c, params, inner, input_key, j):
     case, ref, given, value = j[:4]
     try:
-        s, c = variant.edit(state, cfg) if variant.edit is not None else (state, cfg)
         positions, keep = variant.case(case.positions, case.keep) if variant.case is not None else (
             case.positions, case.keep)
-        theirs = block_reference(s, c, case.x, positions, keep)
+        theirs = block_reference(s, c, case.x, positions, keep, params)
         if variant.compute is not None:
             theirs = {**theirs, **(variant.compute(s, c, theirs, case.x, "") or {})}
     except Exception:  # a variant this config refuses reproduces nothing
