@@ -34,6 +34,10 @@ __all__ = ["module", "model", "MODULE_RTOL"]
 
 #: the relative tolerance of the module and model levels (float64 against float64)
 MODULE_RTOL = 1e-10
+#: where a difference starts: once some module differs beyond MODULE_RTOL, the first module (in hook
+#: order) whose error is above float64's rounding (a mistake whose effect is small at its own module,
+#: as a soft cap on small scores, grows past the tolerance only in later ones)
+LOCATE_RTOL = 1e-12
 _SEED = 0
 
 
@@ -505,11 +509,13 @@ def _divergences(config, ref, records, logits, keep):
         if not error <= MODULE_RTOL and name == embed and _embed_scaled(config):  # 4.57 scales after the module
             error, _ = _compare(value, ref[name] / math.sqrt(config.d_model), keep, MODULE_RTOL)
         largest = max(largest, error)
-        if not error <= MODULE_RTOL:
+        if not error <= LOCATE_RTOL:
             out.append((name, value, error))
     error, _ = _compare(logits, ref[""], keep, MODULE_RTOL)
-    if not error <= MODULE_RTOL:
+    if not error <= LOCATE_RTOL:
         out.append(("", logits, error))
+    if not any(not e <= MODULE_RTOL for _, _, e in out):
+        out = []  # nothing beyond the tolerance: it matches
     return out, compared, max(largest, error)
 
 
@@ -568,4 +574,5 @@ def _reproduces_model(variant, cfg, state, key, j):
     except Exception:  # a variant this config refuses reproduces nothing
         return False
     error, _ = _compare(value, theirs[key], mask, MODULE_RTOL)
-    return error <= MODULE_RTOL
+    before = {name: e for name, _, e in j[5]}.get(key, 0.0)  # the user's error against the reference there
+    return error <= min(MODULE_RTOL, before / 100) or (before == 0.0 and error <= MODULE_RTOL)
