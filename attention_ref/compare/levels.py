@@ -547,7 +547,12 @@ def _model_verdict(subject, cfg, config, state, results, their_head):
     cases = [_C(j[2]) for j in judged]
     inputs = _separating(cases, [cases[i] for i, j in enumerate(judged) if j[5]])
     inside = f" (first module: {key})" if key and key != where else ""
-    for variant in model_variants(cfg, state, their_head):
+    variants = model_variants(cfg, state, their_head)
+    # each weight edit on every layer (a port's class is shared), then on the diverging sub-layer alone
+    # (a loader's mistake in one tensor, the final norm's own eps or offset)
+    variants += [v._replace(edit=_only_under(v.edit, where + "."), label=f"{v.label} in {where} alone")
+                 for v in variants if v.edit is not None and where not in ("logits", "lm_head")]
+    for variant in variants:
         if all(_reproduces_model(variant, cfg, state, key, j) for j in judged):
             return Comparison(False, variant.mistake, where, inputs, subject, n, len(wrong), error,
                               detail=f"Reproduced at {key or 'the logits'} by the reference with {variant.label} on"
@@ -555,6 +560,14 @@ def _model_verdict(subject, cfg, config, state, results, their_head):
     return Comparison(False, None, where, inputs, subject, n, len(wrong), error,
                       detail=f"Largest relative error {error:.3g}{inside}; no mistake of the catalogue reproduces it"
                              f" on every batch.{note}")
+
+
+def _only_under(edit, prefix):
+    """``edit`` kept for the tensors under ``prefix`` only (the config as ``edit`` leaves it)."""
+    def restricted(state, cfg):
+        edited, c = edit(state, cfg)
+        return {k: (edited[k] if k.startswith(prefix) else v) for k, v in state.items()}, c
+    return restricted
 
 
 def _reproduces_model(variant, cfg, state, key, j):

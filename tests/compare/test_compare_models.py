@@ -71,6 +71,17 @@ def test_planted_model_mistakes_are_located_and_named(folders, family, planted, 
     assert verdict.where == where, str(verdict)
 
 
+def test_a_mistake_in_one_module_alone_is_named_there(folders):
+    """The final norm alone with Llama's weight read as Gemma's 1 + w: located at model.norm, named by the
+    variant restricted to it (the variant on every norm would change layer 0 first)."""
+    model = P.load(folders["llama"])
+    wrong = P.RMSNorm(model.s["D"], model.s["eps"], False, {"norm_offset"})
+    wrong.weight = model.model.norm.weight
+    model.model.norm = wrong
+    verdict = compare.model(model, folders["llama"])
+    assert verdict.mistake == "norm_offset" and verdict.where == "model.norm", str(verdict)
+
+
 def test_padding_is_separated_and_padded_positions_left_out(folders):
     verdict = compare.model(P.load(folders["llama"], {"padding_ignored"}), folders["llama"])
     assert verdict.inputs == ("left padding",) and verdict.failed == 1
