@@ -201,3 +201,11 @@ def test_verdict_numbers_are_real():
     cfg = random_model_config("llama")
     verdict = compare.module(build("attention", cfg, {"rope_theta"}), cfg, "attention")
     assert verdict.cases == 5 and verdict.failed >= 4 and np.isfinite(verdict.error) and verdict.error > 1e-6
+
+
+def test_a_real_models_config_draws_its_first_layers_only():
+    """A config with Llama 2's vocabulary and depth: the module is layer 0, so neither the 32000-row
+    table nor the other layers are drawn (this runs in about the time of the small config)."""
+    cfg = random_model_config("llama", vocab_size=32000, num_hidden_layers=32, pad_token_id=31999)
+    verdict = compare.module(build("decoder_layer", cfg), cfg, "decoder_layer")
+    assert verdict.ok, str(verdict)
