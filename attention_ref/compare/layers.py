@@ -478,6 +478,9 @@ def model_variants(cfg: dict, state: dict, their_head=None) -> list:
     else:
         out.append(Variant("embedding_scale", "embeddings scaled by sqrt(D)",
                            lambda s, c: ({**s, table: s[table] * factor}, c)))
+    if config.final_softcap is not None:
+        out.append(Variant("softcap_missing", "no soft-capping of the logits",
+                           lambda s, c: (s, _with(c, final_logit_softcapping=None))))
     head_names = [n for n in state if n.rsplit(".", 1)[0] in ("lm_head", "embed_out")]
     if config.tie_word_embeddings and their_head is not None:
         head = np.asarray(their_head, np.float64)

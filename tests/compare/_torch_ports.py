@@ -329,7 +329,7 @@ class CausalLM(nn.Module):
         h = self.base[0](ids, attention_mask)
         head = self.embed_out if self.s["family"] == "gpt_neox" else self.lm_head
         logits = head(h)
-        if self.s.get("final_softcap"):
+        if self.s.get("final_softcap") and "final_softcap_missing" not in self.mistakes:
             logits = self.s["final_softcap"] * torch.tanh(logits / self.s["final_softcap"])
         return logits
 

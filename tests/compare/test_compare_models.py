@@ -55,6 +55,7 @@ PLANTED = [
     ("gemma2", "window_wrong_layers", "window_wrong_layers", "model.layers.1.self_attn"),
     ("gemma2", "softcap_missing", "softcap_missing", "model.layers.0.self_attn"),
     ("gemma2", "tied_head", "tied_head", "lm_head"),
+    ("gemma2", "final_softcap_missing", "softcap_missing", "logits"),
     ("gpt_neox", "parallel_residual", "parallel_residual", "gpt_neox.layers.0.post_attention_layernorm"),
     ("gpt_neox", "fused_qkv_split", "fused_qkv_split", "gpt_neox.layers.0.attention"),
     ("gpt_neox", "tied_head", "tied_head", "lm_head"),
