@@ -20,5 +20,5 @@ from .levels import MODULE_RTOL, model, module
 from .operations import OPERATIONS
 from .verdict import Comparison
 
-__all__ = ["operation", "module", "model", "MODULE_RTOL", "Comparison", "Mistake", "MISTAKES", "OPERATION_MISTAKES", "OPERATIONS", "R_LIMIT",
-           "PRECISION_FACTOR"]
+__all__ = ["operation", "module", "model", "MODULE_RTOL", "Comparison", "Mistake", "MISTAKES", "OPERATION_MISTAKES",
+           "OPERATIONS", "R_LIMIT", "PRECISION_FACTOR"]

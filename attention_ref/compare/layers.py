@@ -446,8 +446,9 @@ def layer_variants(cfg: dict, kind: str, state: dict) -> list:
         if eps_key is not None:
             for eps in EPSILONS:
                 if eps != config.eps:
-                    out.append(Variant("rms_norm_eps", f"eps {eps:g}", lambda s, c, e=eps, k=eps_key: (s, _with(c, **{k: e}))))
-        if family.fields.numbers and any("rms" in n for n in family.fields.numbers) or _gemma_norms(config):
+                    out.append(Variant("rms_norm_eps", f"eps {eps:g}",
+                                       lambda s, c, e=eps, k=eps_key: (s, _with(c, **{k: e}))))
+        if any("rms" in n for n in family.fields.numbers) or _gemma_norms(config):  # RMSNorm families
             shift = -1.0 if _gemma_norms(config) else 1.0
 
             def offset(state, cfg, shift=shift):

@@ -22,7 +22,7 @@ import numpy as np
 
 from .._checks import signals_land_here
 from ..interop.pretrained import load_pretrained
-from ..models.config import LMConfig, family_of
+from ..models.config import LMConfig
 from ..models.lm import step_modules
 from ..models.trace import trace_names_4x
 from .judge import _deviation, _separating, _user_line
