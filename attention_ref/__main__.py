@@ -1,6 +1,8 @@
 """``python -m attention_ref``: the step-by-step walkthrough (see :mod:`attention_ref.documents.walkthrough`);
 ``python -m attention_ref exercise ...``: the exercises (see :mod:`attention_ref.exercises`);
-``python -m attention_ref book [OUT]``: the lessons and docs as a website (see :mod:`attention_ref.documents.book`)."""
+``python -m attention_ref book [OUT]``: the lessons and docs as a website (see :mod:`attention_ref.documents.book`);
+``python -m attention_ref compare FOLDER FILE.py:FUNCTION``: your own model against the reference (see
+:mod:`attention_ref.compare.command`)."""
 import os
 import sys
 
@@ -18,6 +20,10 @@ def save_figures(directory):
 try:
     if sys.argv[1:2] == ["exercise"]:
         code = exercise_main(sys.argv[2:])
+    elif sys.argv[1:2] == ["compare"]:
+        from .compare.command import main as compare_main
+
+        code = compare_main(sys.argv[2:])
     elif sys.argv[1:2] == ["book"]:
         from .documents.book import main as book_main
 

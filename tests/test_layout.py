@@ -84,8 +84,9 @@ def test_imports_flow_down_only():
 
 
 def test_nothing_imports_compare():
-    """compare/ stands apart: it checks users' code against every layer below, and no layer needs it."""
-    wrong = [f"{m} imports {t}" for m in modules() if layer_of(m) != "compare"
+    """compare/ stands apart: it checks users' code against every layer below, and no layer needs it
+    (the command line's entry point, __main__, sits above all and dispatches to its command)."""
+    wrong = [f"{m} imports {t}" for m in modules() if layer_of(m) != "compare" and m != "attention_ref.__main__"
              for t in imported_modules(m) if layer_of(t) == "compare"]
     assert not wrong, wrong
 

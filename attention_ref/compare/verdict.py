@@ -63,7 +63,9 @@ class Comparison:
         if self.ok:
             lines.append(f"{self.subject}: matches the reference on all {self.cases} cases ({size}).")
         else:
-            lines.append(f"{self.subject}: differs from the reference on {self.failed} of {self.cases} cases ({size}).")
+            lines.append(f"{self.subject}: differs from the reference on {self.failed} of {self.cases} cases ({size})."
+                         if self.cases else  # nothing ran: the weights did not load
+                         f"{self.subject}: differs from the reference before any case ran.")
             if self.mistake is not None:
                 m = MISTAKES[self.mistake]
                 lines.append(f"Mistake: {self.mistake} (docs/compare.md): {m.symptom}.")
@@ -73,7 +75,8 @@ class Comparison:
                 lines.append("No mistake of the catalogue reproduces it on every case; located only.")
             if self.where:
                 lines.append(f"Where: {self.where}.")
-            lines.append("Inputs that show it: " + (", ".join(self.inputs) if self.inputs else "every case") + ".")
+            if self.cases:
+                lines.append("Inputs that show it: " + (", ".join(self.inputs) if self.inputs else "every case") + ".")
         if self.unsupported:
             lines.append("Not supported (it raised on every such case; judged on the others): "
                          + ", ".join(self.unsupported) + ".")
