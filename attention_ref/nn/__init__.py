@@ -10,7 +10,9 @@ next-token loss, as torch's), ``encoder_block``, ``decoder_block``, the decoder-
 (SGD, Adam and AdamW, global-norm gradient clipping, the cosine learning-rate schedule); gpt-oss's mixture
 of experts: ``moe_routing`` (the routing description and the router), ``clamped_swiglu`` (its
 expert), ``moe`` (the layer), ``load_balancing`` (the auxiliary loss); ``yarn`` (YaRN's RoPE
-frequencies, computed through ``rope_scaling``).
+frequencies, computed through ``rope_scaling``); Qwen3-Next's Gated DeltaNet and gated attention:
+``causal_conv1d`` (the short causal depthwise convolution and its decoding window), ``gated_rms_norm``
+(RMSNorm times ``silu(z)``), ``sigmoid_gate`` (the attention output times ``sigmoid(gate)``).
 """
 from .multi_head_attention import MultiHeadAttention
 from .layer_norm import LayerNormCache, layer_norm_backward, layer_norm_forward
@@ -72,6 +74,9 @@ from .moe_routing import ROUTING_ORDERS, RouterCache, Routing, router_backward, 
 from .clamped_swiglu import ClampedSwiGLUCache, clamped_swiglu_backward, clamped_swiglu_forward
 from .moe import MoECache, moe_backward, moe_forward
 from .load_balancing import LoadBalancingCache, load_balancing_loss_backward, load_balancing_loss_forward
+from .causal_conv1d import CausalConv1dCache, causal_conv1d_backward, causal_conv1d_forward
+from .gated_rms_norm import GatedRMSNormCache, gated_rms_norm_backward, gated_rms_norm_forward
+from .sigmoid_gate import SigmoidGateCache, sigmoid_gate_backward, sigmoid_gate_forward
 
 __all__ = [
     "MultiHeadAttention",
@@ -97,4 +102,7 @@ __all__ = [
     "ClampedSwiGLUCache", "clamped_swiglu_backward", "clamped_swiglu_forward",
     "MoECache", "moe_backward", "moe_forward",
     "LoadBalancingCache", "load_balancing_loss_backward", "load_balancing_loss_forward",
+    "CausalConv1dCache", "causal_conv1d_backward", "causal_conv1d_forward",
+    "GatedRMSNormCache", "gated_rms_norm_backward", "gated_rms_norm_forward",
+    "SigmoidGateCache", "sigmoid_gate_backward", "sigmoid_gate_forward",
 ]
