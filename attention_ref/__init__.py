@@ -136,6 +136,8 @@ from .nn.load_balancing import LoadBalancingCache, load_balancing_loss_backward,
 from .nn.causal_conv1d import CausalConv1dCache, causal_conv1d_backward, causal_conv1d_forward
 from .nn.gated_rms_norm import GatedRMSNormCache, gated_rms_norm_backward, gated_rms_norm_forward
 from .nn.sigmoid_gate import SigmoidGateCache, sigmoid_gate_backward, sigmoid_gate_forward
+from .nn.gated_delta_net import (DeltaNetShape, DeltaNetState, GatedDeltaNetCache, gated_delta_net_backward,
+                                 gated_delta_net_forward)
 
 # models: every family (models/families/) as a whole language model (ids -> logits -> loss and back), generation
 # (the logits processed as transformers' generate does; left_pad for prompts of different lengths)

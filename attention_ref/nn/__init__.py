@@ -12,7 +12,8 @@ of experts: ``moe_routing`` (the routing description and the router), ``clamped_
 expert), ``moe`` (the layer), ``load_balancing`` (the auxiliary loss); ``yarn`` (YaRN's RoPE
 frequencies, computed through ``rope_scaling``); Qwen3-Next's Gated DeltaNet and gated attention:
 ``causal_conv1d`` (the short causal depthwise convolution and its decoding window), ``gated_rms_norm``
-(RMSNorm times ``silu(z)``), ``sigmoid_gate`` (the attention output times ``sigmoid(gate)``).
+(RMSNorm times ``silu(z)``), ``sigmoid_gate`` (the attention output times ``sigmoid(gate)``),
+``gated_delta_net`` (the whole linear-attention layer, with its decoding state).
 """
 from .multi_head_attention import MultiHeadAttention
 from .layer_norm import LayerNormCache, layer_norm_backward, layer_norm_forward
@@ -77,6 +78,8 @@ from .load_balancing import LoadBalancingCache, load_balancing_loss_backward, lo
 from .causal_conv1d import CausalConv1dCache, causal_conv1d_backward, causal_conv1d_forward
 from .gated_rms_norm import GatedRMSNormCache, gated_rms_norm_backward, gated_rms_norm_forward
 from .sigmoid_gate import SigmoidGateCache, sigmoid_gate_backward, sigmoid_gate_forward
+from .gated_delta_net import (DeltaNetShape, DeltaNetState, GatedDeltaNetCache, gated_delta_net_backward,
+                              gated_delta_net_forward)
 
 __all__ = [
     "MultiHeadAttention",
@@ -105,4 +108,5 @@ __all__ = [
     "CausalConv1dCache", "causal_conv1d_backward", "causal_conv1d_forward",
     "GatedRMSNormCache", "gated_rms_norm_backward", "gated_rms_norm_forward",
     "SigmoidGateCache", "sigmoid_gate_backward", "sigmoid_gate_forward",
+    "DeltaNetShape", "DeltaNetState", "GatedDeltaNetCache", "gated_delta_net_backward", "gated_delta_net_forward",
 ]

@@ -173,3 +173,48 @@ def test_partial_rotary_as_the_config_says():
     y, cache = partial_rotary_forward(q, 4, positions[:, None, :], base=1000.0)
     _close(y, y_t, "partial RoPE")
     _close(partial_rotary_backward(dy, cache), tq.grad, "dq")
+
+
+def _small_config(**overrides):
+    fields = dict(vocab_size=32, hidden_size=12, intermediate_size=16, num_hidden_layers=2, num_attention_heads=2,
+                  num_key_value_heads=1, head_dim=8, partial_rotary_factor=0.25, rope_theta=1000.0,
+                  linear_conv_kernel_dim=3, linear_key_head_dim=3, linear_value_head_dim=2, linear_num_key_heads=2,
+                  linear_num_value_heads=4, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=6,
+                  shared_expert_intermediate_size=5, layer_types=["linear_attention", "full_attention"])
+    return transformers.Qwen3NextConfig(**{**fields, **overrides})
+
+
+def test_gated_delta_net_layer():
+    """The whole ``Qwen3NextGatedDeltaNet`` (projections in their grouped layout, conv, decay, delta rule,
+    gated norm, output), forward and every gradient, with our weights copied in (W transposed)."""
+    from attention_ref.nn.gated_delta_net import DeltaNetShape, gated_delta_net_backward, gated_delta_net_forward
+
+    config = _small_config()
+    torch.manual_seed(0)
+    layer = qn.Qwen3NextGatedDeltaNet(config, layer_idx=0).double()
+    rng = np.random.default_rng(7)
+    with torch.no_grad():
+        for name, tensor in layer.named_parameters():
+            tensor.copy_(torch.tensor(0.5 * rng.standard_normal(tuple(tensor.shape))))
+        layer.A_log.copy_(torch.tensor(np.log(rng.uniform(0.5, 4.0, 4))))
+    params = {"in_proj_qkvz.W": layer.in_proj_qkvz.weight.detach().numpy().T,
+              "in_proj_ba.W": layer.in_proj_ba.weight.detach().numpy().T,
+              "conv1d.weight": layer.conv1d.weight.detach().numpy()[:, 0, :],
+              "dt_bias": layer.dt_bias.detach().numpy(), "A_log": layer.A_log.detach().numpy(),
+              "norm.weight": layer.norm.weight.detach().numpy(), "out_proj.W": layer.out_proj.weight.detach().numpy().T}
+    x, dy = rng.standard_normal((2, 5, 12)), rng.standard_normal((2, 5, 12))
+    tx, = _tensors(x)
+    with qwen3_next_in_float64():
+        y_t = layer(tx)
+    (y_t * torch.tensor(dy)).sum().backward()
+    shape = DeltaNetShape(config.linear_num_key_heads, config.linear_key_head_dim, config.linear_num_value_heads,
+                          config.linear_value_head_dim, config.rms_norm_eps)
+    y, cache = gated_delta_net_forward(x, params, shape)
+    _close(y, y_t, "Gated DeltaNet output")
+    dx, grads = gated_delta_net_backward(dy, cache)
+    _close(dx, tx.grad, "dx")
+    theirs = {"in_proj_qkvz.W": layer.in_proj_qkvz.weight.grad.T, "in_proj_ba.W": layer.in_proj_ba.weight.grad.T,
+              "conv1d.weight": layer.conv1d.weight.grad[:, 0, :], "dt_bias": layer.dt_bias.grad,
+              "A_log": layer.A_log.grad, "norm.weight": layer.norm.weight.grad, "out_proj.W": layer.out_proj.weight.grad.T}
+    for name, grad in theirs.items():
+        _close(grads[name], grad, f"d{name}")
