@@ -113,3 +113,18 @@ def test_bad_input_is_refused_by_name(change, message):
     args = change(dict(zip(names, _inputs(np.random.default_rng(7)))))
     with pytest.raises(ValueError, match=message):
         gated_delta_rule_forward(**args)
+
+
+def test_a_second_write_to_the_same_key_replaces_and_the_gate_scales_everything():
+    """The lesson's two claims (docs/drafts/delta_rule_section.md): writing v_new over v_old under one unit key
+    recalls v_new (plain linear attention would recall the sum); a decay exp(g) with no write (beta = 0)
+    scales every recall by exp(g)."""
+    rng = np.random.default_rng(8)
+    k = np.array([0.0, 0.6, 0.8])
+    v_old, v_new = rng.standard_normal(2), rng.standard_normal(2)
+    kk = np.stack([k, k])
+    _, cache = gated_delta_rule_forward(kk, kk, np.stack([v_old, v_new]), np.zeros(2), np.ones(2), qk_l2norm=False)
+    assert_close(cache.final_state.T @ k, v_new, what="replaced")
+    s0 = rng.standard_normal((3, 2))
+    _, cache = gated_delta_rule_forward(k[None], k[None], v_new[None], np.log([0.1]), np.zeros(1), s0)
+    assert_close(cache.final_state, 0.1 * s0, what="decayed")
