@@ -138,6 +138,8 @@ from .nn.gated_rms_norm import GatedRMSNormCache, gated_rms_norm_backward, gated
 from .nn.sigmoid_gate import SigmoidGateCache, sigmoid_gate_backward, sigmoid_gate_forward
 from .nn.gated_delta_net import (DeltaNetShape, DeltaNetState, GatedDeltaNetCache, gated_delta_net_backward,
                                  gated_delta_net_forward)
+from .nn.gated_attention import (GatedAttentionCache, GatedAttentionShape, gated_attention_backward,
+                                 gated_attention_forward)
 
 # models: every family (models/families/) as a whole language model (ids -> logits -> loss and back), generation
 # (the logits processed as transformers' generate does; left_pad for prompts of different lengths)

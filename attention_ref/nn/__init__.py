@@ -13,7 +13,8 @@ expert), ``moe`` (the layer), ``load_balancing`` (the auxiliary loss); ``yarn`` 
 frequencies, computed through ``rope_scaling``); Qwen3-Next's Gated DeltaNet and gated attention:
 ``causal_conv1d`` (the short causal depthwise convolution and its decoding window), ``gated_rms_norm``
 (RMSNorm times ``silu(z)``), ``sigmoid_gate`` (the attention output times ``sigmoid(gate)``),
-``gated_delta_net`` (the whole linear-attention layer, with its decoding state).
+``gated_delta_net`` (the whole linear-attention layer, with its decoding state), ``gated_attention`` (the
+full-attention layer: gated query projection, (1 + w) q/k norms, partial RoPE, sigmoid output gate).
 """
 from .multi_head_attention import MultiHeadAttention
 from .layer_norm import LayerNormCache, layer_norm_backward, layer_norm_forward
@@ -80,6 +81,7 @@ from .gated_rms_norm import GatedRMSNormCache, gated_rms_norm_backward, gated_rm
 from .sigmoid_gate import SigmoidGateCache, sigmoid_gate_backward, sigmoid_gate_forward
 from .gated_delta_net import (DeltaNetShape, DeltaNetState, GatedDeltaNetCache, gated_delta_net_backward,
                               gated_delta_net_forward)
+from .gated_attention import GatedAttentionCache, GatedAttentionShape, gated_attention_backward, gated_attention_forward
 
 __all__ = [
     "MultiHeadAttention",
@@ -109,4 +111,5 @@ __all__ = [
     "GatedRMSNormCache", "gated_rms_norm_backward", "gated_rms_norm_forward",
     "SigmoidGateCache", "sigmoid_gate_backward", "sigmoid_gate_forward",
     "DeltaNetShape", "DeltaNetState", "GatedDeltaNetCache", "gated_delta_net_backward", "gated_delta_net_forward",
+    "GatedAttentionCache", "GatedAttentionShape", "gated_attention_backward", "gated_attention_forward",
 ]

@@ -218,3 +218,40 @@ def test_gated_delta_net_layer():
               "A_log": layer.A_log.grad, "norm.weight": layer.norm.weight.grad, "out_proj.W": layer.out_proj.weight.grad.T}
     for name, grad in theirs.items():
         _close(grads[name], grad, f"d{name}")
+
+
+def test_gated_attention_layer():
+    """The whole ``Qwen3NextAttention`` (q_proj with each head's gate beside its query, (1 + w) q/k norms, partial
+    RoPE from ``Qwen3NextRotaryEmbedding``, grouped heads, causal eager attention, sigmoid gate, o_proj),
+    forward and every gradient."""
+    from attention_ref.nn.gated_attention import GatedAttentionShape, gated_attention_backward, gated_attention_forward
+
+    config = _small_config(attn_implementation="eager")
+    config._attn_implementation = "eager"
+    layer = qn.Qwen3NextAttention(config, layer_idx=1).double()
+    rotary = qn.Qwen3NextRotaryEmbedding(config).double()
+    rng = np.random.default_rng(8)
+    with torch.no_grad():
+        for tensor in layer.parameters():
+            tensor.copy_(torch.tensor(0.5 * rng.standard_normal(tuple(tensor.shape))))
+    x, dy = rng.standard_normal((2, 5, 12)), rng.standard_normal((2, 5, 12))
+    tx, = _tensors(x)
+    positions = torch.arange(5)[None].expand(2, 5)
+    mask = torch.full((5, 5), float("-inf"), dtype=torch.float64).triu(1)[None, None].expand(2, 1, 5, 5)
+    with qwen3_next_in_float64():
+        y_t, _ = layer(tx, rotary(tx, positions), mask)
+    (y_t * torch.tensor(dy)).sum().backward()
+    params = {"W_q": layer.q_proj.weight.detach().numpy().T, "W_k": layer.k_proj.weight.detach().numpy().T,
+              "W_v": layer.v_proj.weight.detach().numpy().T, "W_o": layer.o_proj.weight.detach().numpy().T,
+              "q_norm.weight": layer.q_norm.weight.detach().numpy(), "k_norm.weight": layer.k_norm.weight.detach().numpy()}
+    shape = GatedAttentionShape(config.num_attention_heads, config.num_key_value_heads, config.head_dim,
+                                int(config.head_dim * 0.25), 1000.0, config.rms_norm_eps)
+    y, cache = gated_attention_forward(x, params, shape)
+    _close(y, y_t, "gated attention output")
+    dx, grads = gated_attention_backward(dy, cache)
+    _close(dx, tx.grad, "dx")
+    theirs = {"W_q": layer.q_proj.weight.grad.T, "W_k": layer.k_proj.weight.grad.T, "W_v": layer.v_proj.weight.grad.T,
+              "W_o": layer.o_proj.weight.grad.T, "q_norm.weight": layer.q_norm.weight.grad,
+              "k_norm.weight": layer.k_norm.weight.grad}
+    for name, grad in theirs.items():
+        _close(grads[name], grad, f"d{name}")
