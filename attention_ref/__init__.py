@@ -138,6 +138,7 @@ from .nn.gated_rms_norm import GatedRMSNormCache, gated_rms_norm_backward, gated
 from .nn.sigmoid_gate import SigmoidGateCache, sigmoid_gate_backward, sigmoid_gate_forward
 from .nn.gated_delta_net import (DeltaNetShape, DeltaNetState, GatedDeltaNetCache, gated_delta_net_backward,
                                  gated_delta_net_forward)
+from .nn.shared_expert import SharedExpertCache, gated_shared_expert_backward, gated_shared_expert_forward
 from .nn.gated_attention import (GatedAttentionCache, GatedAttentionShape, gated_attention_backward,
                                  gated_attention_forward)
 

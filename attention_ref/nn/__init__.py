@@ -14,7 +14,9 @@ frequencies, computed through ``rope_scaling``); Qwen3-Next's Gated DeltaNet and
 ``causal_conv1d`` (the short causal depthwise convolution and its decoding window), ``gated_rms_norm``
 (RMSNorm times ``silu(z)``), ``sigmoid_gate`` (the attention output times ``sigmoid(gate)``),
 ``gated_delta_net`` (the whole linear-attention layer, with its decoding state), ``gated_attention`` (the
-full-attention layer: gated query projection, (1 + w) q/k norms, partial RoPE, sigmoid output gate).
+full-attention layer: gated query projection, (1 + w) q/k norms, partial RoPE, sigmoid output gate),
+``shared_expert`` (the gated shared expert beside the routed ones; the routed experts are ``moe``'s
+``expert="swiglu"``).
 """
 from .multi_head_attention import MultiHeadAttention
 from .layer_norm import LayerNormCache, layer_norm_backward, layer_norm_forward
@@ -81,6 +83,7 @@ from .gated_rms_norm import GatedRMSNormCache, gated_rms_norm_backward, gated_rm
 from .sigmoid_gate import SigmoidGateCache, sigmoid_gate_backward, sigmoid_gate_forward
 from .gated_delta_net import (DeltaNetShape, DeltaNetState, GatedDeltaNetCache, gated_delta_net_backward,
                               gated_delta_net_forward)
+from .shared_expert import SharedExpertCache, gated_shared_expert_backward, gated_shared_expert_forward
 from .gated_attention import GatedAttentionCache, GatedAttentionShape, gated_attention_backward, gated_attention_forward
 
 __all__ = [
@@ -112,4 +115,5 @@ __all__ = [
     "SigmoidGateCache", "sigmoid_gate_backward", "sigmoid_gate_forward",
     "DeltaNetShape", "DeltaNetState", "GatedDeltaNetCache", "gated_delta_net_backward", "gated_delta_net_forward",
     "GatedAttentionCache", "GatedAttentionShape", "gated_attention_backward", "gated_attention_forward",
+    "SharedExpertCache", "gated_shared_expert_backward", "gated_shared_expert_forward",
 ]

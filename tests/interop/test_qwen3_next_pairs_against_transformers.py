@@ -255,3 +255,79 @@ def test_gated_attention_layer():
               "k_norm.weight": layer.k_norm.weight.grad}
     for name, grad in theirs.items():
         _close(grads[name], grad, f"d{name}")
+
+
+def _expert_weights(block, E):
+    """transformers' experts as (E, D, 2F) [gate | up] and (E, F, D): 4.57.1 keeps a list of Qwen3NextMLP,
+    5.x one fused ``gate_up_proj`` (E, 2F, D) (gate rows first) and ``down_proj`` (E, D, F)."""
+    experts = block.experts
+    if hasattr(experts, "gate_up_proj"):  # 5.x
+        return experts.gate_up_proj.transpose(1, 2), experts.down_proj.transpose(1, 2)
+    gate_up = torch.stack([torch.cat([experts[e].gate_proj.weight, experts[e].up_proj.weight]).T for e in range(E)])
+    down = torch.stack([experts[e].down_proj.weight.T for e in range(E)])
+    return gate_up, down
+
+
+def test_sparse_moe_block_with_gated_shared_expert():
+    """``Qwen3NextSparseMoeBlock``: softmax over all experts, top k, renormalised (``norm_topk_prob``), plain
+    SwiGLU experts, plus ``sigmoid(shared_expert_gate(x)) * shared_expert(x)``; forward and every gradient
+    (the router's through the chosen weights, the choice held fixed, as autograd does). Router weights are drawn
+    until every token's k-th and (k+1)-th probabilities are at least 0.02 apart (no near ties in the choice)."""
+    from attention_ref.nn.moe import moe_backward, moe_forward
+    from attention_ref.nn.moe_routing import Routing
+    from attention_ref.nn.shared_expert import gated_shared_expert_backward, gated_shared_expert_forward
+
+    config = _small_config()
+    E, k = config.num_experts, config.num_experts_per_tok
+    block = qn.Qwen3NextSparseMoeBlock(config).double()
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((2, 4, 12))
+    with torch.no_grad():
+        for tensor in block.parameters():
+            tensor.copy_(torch.tensor(0.5 * rng.standard_normal(tuple(tensor.shape))))
+        router = block.gate.weight
+        while True:  # a router with no near ties on these tokens
+            logits = x.reshape(-1, 12) @ router.numpy().T
+            p = np.exp(logits - logits.max(1, keepdims=True))
+            p /= p.sum(1, keepdims=True)
+            ranked = -np.sort(-p, axis=1)
+            if (ranked[:, k - 1] - ranked[:, k]).min() > 0.02:  # the k-th and the (k+1)-th well apart
+                break
+            router.copy_(torch.tensor(2 * rng.standard_normal(tuple(router.shape))))
+    dy = rng.standard_normal(x.shape)
+    tx, = _tensors(x)
+    with qwen3_next_in_float64():
+        out = block(tx)
+    y_t = out[0] if isinstance(out, tuple) else out
+    (y_t * torch.tensor(dy)).sum().backward()
+
+    gate_up, down = _expert_weights(block, E)
+    se = block.shared_expert
+    W_router = block.gate.weight.detach().numpy().T
+    routed, moe_cache = moe_forward(x, W_router, np.zeros(E), gate_up.detach().numpy(), np.zeros((E, 2 * 6)),
+                                    down.detach().numpy(), np.zeros((E, 12)), Routing(k, "softmax_topk", True),
+                                    expert="swiglu")
+    shared, shared_cache = gated_shared_expert_forward(x, se.gate_proj.weight.detach().numpy().T,
+                                                       se.up_proj.weight.detach().numpy().T,
+                                                       se.down_proj.weight.detach().numpy().T,
+                                                       block.shared_expert_gate.weight.detach().numpy().T)
+    _close(routed + shared, y_t, "MoE block output")
+    dx, dW_router, _, dW_gate_up, _, dW_down, _ = moe_backward(dy, moe_cache)
+    dx_s, dW_gate, dW_up, dW_down_s, dw_gate = gated_shared_expert_backward(dy, shared_cache)
+    _close(dx + dx_s, tx.grad, "dx")
+    _close(dW_router, block.gate.weight.grad.T, "drouter")
+    if hasattr(block.experts, "gate_up_proj"):
+        _close(dW_gate_up, block.experts.gate_up_proj.grad.transpose(1, 2), "dgate_up_proj")
+        _close(dW_down, block.experts.down_proj.grad.transpose(1, 2), "ddown_proj")
+    else:
+        for e in range(E):
+            ex = block.experts[e]
+            if ex.gate_proj.weight.grad is None:  # no token chose it
+                assert not dW_gate_up[e].any() and not dW_down[e].any()
+                continue
+            _close(dW_gate_up[e], torch.cat([ex.gate_proj.weight.grad, ex.up_proj.weight.grad]).T, f"expert {e} gate/up")
+            _close(dW_down[e], ex.down_proj.weight.grad.T, f"expert {e} down")
+    _close(dW_gate, se.gate_proj.weight.grad.T, "shared gate_proj")
+    _close(dW_up, se.up_proj.weight.grad.T, "shared up_proj")
+    _close(dW_down_s, se.down_proj.weight.grad.T, "shared down_proj")
+    _close(dw_gate, block.shared_expert_gate.weight.grad.T, "shared_expert_gate")
