@@ -113,7 +113,8 @@ def gated_delta_rule_forward(q, k, v, g, beta, initial_state=None, scale=None, q
                              f" got {initial_state.shape}")
     if scale is None:
         scale = 1.0 / np.sqrt(dk)
-    elif not (isinstance(scale, (int, float, np.floating)) and np.isfinite(scale) and scale > 0):
+    elif isinstance(scale, bool) or not (isinstance(scale, (int, float, np.floating)) and np.isfinite(scale)
+                                         and scale > 0):
         raise ValueError(f"scale must be a positive finite number, got {scale!r}")
     dtype = common_dtype(q, k, v, g, beta, initial_state)
     q, k, v, g, beta = (x.astype(dtype, copy=False) for x in (q, k, v, g, beta))

@@ -107,6 +107,8 @@ def test_float32_stays_float32_and_inputs_untouched():
     (lambda a: {**a, "beta": a["beta"][..., :2]}, "^beta must have shape"),
     (lambda a: {**a, "initial_state": a["initial_state"][..., :1]}, "^initial_state must have shape"),
     (lambda a: {**a, "v": np.full_like(a["v"], np.nan)}, "^v contains NaN"),
+    (lambda a: {**a, "scale": True}, "^scale must be a positive finite number, got True$"),
+    (lambda a: {**a, "scale": -1.0}, "^scale must be a positive finite number, got -1.0$"),
 ])
 def test_bad_input_is_refused_by_name(change, message):
     names = ["q", "k", "v", "g", "beta", "initial_state"]
