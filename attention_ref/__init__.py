@@ -130,7 +130,7 @@ from .nn.cross_entropy import CrossEntropyCache, cross_entropy_backward, cross_e
 # gpt-oss's mixture of experts: the routing description, the router, the expert, the layer, the balancing loss
 from .nn.moe_routing import ROUTING_ORDERS, RouterCache, Routing, router_backward, router_forward
 from .nn.clamped_swiglu import ClampedSwiGLUCache, clamped_swiglu_backward, clamped_swiglu_forward
-from .nn.moe import MoECache, moe_backward, moe_forward
+from .nn.moe import EXPERT_KINDS, MoECache, moe_backward, moe_forward
 from .nn.load_balancing import LoadBalancingCache, load_balancing_loss_backward, load_balancing_loss_forward
 # Qwen3-Next's Gated DeltaNet and gated attention: the short causal convolution, the gated RMSNorm, the output gate
 from .nn.causal_conv1d import CausalConv1dCache, causal_conv1d_backward, causal_conv1d_forward

@@ -76,7 +76,7 @@ from .embedding import EmbeddingCache, embedding_backward, embedding_forward
 from .cross_entropy import CrossEntropyCache, cross_entropy_backward, cross_entropy_forward, next_token_targets
 from .moe_routing import ROUTING_ORDERS, RouterCache, Routing, router_backward, router_forward
 from .clamped_swiglu import ClampedSwiGLUCache, clamped_swiglu_backward, clamped_swiglu_forward
-from .moe import MoECache, moe_backward, moe_forward
+from .moe import EXPERT_KINDS, MoECache, moe_backward, moe_forward
 from .load_balancing import LoadBalancingCache, load_balancing_loss_backward, load_balancing_loss_forward
 from .causal_conv1d import CausalConv1dCache, causal_conv1d_backward, causal_conv1d_forward
 from .gated_rms_norm import GatedRMSNormCache, gated_rms_norm_backward, gated_rms_norm_forward
@@ -108,7 +108,7 @@ __all__ = [
     "CrossEntropyCache", "cross_entropy_backward", "cross_entropy_forward", "next_token_targets",
     "ROUTING_ORDERS", "RouterCache", "Routing", "router_backward", "router_forward",
     "ClampedSwiGLUCache", "clamped_swiglu_backward", "clamped_swiglu_forward",
-    "MoECache", "moe_backward", "moe_forward",
+    "EXPERT_KINDS", "MoECache", "moe_backward", "moe_forward",
     "LoadBalancingCache", "load_balancing_loss_backward", "load_balancing_loss_forward",
     "CausalConv1dCache", "causal_conv1d_backward", "causal_conv1d_forward",
     "GatedRMSNormCache", "gated_rms_norm_backward", "gated_rms_norm_forward",
