@@ -59,6 +59,7 @@ from .variants.kv_cache import KVCache
 from .variants.grouped_heads import GroupedMultiHeadCache, multi_head_attention_backward, multi_head_attention_forward
 from .variants.rope_multi_head import rope_multi_head_attention_backward, rope_multi_head_attention_forward
 from .variants.sink_softmax import SinkSoftmaxCache, sink_softmax_backward, sink_softmax_forward
+from .variants.gated_delta_rule import GatedDeltaRuleCache, gated_delta_rule_backward, gated_delta_rule_forward
 
 # nn: the MultiHeadAttention class, the norms, feed-forward networks, Add & Norm, embeddings and
 # the loss, encoder and decoder blocks, GPT-2's and Llama's blocks, SGD, Adam and AdamW, gradient clipping and
@@ -129,8 +130,17 @@ from .nn.cross_entropy import CrossEntropyCache, cross_entropy_backward, cross_e
 # gpt-oss's mixture of experts: the routing description, the router, the expert, the layer, the balancing loss
 from .nn.moe_routing import ROUTING_ORDERS, RouterCache, Routing, router_backward, router_forward
 from .nn.clamped_swiglu import ClampedSwiGLUCache, clamped_swiglu_backward, clamped_swiglu_forward
-from .nn.moe import MoECache, moe_backward, moe_forward
+from .nn.moe import EXPERT_KINDS, MoECache, moe_backward, moe_forward
 from .nn.load_balancing import LoadBalancingCache, load_balancing_loss_backward, load_balancing_loss_forward
+# Qwen3-Next's Gated DeltaNet and gated attention: the short causal convolution, the gated RMSNorm, the output gate
+from .nn.causal_conv1d import CausalConv1dCache, causal_conv1d_backward, causal_conv1d_forward
+from .nn.gated_rms_norm import GatedRMSNormCache, gated_rms_norm_backward, gated_rms_norm_forward
+from .nn.sigmoid_gate import SigmoidGateCache, sigmoid_gate_backward, sigmoid_gate_forward
+from .nn.gated_delta_net import (DeltaNetShape, DeltaNetState, GatedDeltaNetCache, gated_delta_net_backward,
+                                 gated_delta_net_forward)
+from .nn.shared_expert import SharedExpertCache, gated_shared_expert_backward, gated_shared_expert_forward
+from .nn.gated_attention import (GatedAttentionCache, GatedAttentionShape, gated_attention_backward,
+                                 gated_attention_forward)
 
 # models: every family (models/families/) as a whole language model (ids -> logits -> loss and back), generation
 # (the logits processed as transformers' generate does; left_pad for prompts of different lengths)

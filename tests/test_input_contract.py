@@ -199,6 +199,55 @@ def _moe(rng):
     return y, lambda d: ar.moe_backward(d, cache), "dy"
 
 
+def _gated_delta_rule(rng):
+    out, cache = ar.gated_delta_rule_forward(rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 3, 4)),
+                                             rng.standard_normal((2, 3, 5)), -rng.uniform(0, 1, (2, 3)),
+                                             rng.uniform(0, 1, (2, 3)))
+    return out, lambda d: ar.gated_delta_rule_backward(d, cache), "dout"
+
+
+def _causal_conv1d(rng):
+    y, cache = ar.causal_conv1d_forward(rng.standard_normal((2, 4, 3)), rng.standard_normal((3, 2)))
+    return y, lambda d: ar.causal_conv1d_backward(d, cache), "dy"
+
+
+def _gated_rms_norm(rng):
+    y, cache = ar.gated_rms_norm_forward(rng.standard_normal((2, 4)), rng.standard_normal((2, 4)),
+                                         rng.standard_normal(4))
+    return y, lambda d: ar.gated_rms_norm_backward(d, cache), "dy"
+
+
+def _sigmoid_gate(rng):
+    y, cache = ar.sigmoid_gate_forward(rng.standard_normal((2, 4)), rng.standard_normal((2, 4)))
+    return y, lambda d: ar.sigmoid_gate_backward(d, cache), "dy"
+
+
+def _gated_delta_net(rng):
+    shape = ar.DeltaNetShape(1, 2, 2, 2)
+    params = {"in_proj_qkvz.W": rng.standard_normal((3, 12)), "in_proj_ba.W": rng.standard_normal((3, 4)),
+              "conv1d.weight": rng.standard_normal((8, 2)), "dt_bias": rng.standard_normal(2),
+              "A_log": rng.standard_normal(2), "norm.weight": rng.standard_normal(2),
+              "out_proj.W": rng.standard_normal((4, 3))}
+    y, cache = ar.gated_delta_net_forward(rng.standard_normal((2, 4, 3)), params, shape)
+    return y, lambda d: ar.gated_delta_net_backward(d, cache), "dy"
+
+
+def _gated_attention(rng):
+    shape = ar.GatedAttentionShape(2, 1, 4, 2)
+    params = {"W_q": rng.standard_normal((3, 16)), "W_k": rng.standard_normal((3, 4)),
+              "W_v": rng.standard_normal((3, 4)), "W_o": rng.standard_normal((8, 3)),
+              "q_norm.weight": rng.standard_normal(4), "k_norm.weight": rng.standard_normal(4)}
+    y, cache = ar.gated_attention_forward(rng.standard_normal((2, 4, 3)), params, shape)
+    return y, lambda d: ar.gated_attention_backward(d, cache), "dy"
+
+
+def _shared_expert(rng):
+    y, cache = ar.gated_shared_expert_forward(rng.standard_normal((3, 4)), rng.standard_normal((4, 5)),
+                                              rng.standard_normal((4, 5)), rng.standard_normal((5, 4)),
+                                              rng.standard_normal((4, 1)))
+    return y, lambda d: ar.gated_shared_expert_backward(d, cache), "dy"
+
+
 def _load_balancing(rng):
     loss, cache = ar.load_balancing_loss_forward(rng.standard_normal((6, 4)), 2)
     return loss, lambda d: ar.load_balancing_loss_backward(d, cache), "dloss"
@@ -252,6 +301,10 @@ BACKWARDS = {
     "gemma_block_backward": _gemma_block, "gemma_lm_backward": _lm("gemma2", ar.gemma_lm_backward),
     "sink_softmax_backward": _sink_softmax, "router_backward": _router, "clamped_swiglu_backward": _clamped_swiglu,
     "moe_backward": _moe, "load_balancing_loss_backward": _load_balancing,
+    "gated_delta_rule_backward": _gated_delta_rule, "causal_conv1d_backward": _causal_conv1d,
+    "gated_rms_norm_backward": _gated_rms_norm, "sigmoid_gate_backward": _sigmoid_gate,
+    "gated_delta_net_backward": _gated_delta_net, "gated_attention_backward": _gated_attention,
+    "gated_shared_expert_backward": _shared_expert,
 }
 #: The two without a cache (a split and a merge are permutations): tested on their own below.
 CACHELESS = {"split_heads_backward", "merge_heads_backward"}

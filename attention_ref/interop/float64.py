@@ -23,6 +23,16 @@ Gemma 2's RMSNorm, RoPE and      as Gemma 3's (5.x: a float32 ``embed_scale``   
 ``embed_scale``                  buffer; 4.57: ``normalizer`` in the hidden dtype)
 Gemma 2's eager attention        ``softmax(..., dtype=torch.float32)`` (sdpa has    :func:`gemma2_in_float64`: the same
                                  no soft cap: the tests run eager)                  steps with the softmax in the model's dtype
+Qwen3-Next's gated delta rule     ``.to(torch.float32)`` of q, k, v, g, beta in      :func:`qwen3_next_in_float64`: its module's
+(recurrent and chunked) and its  ``torch_recurrent_gated_delta_rule`` and            ``torch`` read with ``float32`` and ``float``
+gated RMSNorm                    ``torch_chunk_gated_delta_rule``;                  meaning float64 (the formulas untouched)
+                                 ``Qwen3NextRMSNormGated``'s ``.to(torch.float32)``
+Qwen3-Next's decay ``g``,        ``-A_log.float().exp() * softplus(a.float() + ..)``  :func:`qwen3_next_in_float64`:
+(1 + w) RMSNorm, the loss        ``x.float()``, ``1.0 + weight.float()``,           ``Tensor.float()`` of a float64 tensor
+                                 ``logits.float()``                                 returns it unchanged (other dtypes as before)
+Qwen3-Next's MoE router and      ``softmax(..., dtype=torch.float)``;               the module's ``torch`` as above
+eager attention                  ``softmax(..., dtype=torch.float32)``
+Qwen3-Next's partial RoPE        float32 ``inv_freq`` (r/2,) and angles             :func:`qwen3_next_in_float64` (same formula)
 ===============================  =================================================  ========================================
 
 :func:`llama_in_float64` is what this package's tests use; it needs torch and transformers,
@@ -32,7 +42,7 @@ from __future__ import annotations
 
 import contextlib
 
-__all__ = ["llama_in_float64", "gemma3_in_float64", "gemma2_in_float64"]
+__all__ = ["llama_in_float64", "gemma3_in_float64", "gemma2_in_float64", "qwen3_next_in_float64"]
 
 
 @contextlib.contextmanager
@@ -208,4 +218,51 @@ def gemma2_in_float64():
     if hasattr(m, "Gemma2TextScaledWordEmbedding"):  # 5.x; 4.57 casts its normaliser to the hidden dtype already
         patches.append((m.Gemma2TextScaledWordEmbedding, "forward", embed))
     with _patched(patches):
+        yield
+
+
+@contextlib.contextmanager
+def qwen3_next_in_float64():
+    """Inside the ``with`` block, transformers' ``qwen3_next`` module computes its float32 steps in float64
+    with the same formulas (4.57.1 and 5.x); everything is restored on exit, whatever happens:
+
+    * the module's global ``torch`` is a proxy whose ``float32`` and ``float`` are ``torch.float64`` (the
+      gated delta rule's casts, the gated RMSNorm's, the router's and eager attention's softmax dtype);
+    * ``torch.Tensor.float`` returns a float64 tensor unchanged (the decay ``g``'s ``A_log.float()`` and
+      ``a.float()``, the (1 + w) RMSNorm, the loss's ``logits.float()``); on any other dtype it is the
+      original method;
+    * ``Qwen3NextRotaryEmbedding.forward`` computes its partial RoPE's ``inv_freq`` (r/2 entries for r
+      rotated features) and angles in float64 (default RoPE only; another type raises ``ValueError``).
+    """
+    import torch
+    from transformers.models.qwen3_next import modeling_qwen3_next as m
+
+    class TorchFloat32Is64:
+        """``torch`` with ``torch.float32`` and ``torch.float`` meaning float64, for the module's globals."""
+
+        float32 = torch.float64
+        float = torch.float64
+
+        def __getattr__(self, name):
+            return getattr(torch, name)
+
+    original_float = torch.Tensor.float
+
+    def tensor_float(self, *args, **kwargs):
+        return self if self.dtype == torch.float64 else original_float(self, *args, **kwargs)
+
+    def rotary(self, x, position_ids):
+        rope = getattr(self.config, "rope_parameters", None) or getattr(self.config, "rope_scaling", None) or {}
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        if rope_type != "default":
+            raise ValueError(f"qwen3_next_in_float64() computes the default RoPE only; this model's rope_type is"
+                             f" {rope_type!r}")
+        half = self.inv_freq.shape[0]
+        inv_freq = 1.0 / _rope_theta(self.config) ** (torch.arange(0, 2 * half, 2, dtype=torch.float64) / (2 * half))
+        freqs = position_ids[:, :, None].to(torch.float64) * inv_freq[None, None, :]  # (B, N, r/2)
+        emb = torch.cat((freqs, freqs), dim=-1)  # (B, N, r): rotate-half layout
+        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+
+    with _patched([(m, "torch", TorchFloat32Is64()), (torch.Tensor, "float", tensor_float),
+                   (m.Qwen3NextRotaryEmbedding, "forward", rotary)]):
         yield

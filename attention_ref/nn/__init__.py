@@ -10,7 +10,13 @@ next-token loss, as torch's), ``encoder_block``, ``decoder_block``, the decoder-
 (SGD, Adam and AdamW, global-norm gradient clipping, the cosine learning-rate schedule); gpt-oss's mixture
 of experts: ``moe_routing`` (the routing description and the router), ``clamped_swiglu`` (its
 expert), ``moe`` (the layer), ``load_balancing`` (the auxiliary loss); ``yarn`` (YaRN's RoPE
-frequencies, computed through ``rope_scaling``).
+frequencies, computed through ``rope_scaling``); Qwen3-Next's Gated DeltaNet and gated attention:
+``causal_conv1d`` (the short causal depthwise convolution and its decoding window), ``gated_rms_norm``
+(RMSNorm times ``silu(z)``), ``sigmoid_gate`` (the attention output times ``sigmoid(gate)``),
+``gated_delta_net`` (the whole linear-attention layer, with its decoding state), ``gated_attention`` (the
+full-attention layer: gated query projection, (1 + w) q/k norms, partial RoPE, sigmoid output gate),
+``shared_expert`` (the gated shared expert beside the routed ones; the routed experts are ``moe``'s
+``expert="swiglu"``).
 """
 from .multi_head_attention import MultiHeadAttention
 from .layer_norm import LayerNormCache, layer_norm_backward, layer_norm_forward
@@ -70,8 +76,15 @@ from .embedding import EmbeddingCache, embedding_backward, embedding_forward
 from .cross_entropy import CrossEntropyCache, cross_entropy_backward, cross_entropy_forward, next_token_targets
 from .moe_routing import ROUTING_ORDERS, RouterCache, Routing, router_backward, router_forward
 from .clamped_swiglu import ClampedSwiGLUCache, clamped_swiglu_backward, clamped_swiglu_forward
-from .moe import MoECache, moe_backward, moe_forward
+from .moe import EXPERT_KINDS, MoECache, moe_backward, moe_forward
 from .load_balancing import LoadBalancingCache, load_balancing_loss_backward, load_balancing_loss_forward
+from .causal_conv1d import CausalConv1dCache, causal_conv1d_backward, causal_conv1d_forward
+from .gated_rms_norm import GatedRMSNormCache, gated_rms_norm_backward, gated_rms_norm_forward
+from .sigmoid_gate import SigmoidGateCache, sigmoid_gate_backward, sigmoid_gate_forward
+from .gated_delta_net import (DeltaNetShape, DeltaNetState, GatedDeltaNetCache, gated_delta_net_backward,
+                              gated_delta_net_forward)
+from .shared_expert import SharedExpertCache, gated_shared_expert_backward, gated_shared_expert_forward
+from .gated_attention import GatedAttentionCache, GatedAttentionShape, gated_attention_backward, gated_attention_forward
 
 __all__ = [
     "MultiHeadAttention",
@@ -95,6 +108,12 @@ __all__ = [
     "CrossEntropyCache", "cross_entropy_backward", "cross_entropy_forward", "next_token_targets",
     "ROUTING_ORDERS", "RouterCache", "Routing", "router_backward", "router_forward",
     "ClampedSwiGLUCache", "clamped_swiglu_backward", "clamped_swiglu_forward",
-    "MoECache", "moe_backward", "moe_forward",
+    "EXPERT_KINDS", "MoECache", "moe_backward", "moe_forward",
     "LoadBalancingCache", "load_balancing_loss_backward", "load_balancing_loss_forward",
+    "CausalConv1dCache", "causal_conv1d_backward", "causal_conv1d_forward",
+    "GatedRMSNormCache", "gated_rms_norm_backward", "gated_rms_norm_forward",
+    "SigmoidGateCache", "sigmoid_gate_backward", "sigmoid_gate_forward",
+    "DeltaNetShape", "DeltaNetState", "GatedDeltaNetCache", "gated_delta_net_backward", "gated_delta_net_forward",
+    "GatedAttentionCache", "GatedAttentionShape", "gated_attention_backward", "gated_attention_forward",
+    "SharedExpertCache", "gated_shared_expert_backward", "gated_shared_expert_forward",
 ]

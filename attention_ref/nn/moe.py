@@ -1,7 +1,11 @@
 """A mixture of experts as gpt-oss computes it (transformers' ``GptOssMLP``), and its backward.
 
 A router (:mod:`attention_ref.nn.moe_routing`) sends each token to ``k`` of ``E`` experts with
-weights; each expert is a clamped SwiGLU with biases (:mod:`attention_ref.nn.clamped_swiglu`);
+weights; each expert is, as data (``expert=``), gpt-oss's clamped SwiGLU with biases
+(:mod:`attention_ref.nn.clamped_swiglu`, gate and up columns interleaved) or a plain SwiGLU
+(``"swiglu"``: Qwen3-Next's and Qwen3-MoE's ``silu(x W_gate + b_gate) * (x W_up + b_up)``, then
+``W_down``, with the gate's F columns then the up's F columns in ``W_gate_up``; pass zero biases for
+a model that has none);
 the token's output is the weighted sum of its experts' outputs (Shazeer et al. 2017's sparsely
 gated mixture of experts; each token pays for ``k`` experts, not ``E``).
 Symbols: ``...`` batch axes, T tokens (flattened), D model width, E experts, F expert width, k.
@@ -20,6 +24,8 @@ from typing import NamedTuple
 import numpy as np
 
 from .._checks import as_real_array, as_upstream, check_positive_real, common_dtype, require_ndim
+from ..core.linear import LinearCache
+from ..fast.dispatch import linear_backward_formula, linear_formula
 from .clamped_swiglu import (
     GPT_OSS_SWIGLU_ALPHA,
     GPT_OSS_SWIGLU_LIMIT,
@@ -27,8 +33,12 @@ from .clamped_swiglu import (
     clamped_swiglu_formula,
 )
 from .moe_routing import Routing, check_routing, router_backward, router_formula
+from .swiglu import _sigmoid
 
-__all__ = ["MoECache", "moe_forward", "moe_backward"]
+__all__ = ["MoECache", "moe_forward", "moe_backward", "EXPERT_KINDS"]
+
+#: what each expert computes (``moe_forward``'s ``expert=``): gpt-oss's clamped SwiGLU (the default) or a plain SwiGLU
+EXPERT_KINDS = ("clamped_swiglu", "swiglu")
 
 
 class MoECache(NamedTuple):
@@ -40,6 +50,43 @@ class MoECache(NamedTuple):
     x_shape: tuple  # (..., D)
     num_experts: int
     expert_shapes: tuple  # shapes of W_gate_up, b_gate_up, W_down, b_down (E, ...)
+    expert: str = "clamped_swiglu"  # one of EXPERT_KINDS
+
+
+class _SwiGLUExpertCache(NamedTuple):
+    """A plain SwiGLU expert's products and its gate's pre-activation and sigmoid."""
+
+    gate_up: LinearCache  # x W_gate_up + b_gate_up, (T_e, 2F)
+    down: LinearCache  # m W_down + b_down
+    a: np.ndarray  # (T_e, F), the gate's pre-activation
+    sig: np.ndarray  # (T_e, F), sigmoid(a)
+    u: np.ndarray  # (T_e, F), the up projection
+
+
+def _swiglu_expert_formula(x, W_gate_up, b_gate_up, W_down, b_down, alpha=None, limit=None):
+    """A plain SwiGLU expert with biases: 1. ``[a, u] = x W_gate_up + b_gate_up`` (gate's F columns, then up's);
+    2. ``m = silu(a) u``; 3. ``y = m W_down + b_down``. ``alpha`` and ``limit`` are gpt-oss's and unused."""
+    f = W_gate_up.shape[-1] // 2
+    au = linear_formula(x, W_gate_up, b_gate_up)  # (T_e, 2F)
+    a, u = au[..., :f], au[..., f:]
+    sig = _sigmoid(a)
+    m = a * sig * u  # (T_e, F)
+    y = linear_formula(m, W_down, b_down)  # (T_e, D)
+    return y, _SwiGLUExpertCache(LinearCache(x, W_gate_up, True), LinearCache(m, W_down, True), a, sig, u)
+
+
+def _swiglu_expert_backward(dy, cache: _SwiGLUExpertCache):
+    """3. ``dm = dy W_down^T``; 2. ``du = dm silu(a)``, ``da = dm u sig (1 + a (1 - sig))``; 1. the projection's
+    backward with ``[da, du]``: ``(dx, dW_gate_up, db_gate_up, dW_down, db_down)``."""
+    dm, dW_down, db_down = linear_backward_formula(dy, cache.down)
+    a, sig, u = cache.a, cache.sig, cache.u
+    dau = np.concatenate([dm * u * (sig * (1.0 + a * (1.0 - sig))), dm * (a * sig)], axis=-1)  # (T_e, 2F)
+    dx, dW_gate_up, db_gate_up = linear_backward_formula(dau, cache.gate_up)
+    return dx, dW_gate_up, db_gate_up, dW_down, db_down
+
+
+_EXPERTS = {"clamped_swiglu": (clamped_swiglu_formula, clamped_swiglu_backward_formula),
+            "swiglu": (_swiglu_expert_formula, _swiglu_expert_backward)}
 
 
 def _check_moe_inputs(x, W_router, b_router, W_gate_up, b_gate_up, W_down, b_down, routing, alpha, limit):
@@ -66,7 +113,7 @@ def _check_moe_inputs(x, W_router, b_router, W_gate_up, b_gate_up, W_down, b_dow
 
 
 def moe_forward(x, W_router, b_router, W_gate_up, b_gate_up, W_down, b_down, routing: Routing,
-                alpha=GPT_OSS_SWIGLU_ALPHA, limit=GPT_OSS_SWIGLU_LIMIT):
+                alpha=GPT_OSS_SWIGLU_ALPHA, limit=GPT_OSS_SWIGLU_LIMIT, expert="clamped_swiglu"):
     """gpt-oss's mixture of experts on the tokens ``x``.
 
     Parameters
@@ -77,35 +124,43 @@ def moe_forward(x, W_router, b_router, W_gate_up, b_gate_up, W_down, b_down, rou
         b_gate_up : array (E, 2F) (``experts.gate_up_proj_bias``)
     W_down : array (E, F, D) (``experts.down_proj``); b_down : array (E, D) (``experts.down_proj_bias``)
     routing : Routing (gpt-oss: ``Routing(num_experts_per_tok)``, softmax over the top k)
-    alpha, limit : the experts' ``swiglu_alpha`` and ``swiglu_limit``
+    alpha, limit : the experts' ``swiglu_alpha`` and ``swiglu_limit`` (clamped experts only)
+    expert : one of :data:`EXPERT_KINDS`: ``"clamped_swiglu"`` (gpt-oss, interleaved gate/up columns) or
+        ``"swiglu"`` (Qwen3-Next, Qwen3-MoE: the gate's F columns then the up's; ``router.weight.T`` with a zero
+        ``b_router`` and zero expert biases for their bias-free layers)
 
     Returns
     -------
     y : array (..., D)
     cache : MoECache for :func:`moe_backward`
     """
+    if expert not in EXPERT_KINDS:
+        raise ValueError(f"expert must be one of {EXPERT_KINDS}, got {expert!r}")
     return moe_formula(*_check_moe_inputs(x, W_router, b_router, W_gate_up, b_gate_up, W_down, b_down,
-                                          routing, alpha, limit))
+                                          routing, alpha, limit), expert=expert)
 
 
-def moe_formula(x, W_router, b_router, W_gate_up, b_gate_up, W_down, b_down, routing, alpha, limit):
+def moe_formula(x, W_router, b_router, W_gate_up, b_gate_up, W_down, b_down, routing, alpha, limit,
+                expert="clamped_swiglu"):
     """:func:`moe_forward` on checked inputs."""
     tokens = x.reshape(-1, x.shape[-1])  # (T, D)
     # 1. the router
     w, idx, _, router_cache = router_formula(tokens, W_router, b_router, routing)  # (T, k) each
     # 2.-3. each expert on its tokens, weighted and added up
     y = np.zeros_like(tokens)  # (T, D)
+    expert_formula = _EXPERTS[expert][0]
     experts = []
     for e in range(W_gate_up.shape[0]):
         t, j = np.nonzero(idx == e)  # (T_e,) tokens that chose e, and in which slot
         if t.size == 0:
             continue
-        y_e, cache_e = clamped_swiglu_formula(tokens[t], W_gate_up[e], b_gate_up[e], W_down[e], b_down[e],
-                                              alpha, limit)  # (T_e, D)
+        y_e, cache_e = expert_formula(tokens[t], W_gate_up[e], b_gate_up[e], W_down[e], b_down[e],
+                                      alpha, limit)  # (T_e, D)
         np.add.at(y, t, w[t, j][:, None] * y_e)  # a token appears once per expert; add.at keeps it plain
         experts.append((e, t, j, cache_e, y_e))
     shapes = (W_gate_up.shape, b_gate_up.shape, W_down.shape, b_down.shape)
-    return y.reshape(x.shape), MoECache(router_cache, w, tuple(experts), x.shape, W_gate_up.shape[0], shapes)
+    return y.reshape(x.shape), MoECache(router_cache, w, tuple(experts), x.shape, W_gate_up.shape[0], shapes,
+                                        expert)
 
 
 def moe_backward(dy, cache: MoECache):
@@ -113,7 +168,7 @@ def moe_backward(dy, cache: MoECache):
 
     3. ``y_t = sum_j w_tj y_{idx_tj}`` gives ``dw_tj = dy_t . y_{idx_tj}`` and, to expert
        ``e = idx_tj``, the upstream gradient ``w_tj dy_t``
-    2. each expert's backward (:func:`attention_ref.nn.clamped_swiglu_backward`) on its tokens:
+    2. each expert's backward (:func:`attention_ref.nn.clamped_swiglu_backward`, or the plain SwiGLU's) on its tokens:
        its weight gradients, and ``dx_t`` summed over the token's ``k`` experts
     1. the router's backward with ``dw`` (:func:`attention_ref.nn.router_backward`), added to ``dx``
 
@@ -125,7 +180,8 @@ def moe_backward(dy, cache: MoECache):
     dW_down : array (E, F, D); db_down : array (E, D)
     (an expert no token chose gets zero gradients)
     """
-    router_cache, w, experts, x_shape, E, shapes = cache
+    router_cache, w, experts, x_shape, E, shapes, expert = cache
+    expert_backward = _EXPERTS[expert][1]
     dtype = w.dtype
     dy = as_upstream(dy, x_shape, dtype, "dy").reshape(-1, x_shape[-1])  # (T, D)
     dx = np.zeros_like(dy)  # (T, D)
@@ -135,7 +191,7 @@ def moe_backward(dy, cache: MoECache):
         # 3. the weighted sum
         dw[t, j] = (dy[t] * y_e).sum(axis=-1)  # (T_e,)
         # 2. the expert
-        dx_e, dW_gate_up[e], db_gate_up[e], dW_down[e], db_down[e] = clamped_swiglu_backward_formula(
+        dx_e, dW_gate_up[e], db_gate_up[e], dW_down[e], db_down[e] = expert_backward(
             w[t, j][:, None] * dy[t], cache_e)  # dx_e (T_e, D)
         np.add.at(dx, t, dx_e)
     # 1. the router

@@ -8,7 +8,8 @@ cache of autoregressive decoding), ``grouped_heads`` (multi-head attention with 
 heads, a head mask and rotary positions around the core's plain layer: the public
 ``multi_head_attention_forward``), ``rope_multi_head`` (that layer with RoPE on every head's
 queries and keys, in either pairing), ``sink_softmax`` (gpt-oss's softmax with a learned sink logit
-per head in the denominator). May import from ``core`` and ``fast``.
+per head in the denominator), ``gated_delta_rule`` (Gated DeltaNet's recurrent state, Qwen3-Next's linear
+attention, with its backward through time). May import from ``core`` and ``fast``.
 """
 from .blockwise import FlashAttentionCache, flash_attention_backward, flash_attention_forward
 from .local import local_window_mask
@@ -18,6 +19,7 @@ from .kv_cache import KVCache
 from .grouped_heads import GroupedMultiHeadCache, multi_head_attention_backward, multi_head_attention_forward
 from .rope_multi_head import rope_multi_head_attention_backward, rope_multi_head_attention_forward
 from .sink_softmax import SinkSoftmaxCache, sink_softmax_backward, sink_softmax_forward
+from .gated_delta_rule import GatedDeltaRuleCache, gated_delta_rule_backward, gated_delta_rule_forward
 
 __all__ = [
     "FlashAttentionCache", "flash_attention_backward", "flash_attention_forward",
@@ -28,4 +30,5 @@ __all__ = [
     "GroupedMultiHeadCache", "multi_head_attention_backward", "multi_head_attention_forward",
     "rope_multi_head_attention_backward", "rope_multi_head_attention_forward",
     "SinkSoftmaxCache", "sink_softmax_backward", "sink_softmax_forward",
+    "GatedDeltaRuleCache", "gated_delta_rule_backward", "gated_delta_rule_forward",
 ]
