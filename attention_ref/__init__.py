@@ -130,6 +130,8 @@ from .nn.cross_entropy import CrossEntropyCache, cross_entropy_backward, cross_e
 from .nn.moe_routing import ROUTING_ORDERS, RouterCache, Routing, router_backward, router_forward
 from .nn.clamped_swiglu import ClampedSwiGLUCache, clamped_swiglu_backward, clamped_swiglu_forward
 from .nn.moe import MoECache, moe_backward, moe_forward
+# the same layer with plain SwiGLU experts (Qwen3-MoE; DeepSeek-V3 with its grouped sigmoid routing)
+from .nn.moe import SwiGLUMoECache, swiglu_moe_backward, swiglu_moe_forward
 from .nn.load_balancing import LoadBalancingCache, load_balancing_loss_backward, load_balancing_loss_forward
 
 # models: every family (models/families/) as a whole language model (ids -> logits -> loss and back), generation

@@ -23,6 +23,10 @@ Gemma 2's RMSNorm, RoPE and      as Gemma 3's (5.x: a float32 ``embed_scale``   
 ``embed_scale``                  buffer; 4.57: ``normalizer`` in the hidden dtype)
 Gemma 2's eager attention        ``softmax(..., dtype=torch.float32)`` (sdpa has    :func:`gemma2_in_float64`: the same
                                  no soft cap: the tests run eager)                  steps with the softmax in the model's dtype
+Qwen3-MoE's router               ``softmax(router_logits, dtype=torch.float)``,     :func:`moe_routers_in_float64` (same
+                                 the top-k weights cast back                        formula in the model's dtype)
+DeepSeek-V3's router             ``F.linear(h.type(torch.float32), W.float())``,    :func:`moe_routers_in_float64` (same
+                                 its sigmoid and choice in float32                  formula in the model's dtype)
 ===============================  =================================================  ========================================
 
 :func:`llama_in_float64` is what this package's tests use; it needs torch and transformers,
@@ -32,7 +36,7 @@ from __future__ import annotations
 
 import contextlib
 
-__all__ = ["llama_in_float64", "gemma3_in_float64", "gemma2_in_float64"]
+__all__ = ["llama_in_float64", "gemma3_in_float64", "gemma2_in_float64", "moe_routers_in_float64"]
 
 
 @contextlib.contextmanager
@@ -207,5 +211,73 @@ def gemma2_in_float64():
                (m, "eager_attention_forward", attention)]
     if hasattr(m, "Gemma2TextScaledWordEmbedding"):  # 5.x; 4.57 casts its normaliser to the hidden dtype already
         patches.append((m.Gemma2TextScaledWordEmbedding, "forward", embed))
+    with _patched(patches):
+        yield
+
+
+@contextlib.contextmanager
+def moe_routers_in_float64():
+    """Inside the ``with`` block, the routers of transformers' Qwen3-MoE and DeepSeek-V3 compute in
+    the model's dtype with the same formulas (4.57: ``Qwen3MoeSparseMoeBlock``'s router lines and
+    ``DeepseekV3TopkRouter.forward``, whose ``get_topk_indices`` is kept; 5.x:
+    ``Qwen3MoeTopKRouter.forward`` and ``DeepseekV3TopkRouter.forward``); restored on exit. The
+    choice of experts is unchanged (the draws of the tests keep it 1e-2 from any tie)."""
+    import torch
+    import torch.nn.functional as F
+    from transformers.models.deepseek_v3 import modeling_deepseek_v3 as deepseek
+    from transformers.models.qwen3_moe import modeling_qwen3_moe as qwen
+
+    def qwen_router(self, hidden_states):  # 5.x
+        hidden_states = hidden_states.reshape(-1, self.hidden_dim)
+        logits = F.linear(hidden_states, self.weight)  # (T, E)
+        top, idx = torch.topk(torch.softmax(logits, dim=-1), self.top_k, dim=-1)
+        if self.norm_topk_prob:
+            top = top / top.sum(dim=-1, keepdim=True)
+        return logits, top, idx
+
+    def qwen_block(self, hidden_states):  # 4.57: the router's lines, then its own loop over the experts
+        B, N, D = hidden_states.shape
+        flat = hidden_states.view(-1, D)
+        logits = self.gate(flat)  # (T, E)
+        top, idx = torch.topk(torch.softmax(logits, dim=-1), self.top_k, dim=-1)
+        if self.norm_topk_prob:
+            top = top / top.sum(dim=-1, keepdim=True)
+        out = torch.zeros_like(flat)
+        for e in range(self.num_experts):
+            t, j = torch.where(idx == e)
+            if t.numel():
+                out.index_add_(0, t, self.experts[e](flat[t]) * top[t, j, None])
+        return out.view(B, N, D), logits
+
+    def deepseek_router_4x(self, hidden_states):
+        hidden_states = hidden_states.view(-1, self.config.hidden_size)
+        scores = F.linear(hidden_states, self.weight).sigmoid()  # (T, E)
+        idx = self.get_topk_indices(scores)
+        w = scores.gather(1, idx)
+        if self.norm_topk_prob:
+            w = w / (w.sum(dim=-1, keepdim=True) + 1e-20)
+        return idx, w * self.routed_scaling_factor
+
+    def deepseek_router_5x(self, hidden_states):
+        hidden_states = hidden_states.view(-1, self.hidden_dim)
+        logits = F.linear(hidden_states, self.weight)  # (T, E)
+        scores = logits.sigmoid()
+        choice = scores + self.e_score_correction_bias
+        E, G = self.num_experts, self.num_group
+        groups = choice.view(-1, G, E // G).topk(2, dim=-1)[0].sum(dim=-1)  # (T, G)
+        kept = torch.zeros_like(groups).scatter_(1, torch.topk(groups, k=self.topk_group, dim=-1)[1], 1)
+        keep = kept.unsqueeze(-1).expand(-1, G, E // G).reshape(-1, E).bool()
+        idx = torch.topk(choice.masked_fill(~keep, float("-inf")), k=self.top_k, dim=-1)[1]
+        w = scores.gather(1, idx)
+        if self.norm_topk_prob:
+            w = w / (w.sum(dim=-1, keepdim=True) + 1e-20)
+        return logits, w * self.routed_scaling_factor, idx
+
+    if hasattr(qwen, "Qwen3MoeTopKRouter"):
+        patches = [(qwen.Qwen3MoeTopKRouter, "forward", qwen_router),
+                   (deepseek.DeepseekV3TopkRouter, "forward", deepseek_router_5x)]
+    else:
+        patches = [(qwen.Qwen3MoeSparseMoeBlock, "forward", qwen_block),
+                   (deepseek.DeepseekV3TopkRouter, "forward", deepseek_router_4x)]
     with _patched(patches):
         yield

@@ -70,7 +70,7 @@ from .embedding import EmbeddingCache, embedding_backward, embedding_forward
 from .cross_entropy import CrossEntropyCache, cross_entropy_backward, cross_entropy_forward, next_token_targets
 from .moe_routing import ROUTING_ORDERS, RouterCache, Routing, router_backward, router_forward
 from .clamped_swiglu import ClampedSwiGLUCache, clamped_swiglu_backward, clamped_swiglu_forward
-from .moe import MoECache, moe_backward, moe_forward
+from .moe import MoECache, SwiGLUMoECache, moe_backward, moe_forward, swiglu_moe_backward, swiglu_moe_forward
 from .load_balancing import LoadBalancingCache, load_balancing_loss_backward, load_balancing_loss_forward
 
 __all__ = [
@@ -95,6 +95,6 @@ __all__ = [
     "CrossEntropyCache", "cross_entropy_backward", "cross_entropy_forward", "next_token_targets",
     "ROUTING_ORDERS", "RouterCache", "Routing", "router_backward", "router_forward",
     "ClampedSwiGLUCache", "clamped_swiglu_backward", "clamped_swiglu_forward",
-    "MoECache", "moe_backward", "moe_forward",
+    "MoECache", "moe_backward", "moe_forward", "SwiGLUMoECache", "swiglu_moe_backward", "swiglu_moe_forward",
     "LoadBalancingCache", "load_balancing_loss_backward", "load_balancing_loss_forward",
 ]
