@@ -132,6 +132,9 @@ from .nn.clamped_swiglu import ClampedSwiGLUCache, clamped_swiglu_backward, clam
 from .nn.moe import MoECache, moe_backward, moe_forward
 # the same layer with plain SwiGLU experts (Qwen3-MoE; DeepSeek-V3 with its grouped sigmoid routing)
 from .nn.moe import SwiGLUMoECache, swiglu_moe_backward, swiglu_moe_forward
+# DeepSeek's multi-head latent attention: the plain pair and the absorbed decoding step with a latent cache
+from .nn.mla import (LatentCache, MLACache, MLAShape, mla_backward, mla_decode_absorbed, mla_forward, mla_param_shapes,
+                     mla_scale)
 from .nn.load_balancing import LoadBalancingCache, load_balancing_loss_backward, load_balancing_loss_forward
 
 # models: every family (models/families/) as a whole language model (ids -> logits -> loss and back), generation

@@ -23,10 +23,12 @@ Gemma 2's RMSNorm, RoPE and      as Gemma 3's (5.x: a float32 ``embed_scale``   
 ``embed_scale``                  buffer; 4.57: ``normalizer`` in the hidden dtype)
 Gemma 2's eager attention        ``softmax(..., dtype=torch.float32)`` (sdpa has    :func:`gemma2_in_float64`: the same
                                  no soft cap: the tests run eager)                  steps with the softmax in the model's dtype
-Qwen3-MoE's router               ``softmax(router_logits, dtype=torch.float)``,     :func:`moe_routers_in_float64` (same
+Qwen3-MoE's router               ``softmax(router_logits, dtype=torch.float)``,     :func:`moe_models_in_float64` (same
                                  the top-k weights cast back                        formula in the model's dtype)
-DeepSeek-V3's router             ``F.linear(h.type(torch.float32), W.float())``,    :func:`moe_routers_in_float64` (same
+DeepSeek-V3's router             ``F.linear(h.type(torch.float32), W.float())``,    :func:`moe_models_in_float64` (same
                                  its sigmoid and choice in float32                  formula in the model's dtype)
+DeepSeek-V3's and Qwen3-MoE's    ``hidden_states.to(torch.float32)`` (as Llama's)   :func:`moe_models_in_float64` (same
+RMSNorm                                                                             formula)
 ===============================  =================================================  ========================================
 
 :func:`llama_in_float64` is what this package's tests use; it needs torch and transformers,
@@ -36,7 +38,7 @@ from __future__ import annotations
 
 import contextlib
 
-__all__ = ["llama_in_float64", "gemma3_in_float64", "gemma2_in_float64", "moe_routers_in_float64"]
+__all__ = ["llama_in_float64", "gemma3_in_float64", "gemma2_in_float64", "moe_models_in_float64"]
 
 
 @contextlib.contextmanager
@@ -211,17 +213,18 @@ def gemma2_in_float64():
                (m, "eager_attention_forward", attention)]
     if hasattr(m, "Gemma2TextScaledWordEmbedding"):  # 5.x; 4.57 casts its normaliser to the hidden dtype already
         patches.append((m.Gemma2TextScaledWordEmbedding, "forward", embed))
-    with _patched(patches):
+    with _patched(patches + norms):
         yield
 
 
 @contextlib.contextmanager
-def moe_routers_in_float64():
+def moe_models_in_float64():
     """Inside the ``with`` block, the routers of transformers' Qwen3-MoE and DeepSeek-V3 compute in
     the model's dtype with the same formulas (4.57: ``Qwen3MoeSparseMoeBlock``'s router lines and
     ``DeepseekV3TopkRouter.forward``, whose ``get_topk_indices`` is kept; 5.x:
-    ``Qwen3MoeTopKRouter.forward`` and ``DeepseekV3TopkRouter.forward``); restored on exit. The
-    choice of experts is unchanged (the draws of the tests keep it 1e-2 from any tie)."""
+    ``Qwen3MoeTopKRouter.forward`` and ``DeepseekV3TopkRouter.forward``), and so do their RMSNorms
+    (``Qwen3MoeRMSNorm``, ``DeepseekV3RMSNorm``); restored on exit. The choice of experts is
+    unchanged (the draws of the tests keep it 1e-2 from any tie)."""
     import torch
     import torch.nn.functional as F
     from transformers.models.deepseek_v3 import modeling_deepseek_v3 as deepseek
@@ -273,11 +276,16 @@ def moe_routers_in_float64():
             w = w / (w.sum(dim=-1, keepdim=True) + 1e-20)
         return logits, w * self.routed_scaling_factor, idx
 
+    def rms_norm(self, hidden_states):
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        return self.weight * (hidden_states * torch.rsqrt(variance + self.variance_epsilon))
+
+    norms = [(qwen.Qwen3MoeRMSNorm, "forward", rms_norm), (deepseek.DeepseekV3RMSNorm, "forward", rms_norm)]
     if hasattr(qwen, "Qwen3MoeTopKRouter"):
         patches = [(qwen.Qwen3MoeTopKRouter, "forward", qwen_router),
                    (deepseek.DeepseekV3TopkRouter, "forward", deepseek_router_5x)]
     else:
         patches = [(qwen.Qwen3MoeSparseMoeBlock, "forward", qwen_block),
                    (deepseek.DeepseekV3TopkRouter, "forward", deepseek_router_4x)]
-    with _patched(patches):
+    with _patched(patches + norms):
         yield

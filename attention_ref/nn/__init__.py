@@ -9,8 +9,10 @@ next-token loss, as torch's), ``encoder_block``, ``decoder_block``, the decoder-
 ``gpt2_block`` and ``llama_block`` (RoPE, grouped-query heads, RMSNorm, SwiGLU), ``optim``
 (SGD, Adam and AdamW, global-norm gradient clipping, the cosine learning-rate schedule); gpt-oss's mixture
 of experts: ``moe_routing`` (the routing description and the router), ``clamped_swiglu`` (its
-expert), ``moe`` (the layer), ``load_balancing`` (the auxiliary loss); ``yarn`` (YaRN's RoPE
-frequencies, computed through ``rope_scaling``).
+expert), ``moe`` (the layer; with plain SwiGLU experts for Qwen3-MoE and DeepSeek-V3, whose grouped
+sigmoid routing is a ``Routing`` too), ``load_balancing`` (the auxiliary loss); ``yarn`` (YaRN's RoPE
+frequencies, computed through ``rope_scaling``); ``mla`` (DeepSeek's multi-head latent attention and its
+absorbed decoding step with a cache of the latent).
 """
 from .multi_head_attention import MultiHeadAttention
 from .layer_norm import LayerNormCache, layer_norm_backward, layer_norm_forward
@@ -71,6 +73,8 @@ from .cross_entropy import CrossEntropyCache, cross_entropy_backward, cross_entr
 from .moe_routing import ROUTING_ORDERS, RouterCache, Routing, router_backward, router_forward
 from .clamped_swiglu import ClampedSwiGLUCache, clamped_swiglu_backward, clamped_swiglu_forward
 from .moe import MoECache, SwiGLUMoECache, moe_backward, moe_forward, swiglu_moe_backward, swiglu_moe_forward
+from .mla import (LatentCache, MLACache, MLAShape, mla_backward, mla_decode_absorbed, mla_forward, mla_param_shapes,
+                  mla_scale)
 from .load_balancing import LoadBalancingCache, load_balancing_loss_backward, load_balancing_loss_forward
 
 __all__ = [
@@ -96,5 +100,7 @@ __all__ = [
     "ROUTING_ORDERS", "RouterCache", "Routing", "router_backward", "router_forward",
     "ClampedSwiGLUCache", "clamped_swiglu_backward", "clamped_swiglu_forward",
     "MoECache", "moe_backward", "moe_forward", "SwiGLUMoECache", "swiglu_moe_backward", "swiglu_moe_forward",
+    "MLAShape", "MLACache", "LatentCache", "mla_param_shapes", "mla_scale", "mla_forward", "mla_backward",
+    "mla_decode_absorbed",
     "LoadBalancingCache", "load_balancing_loss_backward", "load_balancing_loss_forward",
 ]

@@ -3,14 +3,14 @@ DeepSeek-V3's grouped sigmoid routing (nn/moe_routing.py), against transformers'
 and ``DeepseekV3MoE`` (its routed experts; the shared experts are one SwiGLU added to them), on 4.57 (one
 module per expert) and 5.x (the experts' weights stacked: ``gate_up_proj`` (E, 2F, D), ``down_proj`` (E, D, F)):
 outputs and every gradient at 1e-10 in float64, the routers' float32 steps run in float64 by
-``moe_routers_in_float64`` (the same formulas), the draws 1e-2 from any tie of the choice."""
+``moe_models_in_float64`` (the same formulas), the draws 1e-2 from any tie of the choice."""
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from attention_ref.interop import moe_routers_in_float64  # noqa: E402
+from attention_ref.interop import moe_models_in_float64  # noqa: E402
 from attention_ref.nn.moe import swiglu_moe_backward, swiglu_moe_forward  # noqa: E402
 from attention_ref.nn.moe_routing import Routing, router_forward  # noqa: E402
 from attention_ref.nn.swiglu import swiglu_backward, swiglu_forward  # noqa: E402
@@ -84,7 +84,7 @@ def test_swiglu_moe_equals_qwen3_moe_sparse_block(norm_topk_prob):
         block.gate.weight.copy_(torch.tensor(W_router.T))
     _load_experts(block.experts, W_gate, W_up, W_down)
     tx = torch.tensor(x.reshape(2, 6, D), requires_grad=True)
-    with moe_routers_in_float64():
+    with moe_models_in_float64():
         theirs = block(tx)
     theirs = theirs[0] if isinstance(theirs, tuple) else theirs
     dy = rng.standard_normal(theirs.shape)
@@ -118,7 +118,7 @@ def test_swiglu_moe_and_shared_expert_equal_deepseek_v3_moe(groups):
             getattr(moe.shared_experts, name).weight.copy_(torch.tensor(W.T))
     _load_experts(moe.experts, W_gate, W_up, W_down)
     tx = torch.tensor(x.reshape(3, 4, D), requires_grad=True)
-    with moe_routers_in_float64():
+    with moe_models_in_float64():
         theirs = moe(tx)
     dy = rng.standard_normal(theirs.shape)
     theirs.backward(torch.tensor(dy))
