@@ -12,6 +12,10 @@ Symbols: ``...`` batch axes, T tokens (flattened), D model width, E experts, F e
 
 The backward holds the choice ``idx`` fixed (autograd's rule: a discrete choice has no
 gradient), so a token's gradient reaches only its ``k`` experts and, through ``w``, the router.
+
+Qwen3-MoE and DeepSeek-V3 run the same three steps with plain SwiGLU experts without biases and a
+router without a bias (:func:`swiglu_moe_forward`, :func:`swiglu_moe_backward`); their routings are
+:class:`Routing` s too (``"softmax_topk"``, ``"sigmoid_topk"``).
 """
 from __future__ import annotations
 
