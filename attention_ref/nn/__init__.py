@@ -12,7 +12,8 @@ of experts: ``moe_routing`` (the routing description and the router), ``clamped_
 expert), ``moe`` (the layer; with plain SwiGLU experts for Qwen3-MoE and DeepSeek-V3, whose grouped
 sigmoid routing is a ``Routing`` too), ``load_balancing`` (the auxiliary loss); ``yarn`` (YaRN's RoPE
 frequencies, computed through ``rope_scaling``); ``mla`` (DeepSeek's multi-head latent attention and its
-absorbed decoding step with a cache of the latent).
+absorbed decoding step with a cache of the latent); ``deepseek_block`` (DeepSeek-V3's decoder block: MLA, and a
+dense SwiGLU or routed and shared experts).
 """
 from .multi_head_attention import MultiHeadAttention
 from .layer_norm import LayerNormCache, layer_norm_backward, layer_norm_forward
@@ -75,6 +76,7 @@ from .clamped_swiglu import ClampedSwiGLUCache, clamped_swiglu_backward, clamped
 from .moe import MoECache, SwiGLUMoECache, moe_backward, moe_forward, swiglu_moe_backward, swiglu_moe_forward
 from .mla import (LatentCache, MLACache, MLAShape, mla_backward, mla_decode_absorbed, mla_forward, mla_param_shapes,
                   mla_scale)
+from .deepseek_block import DeepSeekBlockCache, DeepSeekLayer, deepseek_block_backward, deepseek_block_forward
 from .load_balancing import LoadBalancingCache, load_balancing_loss_backward, load_balancing_loss_forward
 
 __all__ = [
@@ -101,6 +103,6 @@ __all__ = [
     "ClampedSwiGLUCache", "clamped_swiglu_backward", "clamped_swiglu_forward",
     "MoECache", "moe_backward", "moe_forward", "SwiGLUMoECache", "swiglu_moe_backward", "swiglu_moe_forward",
     "MLAShape", "MLACache", "LatentCache", "mla_param_shapes", "mla_scale", "mla_forward", "mla_backward",
-    "mla_decode_absorbed",
+    "mla_decode_absorbed", "DeepSeekLayer", "DeepSeekBlockCache", "deepseek_block_forward", "deepseek_block_backward",
     "LoadBalancingCache", "load_balancing_loss_backward", "load_balancing_loss_forward",
 ]
