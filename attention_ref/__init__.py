@@ -136,6 +136,7 @@ from .nn.moe import SwiGLUMoECache, swiglu_moe_backward, swiglu_moe_forward
 from .nn.mla import (LatentCache, MLACache, MLAShape, mla_backward, mla_decode_absorbed, mla_forward, mla_param_shapes,
                      mla_scale)
 from .nn.deepseek_block import DeepSeekBlockCache, DeepSeekLayer, deepseek_block_backward, deepseek_block_forward
+from .nn.qwen3_moe_block import Qwen3MoeBlockCache, Qwen3MoeLayer, qwen3_moe_block_backward, qwen3_moe_block_forward
 from .nn.load_balancing import LoadBalancingCache, load_balancing_loss_backward, load_balancing_loss_forward
 
 # models: every family (models/families/) as a whole language model (ids -> logits -> loss and back), generation

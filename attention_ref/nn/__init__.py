@@ -13,7 +13,8 @@ expert), ``moe`` (the layer; with plain SwiGLU experts for Qwen3-MoE and DeepSee
 sigmoid routing is a ``Routing`` too), ``load_balancing`` (the auxiliary loss); ``yarn`` (YaRN's RoPE
 frequencies, computed through ``rope_scaling``); ``mla`` (DeepSeek's multi-head latent attention and its
 absorbed decoding step with a cache of the latent); ``deepseek_block`` (DeepSeek-V3's decoder block: MLA, and a
-dense SwiGLU or routed and shared experts).
+dense SwiGLU or routed and shared experts); ``qwen3_moe_block`` (Qwen3-MoE's: Qwen3's attention and a
+softmax-routed mixture or a dense SwiGLU).
 """
 from .multi_head_attention import MultiHeadAttention
 from .layer_norm import LayerNormCache, layer_norm_backward, layer_norm_forward
@@ -77,6 +78,7 @@ from .moe import MoECache, SwiGLUMoECache, moe_backward, moe_forward, swiglu_moe
 from .mla import (LatentCache, MLACache, MLAShape, mla_backward, mla_decode_absorbed, mla_forward, mla_param_shapes,
                   mla_scale)
 from .deepseek_block import DeepSeekBlockCache, DeepSeekLayer, deepseek_block_backward, deepseek_block_forward
+from .qwen3_moe_block import Qwen3MoeBlockCache, Qwen3MoeLayer, qwen3_moe_block_backward, qwen3_moe_block_forward
 from .load_balancing import LoadBalancingCache, load_balancing_loss_backward, load_balancing_loss_forward
 
 __all__ = [
@@ -104,5 +106,6 @@ __all__ = [
     "MoECache", "moe_backward", "moe_forward", "SwiGLUMoECache", "swiglu_moe_backward", "swiglu_moe_forward",
     "MLAShape", "MLACache", "LatentCache", "mla_param_shapes", "mla_scale", "mla_forward", "mla_backward",
     "mla_decode_absorbed", "DeepSeekLayer", "DeepSeekBlockCache", "deepseek_block_forward", "deepseek_block_backward",
+    "Qwen3MoeLayer", "Qwen3MoeBlockCache", "qwen3_moe_block_forward", "qwen3_moe_block_backward",
     "LoadBalancingCache", "load_balancing_loss_backward", "load_balancing_loss_forward",
 ]
