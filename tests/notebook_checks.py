@@ -328,6 +328,29 @@ assert readings["split"] == {"single": 4 * 512**2, "multi": 4 * 512**2}
     },
     "19_attention_in_2025_26": {
         # issue 43's rule: the lesson shows, these check what it shows
+        # issue 46: MLA's cache per token, the absorbed form, DeepSeek-V3's routing
+        "m1a00002": """\
+assert list(caches.values()) == [32 * 2 * 32 * 128, 32 * 2 * 8 * 128, 32 * 2 * 64, 61 * 576, 61 * 128 * 320]
+_mla, _mha, _gqa = caches["DeepSeek-V3\\nMLA"], caches["DeepSeek-V3's heads\\nas MHA"], caches["Llama 3 8B\\nGQA, 8 kv heads"]
+assert round(_mha / _mla) == 71 and 0.5 < _mla / _gqa < 0.55                     # "71 times", "about half"
+assert fig.axes[0].get_xlabel() and len(fig.axes[0].patches) == 5
+""",
+        "m1a00004": """\
+assert np.abs(prompt - plain[:, :5]).max() < 1e-14 and np.abs(step - plain[:, 5:]).max() < 1e-14
+assert latent.c_hat.shape == (1, 6, 8) and latent.k_pe.shape == (1, 6, 4)
+""",
+        "m1a00006": """\
+assert mla_report.ok and max(r.max_abs_err for r in mla_report.rows) < 1e-7
+""",
+        "m1a00008": """\
+assert idx_ds[0].tolist() == [4, 7] and idx_b[0].tolist() == [3, 4]              # the text's token 0
+_g = s[0] + bias
+assert _g[2] + _g[3] > _g[6] + _g[7] and s[0, 7] > s[0, 3]                        # group 1 beats group 3
+assert np.allclose(w_b[0], 2.5 * s[0, [3, 4]] / s[0, [3, 4]].sum(), rtol=1e-14)  # the unbiased scores as weights
+""",
+        "m1a00010": """\
+assert routing_report.ok
+""",
         "1f82b371": """\
 assert np.allclose(P[0, 0, :3], e[:3] / e.sum(), rtol=1e-14) and abs(cache.p_sink[0, 0, 0] - e[3] / e.sum()) < 1e-15
 for _sink, _on_keys, _on_sink in ((-4.0, 0.9984, 0.0016), (0.0, 0.9216, 0.0784), (2.0, 0.6141, 0.3859)):

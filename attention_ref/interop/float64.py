@@ -33,6 +33,12 @@ Qwen3-Next's decay ``g``,        ``-A_log.float().exp() * softplus(a.float() + .
 Qwen3-Next's MoE router and      ``softmax(..., dtype=torch.float)``;               the module's ``torch`` as above
 eager attention                  ``softmax(..., dtype=torch.float32)``
 Qwen3-Next's partial RoPE        float32 ``inv_freq`` (r/2,) and angles             :func:`qwen3_next_in_float64` (same formula)
+Qwen3-MoE's router               ``softmax(router_logits, dtype=torch.float)``,     :func:`moe_models_in_float64` (same
+                                 the top-k weights cast back                        formula in the model's dtype)
+DeepSeek-V3's router             ``F.linear(h.type(torch.float32), W.float())``,    :func:`moe_models_in_float64` (same
+                                 its sigmoid and choice in float32                  formula in the model's dtype)
+DeepSeek-V3's and Qwen3-MoE's    ``hidden_states.to(torch.float32)`` (as Llama's)   :func:`moe_models_in_float64` (same
+RMSNorm                                                                             formula)
 ===============================  =================================================  ========================================
 
 :func:`llama_in_float64` is what this package's tests use; it needs torch and transformers,
@@ -42,7 +48,7 @@ from __future__ import annotations
 
 import contextlib
 
-__all__ = ["llama_in_float64", "gemma3_in_float64", "gemma2_in_float64", "qwen3_next_in_float64"]
+__all__ = ["llama_in_float64", "gemma3_in_float64", "gemma2_in_float64", "qwen3_next_in_float64", "moe_models_in_float64"]
 
 
 @contextlib.contextmanager
@@ -218,6 +224,80 @@ def gemma2_in_float64():
     if hasattr(m, "Gemma2TextScaledWordEmbedding"):  # 5.x; 4.57 casts its normaliser to the hidden dtype already
         patches.append((m.Gemma2TextScaledWordEmbedding, "forward", embed))
     with _patched(patches):
+        yield
+
+
+@contextlib.contextmanager
+def moe_models_in_float64():
+    """Inside the ``with`` block, the routers of transformers' Qwen3-MoE and DeepSeek-V3 compute in
+    the model's dtype with the same formulas (4.57: ``Qwen3MoeSparseMoeBlock``'s router lines and
+    ``DeepseekV3TopkRouter.forward``, whose ``get_topk_indices`` is kept; 5.x:
+    ``Qwen3MoeTopKRouter.forward`` and ``DeepseekV3TopkRouter.forward``), and so do their RMSNorms
+    (``Qwen3MoeRMSNorm``, ``DeepseekV3RMSNorm``); restored on exit. The choice of experts is
+    unchanged (the draws of the tests keep it 1e-2 from any tie)."""
+    import torch
+    import torch.nn.functional as F
+    from transformers.models.deepseek_v3 import modeling_deepseek_v3 as deepseek
+    from transformers.models.qwen3_moe import modeling_qwen3_moe as qwen
+
+    def qwen_router(self, hidden_states):  # 5.x
+        hidden_states = hidden_states.reshape(-1, self.hidden_dim)
+        logits = F.linear(hidden_states, self.weight)  # (T, E)
+        top, idx = torch.topk(torch.softmax(logits, dim=-1), self.top_k, dim=-1)
+        if self.norm_topk_prob:
+            top = top / top.sum(dim=-1, keepdim=True)
+        return logits, top, idx
+
+    def qwen_block(self, hidden_states):  # 4.57: the router's lines, then its own loop over the experts
+        B, N, D = hidden_states.shape
+        flat = hidden_states.view(-1, D)
+        logits = self.gate(flat)  # (T, E)
+        top, idx = torch.topk(torch.softmax(logits, dim=-1), self.top_k, dim=-1)
+        if self.norm_topk_prob:
+            top = top / top.sum(dim=-1, keepdim=True)
+        out = torch.zeros_like(flat)
+        for e in range(self.num_experts):
+            t, j = torch.where(idx == e)
+            if t.numel():
+                out.index_add_(0, t, self.experts[e](flat[t]) * top[t, j, None])
+        return out.view(B, N, D), logits
+
+    def deepseek_router_4x(self, hidden_states):
+        hidden_states = hidden_states.view(-1, self.config.hidden_size)
+        scores = F.linear(hidden_states, self.weight).sigmoid()  # (T, E)
+        idx = self.get_topk_indices(scores)
+        w = scores.gather(1, idx)
+        if self.norm_topk_prob:
+            w = w / (w.sum(dim=-1, keepdim=True) + 1e-20)
+        return idx, w * self.routed_scaling_factor
+
+    def deepseek_router_5x(self, hidden_states):
+        hidden_states = hidden_states.view(-1, self.hidden_dim)
+        logits = F.linear(hidden_states, self.weight)  # (T, E)
+        scores = logits.sigmoid()
+        choice = scores + self.e_score_correction_bias
+        E, G = self.num_experts, self.num_group
+        groups = choice.view(-1, G, E // G).topk(2, dim=-1)[0].sum(dim=-1)  # (T, G)
+        kept = torch.zeros_like(groups).scatter_(1, torch.topk(groups, k=self.topk_group, dim=-1)[1], 1)
+        keep = kept.unsqueeze(-1).expand(-1, G, E // G).reshape(-1, E).bool()
+        idx = torch.topk(choice.masked_fill(~keep, float("-inf")), k=self.top_k, dim=-1)[1]
+        w = scores.gather(1, idx)
+        if self.norm_topk_prob:
+            w = w / (w.sum(dim=-1, keepdim=True) + 1e-20)
+        return logits, w * self.routed_scaling_factor, idx
+
+    def rms_norm(self, hidden_states):
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        return self.weight * (hidden_states * torch.rsqrt(variance + self.variance_epsilon))
+
+    norms = [(qwen.Qwen3MoeRMSNorm, "forward", rms_norm), (deepseek.DeepseekV3RMSNorm, "forward", rms_norm)]
+    if hasattr(qwen, "Qwen3MoeTopKRouter"):
+        patches = [(qwen.Qwen3MoeTopKRouter, "forward", qwen_router),
+                   (deepseek.DeepseekV3TopkRouter, "forward", deepseek_router_5x)]
+    else:
+        patches = [(qwen.Qwen3MoeSparseMoeBlock, "forward", qwen_block),
+                   (deepseek.DeepseekV3TopkRouter, "forward", deepseek_router_4x)]
+    with _patched(patches + norms):
         yield
 
 

@@ -16,7 +16,12 @@ frequencies, computed through ``rope_scaling``); Qwen3-Next's Gated DeltaNet and
 ``gated_delta_net`` (the whole linear-attention layer, with its decoding state), ``gated_attention`` (the
 full-attention layer: gated query projection, (1 + w) q/k norms, partial RoPE, sigmoid output gate),
 ``shared_expert`` (the gated shared expert beside the routed ones; the routed experts are ``moe``'s
-``expert="swiglu"``).
+``expert="swiglu"``);
+also for Qwen3-MoE and DeepSeek-V3: ``moe``'s ``swiglu_moe_*`` (plain SwiGLU experts as separate
+gate and up arrays, with the grouped sigmoid routing of a ``Routing``); ``mla`` (DeepSeek's multi-head latent
+attention and its absorbed decoding step with a cache of the latent); ``deepseek_block`` (DeepSeek-V3's decoder
+block: MLA, and a dense SwiGLU or routed and shared experts); ``qwen3_moe_block`` (Qwen3-MoE's: Qwen3's attention
+and a softmax-routed mixture or a dense SwiGLU).
 """
 from .multi_head_attention import MultiHeadAttention
 from .layer_norm import LayerNormCache, layer_norm_backward, layer_norm_forward
@@ -76,7 +81,12 @@ from .embedding import EmbeddingCache, embedding_backward, embedding_forward
 from .cross_entropy import CrossEntropyCache, cross_entropy_backward, cross_entropy_forward, next_token_targets
 from .moe_routing import ROUTING_ORDERS, RouterCache, Routing, router_backward, router_forward
 from .clamped_swiglu import ClampedSwiGLUCache, clamped_swiglu_backward, clamped_swiglu_forward
-from .moe import EXPERT_KINDS, MoECache, moe_backward, moe_forward
+from .moe import (EXPERT_KINDS, MoECache, SwiGLUMoECache, moe_backward, moe_forward, swiglu_moe_backward,
+                  swiglu_moe_forward)
+from .mla import (LatentCache, MLACache, MLAShape, mla_backward, mla_decode_absorbed, mla_forward, mla_param_shapes,
+                  mla_scale)
+from .deepseek_block import DeepSeekBlockCache, DeepSeekLayer, deepseek_block_backward, deepseek_block_forward
+from .qwen3_moe_block import Qwen3MoeBlockCache, Qwen3MoeLayer, qwen3_moe_block_backward, qwen3_moe_block_forward
 from .load_balancing import LoadBalancingCache, load_balancing_loss_backward, load_balancing_loss_forward
 from .causal_conv1d import CausalConv1dCache, causal_conv1d_backward, causal_conv1d_forward
 from .gated_rms_norm import GatedRMSNormCache, gated_rms_norm_backward, gated_rms_norm_forward
@@ -109,6 +119,10 @@ __all__ = [
     "ROUTING_ORDERS", "RouterCache", "Routing", "router_backward", "router_forward",
     "ClampedSwiGLUCache", "clamped_swiglu_backward", "clamped_swiglu_forward",
     "EXPERT_KINDS", "MoECache", "moe_backward", "moe_forward",
+    "SwiGLUMoECache", "swiglu_moe_backward", "swiglu_moe_forward",
+    "MLAShape", "MLACache", "LatentCache", "mla_param_shapes", "mla_scale", "mla_forward", "mla_backward",
+    "mla_decode_absorbed", "DeepSeekLayer", "DeepSeekBlockCache", "deepseek_block_forward", "deepseek_block_backward",
+    "Qwen3MoeLayer", "Qwen3MoeBlockCache", "qwen3_moe_block_forward", "qwen3_moe_block_backward",
     "LoadBalancingCache", "load_balancing_loss_backward", "load_balancing_loss_forward",
     "CausalConv1dCache", "causal_conv1d_backward", "causal_conv1d_forward",
     "GatedRMSNormCache", "gated_rms_norm_backward", "gated_rms_norm_forward",

@@ -16,6 +16,10 @@ Symbols: ``...`` batch axes, T tokens (flattened), D model width, E experts, F e
 
 The backward holds the choice ``idx`` fixed (autograd's rule: a discrete choice has no
 gradient), so a token's gradient reaches only its ``k`` experts and, through ``w``, the router.
+
+Qwen3-MoE and DeepSeek-V3 run the same three steps with plain SwiGLU experts without biases and a
+router without a bias (:func:`swiglu_moe_forward`, :func:`swiglu_moe_backward`); their routings are
+:class:`Routing` s too (``"softmax_topk"``, ``"sigmoid_topk"``).
 """
 from __future__ import annotations
 
@@ -32,10 +36,11 @@ from .clamped_swiglu import (
     clamped_swiglu_backward_formula,
     clamped_swiglu_formula,
 )
-from .moe_routing import Routing, check_routing, router_backward, router_formula
-from .swiglu import _sigmoid
+from .moe_routing import Routing, check_choice_bias, check_routing, router_backward, router_formula
+from .swiglu import _sigmoid, swiglu_backward, swiglu_formula
 
-__all__ = ["MoECache", "moe_forward", "moe_backward", "EXPERT_KINDS"]
+__all__ = ["MoECache", "moe_forward", "moe_backward", "EXPERT_KINDS", "SwiGLUMoECache", "swiglu_moe_forward",
+           "swiglu_moe_backward"]
 
 #: what each expert computes (``moe_forward``'s ``expert=``): gpt-oss's clamped SwiGLU (the default) or a plain SwiGLU
 EXPERT_KINDS = ("clamped_swiglu", "swiglu")
@@ -197,3 +202,103 @@ def moe_backward(dy, cache: MoECache):
     # 1. the router
     dx_router, dW_router, db_router = router_backward(dw, router_cache)  # (T, D), (D, E), (E,)
     return (dx + dx_router).reshape(x_shape), dW_router, db_router, dW_gate_up, db_gate_up, dW_down, db_down
+
+
+# ---- the same mixture with plain SwiGLU experts (Qwen3-MoE, DeepSeek-V3): the router and steps 1-3 as above ----
+
+class SwiGLUMoECache(NamedTuple):
+    """:class:`MoECache`'s fields for SwiGLU experts (``expert_shapes``: W_gate, W_up, W_down)."""
+
+    router: object  # RouterCache
+    w: np.ndarray  # (T, k)
+    experts: tuple  # ((e, tokens (T_e,), slots (T_e,), SwiGLUCache, y_e (T_e, D)), ...)
+    x_shape: tuple
+    num_experts: int
+    expert_shapes: tuple
+
+
+def swiglu_moe_forward(x, W_router, W_gate, W_up, W_down, routing: Routing, choice_bias=None):
+    """A mixture of SwiGLU experts without biases (Qwen3-MoE's ``Qwen3MoeSparseMoeBlock``, DeepSeek-V3's
+    routed experts), the same three steps as :func:`moe_forward` with expert ``e`` the SwiGLU
+    ``(silu(x W_gate[e]) * (x W_up[e])) W_down[e]`` (:func:`attention_ref.nn.swiglu_forward`) and a
+    router without a bias.
+
+    Parameters
+    ----------
+    x : array (..., D)
+    W_router : array (D, E) (``mlp.gate.weight.T``)
+    W_gate, W_up : arrays (E, D, F) (each expert's ``gate_proj.weight.T``, ``up_proj.weight.T``)
+    W_down : array (E, F, D) (``down_proj.weight.T``)
+    routing : Routing (Qwen3-MoE: ``Routing(k, "softmax_topk", norm_topk_prob)``; DeepSeek-V3:
+        ``Routing(k, "sigmoid_topk", norm_topk_prob, n_group, topk_group, routed_scaling_factor)``)
+    choice_bias : None or array (E,), ``sigmoid_topk``'s ``e_score_correction_bias`` (choice only)
+
+    Returns
+    -------
+    y : array (..., D)
+    cache : SwiGLUMoECache for :func:`swiglu_moe_backward`
+    """
+    names = ("x", "W_router", "W_gate", "W_up", "W_down")
+    arrays = [as_real_array(a, n) for a, n in zip((x, W_router, W_gate, W_up, W_down), names)]
+    x, W_router, W_gate, W_up, W_down = arrays
+    require_ndim(x, "x", 1, "(..., D)")
+    D = x.shape[-1]
+    if W_gate.ndim != 3 or W_gate.shape[1] != D:
+        raise ValueError(f"W_gate must have shape (E, D, F) with D = {D} (x's last axis), got {W_gate.shape}")
+    E, _, F = W_gate.shape
+    expected = {"W_router": (D, E), "W_up": (E, D, F), "W_down": (E, F, D)}
+    for name, a in zip(names[1:], arrays[1:]):
+        if name in expected and a.shape != expected[name]:
+            raise ValueError(f"{name} must have shape {expected[name]} for {E} experts of width {F} and D = {D},"
+                             f" got {a.shape}")
+    check_routing(routing, E)
+    dtype = common_dtype(*arrays)
+    choice_bias = check_choice_bias(choice_bias, routing, E, dtype)
+    return swiglu_moe_formula(*[a.astype(dtype, copy=False) for a in arrays], routing, choice_bias)
+
+
+def swiglu_moe_formula(x, W_router, W_gate, W_up, W_down, routing, choice_bias=None):
+    """:func:`swiglu_moe_forward` on checked inputs (the blocks call it)."""
+    tokens = x.reshape(-1, x.shape[-1])  # (T, D)
+    # 1. the router (no bias on its logits)
+    w, idx, _, router_cache = router_formula(tokens, W_router, np.zeros(W_router.shape[1], x.dtype), routing,
+                                             choice_bias)  # (T, k) each
+    # 2.-3. each expert on its tokens, weighted and added up
+    y = np.zeros_like(tokens)  # (T, D)
+    experts = []
+    for e in range(W_gate.shape[0]):
+        t, j = np.nonzero(idx == e)  # (T_e,) tokens that chose e, and in which slot
+        if t.size == 0:
+            continue
+        y_e, cache_e = swiglu_formula(tokens[t], W_gate[e], W_up[e], W_down[e])  # (T_e, D)
+        np.add.at(y, t, w[t, j][:, None] * y_e)
+        experts.append((e, t, j, cache_e, y_e))
+    shapes = (W_gate.shape, W_up.shape, W_down.shape)
+    return y.reshape(x.shape), SwiGLUMoECache(router_cache, w, tuple(experts), x.shape, W_gate.shape[0], shapes)
+
+
+def swiglu_moe_backward(dy, cache: SwiGLUMoECache):
+    """Gradients of :func:`swiglu_moe_forward`, the chosen experts held fixed: :func:`moe_backward`'s
+    three steps with each expert's SwiGLU backward (:func:`attention_ref.nn.swiglu_backward`).
+
+    Returns
+    -------
+    dx : array (..., D)
+    dW_router : array (D, E)
+    dW_gate, dW_up : arrays (E, D, F); dW_down : array (E, F, D) (zero for an expert no token chose)
+    """
+    router_cache, w, experts, x_shape, E, shapes = cache
+    dtype = w.dtype
+    dy = as_upstream(dy, x_shape, dtype, "dy").reshape(-1, x_shape[-1])  # (T, D)
+    dx = np.zeros_like(dy)  # (T, D)
+    dw = np.zeros_like(w)  # (T, k)
+    dW_gate, dW_up, dW_down = (np.zeros(shape, dtype) for shape in shapes)
+    for e, t, j, cache_e, y_e in experts:
+        # 3. the weighted sum
+        dw[t, j] = (dy[t] * y_e).sum(axis=-1)  # (T_e,)
+        # 2. the expert
+        dx_e, dW_gate[e], dW_up[e], dW_down[e] = swiglu_backward(w[t, j][:, None] * dy[t], cache_e)  # (T_e, D)
+        np.add.at(dx, t, dx_e)
+    # 1. the router (its logits' bias is not a parameter here)
+    dx_router, dW_router, _ = router_backward(dw, router_cache)  # (T, D), (D, E)
+    return (dx + dx_router).reshape(x_shape), dW_router, dW_gate, dW_up, dW_down

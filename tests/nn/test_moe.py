@@ -94,10 +94,10 @@ def test_routing_is_checked_by_name():
     x, W, b = np.zeros((1, 2)), np.zeros((2, 3)), np.zeros(3)
     with pytest.raises(ValueError, match=r"^routing.top_k = 4 is more than the 3 experts$"):
         router_forward(x, W, b, Routing(4))
-    with pytest.raises(ValueError, match=r"^routing.order must be one of \('topk_softmax', 'softmax_topk'\),"
-                                         r" got 'sigmoid'$"):
+    with pytest.raises(ValueError, match=r"^routing.order must be one of \('topk_softmax', 'softmax_topk',"
+                                         r" 'sigmoid_topk'\), got 'sigmoid'$"):
         router_forward(x, W, b, Routing(2, "sigmoid"))
-    with pytest.raises(ValueError, match=r"^routing.normalise applies to order='softmax_topk' only"):
+    with pytest.raises(ValueError, match=r"^routing.normalise applies to order='softmax_topk' or 'sigmoid_topk' only"):
         router_forward(x, W, b, Routing(2, normalise=True))
     with pytest.raises(TypeError, match=r"^routing must be an attention_ref.nn.Routing, got dict$"):
         router_forward(x, W, b, {"top_k": 2})
