@@ -17,7 +17,7 @@ frequencies, computed through ``rope_scaling``); Qwen3-Next's Gated DeltaNet and
 full-attention layer: gated query projection, (1 + w) q/k norms, partial RoPE, sigmoid output gate),
 ``shared_expert`` (the gated shared expert beside the routed ones; the routed experts are ``moe``'s
 ``expert="swiglu"``);
-also for Qwen3-MoE and DeepSeek-V3: ``moe``'s ``swiglu_moe_*`` (plain SwiGLU experts as separate
+also for Qwen3-MoE and DeepSeek-V3: ``moe``'s ``swiglu_moe_*`` (the same mixture, plain SwiGLU experts given as separate
 gate and up arrays, with the grouped sigmoid routing of a ``Routing``); ``mla`` (DeepSeek's multi-head latent
 attention and its absorbed decoding step with a cache of the latent); ``deepseek_block`` (DeepSeek-V3's decoder
 block: MLA, and a dense SwiGLU or routed and shared experts); ``qwen3_moe_block`` (Qwen3-MoE's: Qwen3's attention

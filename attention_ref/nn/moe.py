@@ -37,7 +37,7 @@ from .clamped_swiglu import (
     clamped_swiglu_formula,
 )
 from .moe_routing import Routing, check_choice_bias, check_routing, router_backward, router_formula
-from .swiglu import _sigmoid, swiglu_backward, swiglu_formula
+from .swiglu import _sigmoid
 
 __all__ = ["MoECache", "moe_forward", "moe_backward", "EXPERT_KINDS", "SwiGLUMoECache", "swiglu_moe_forward",
            "swiglu_moe_backward"]
@@ -146,11 +146,12 @@ def moe_forward(x, W_router, b_router, W_gate_up, b_gate_up, W_down, b_down, rou
 
 
 def moe_formula(x, W_router, b_router, W_gate_up, b_gate_up, W_down, b_down, routing, alpha, limit,
-                expert="clamped_swiglu"):
-    """:func:`moe_forward` on checked inputs."""
+                expert="clamped_swiglu", choice_bias=None):
+    """:func:`moe_forward` on checked inputs (``choice_bias``: DeepSeek-V3's correction bias, which
+    moves the choice of experts and never their weights; :func:`swiglu_moe_forward` passes it)."""
     tokens = x.reshape(-1, x.shape[-1])  # (T, D)
     # 1. the router
-    w, idx, _, router_cache = router_formula(tokens, W_router, b_router, routing)  # (T, k) each
+    w, idx, _, router_cache = router_formula(tokens, W_router, b_router, routing, choice_bias)  # (T, k) each
     # 2.-3. each expert on its tokens, weighted and added up
     y = np.zeros_like(tokens)  # (T, D)
     expert_formula = _EXPERTS[expert][0]
@@ -206,15 +207,8 @@ def moe_backward(dy, cache: MoECache):
 
 # ---- the same mixture with plain SwiGLU experts (Qwen3-MoE, DeepSeek-V3): the router and steps 1-3 as above ----
 
-class SwiGLUMoECache(NamedTuple):
-    """:class:`MoECache`'s fields for SwiGLU experts (``expert_shapes``: W_gate, W_up, W_down)."""
-
-    router: object  # RouterCache
-    w: np.ndarray  # (T, k)
-    experts: tuple  # ((e, tokens (T_e,), slots (T_e,), SwiGLUCache, y_e (T_e, D)), ...)
-    x_shape: tuple
-    num_experts: int
-    expert_shapes: tuple
+#: :func:`swiglu_moe_forward`'s cache: the one mixture's (:class:`MoECache`, expert ``"swiglu"``)
+SwiGLUMoECache = MoECache
 
 
 def swiglu_moe_forward(x, W_router, W_gate, W_up, W_down, routing: Routing, choice_bias=None):
@@ -258,23 +252,13 @@ def swiglu_moe_forward(x, W_router, W_gate, W_up, W_down, routing: Routing, choi
 
 
 def swiglu_moe_formula(x, W_router, W_gate, W_up, W_down, routing, choice_bias=None):
-    """:func:`swiglu_moe_forward` on checked inputs (the blocks call it)."""
-    tokens = x.reshape(-1, x.shape[-1])  # (T, D)
-    # 1. the router (no bias on its logits)
-    w, idx, _, router_cache = router_formula(tokens, W_router, np.zeros(W_router.shape[1], x.dtype), routing,
-                                             choice_bias)  # (T, k) each
-    # 2.-3. each expert on its tokens, weighted and added up
-    y = np.zeros_like(tokens)  # (T, D)
-    experts = []
-    for e in range(W_gate.shape[0]):
-        t, j = np.nonzero(idx == e)  # (T_e,) tokens that chose e, and in which slot
-        if t.size == 0:
-            continue
-        y_e, cache_e = swiglu_formula(tokens[t], W_gate[e], W_up[e], W_down[e])  # (T_e, D)
-        np.add.at(y, t, w[t, j][:, None] * y_e)
-        experts.append((e, t, j, cache_e, y_e))
-    shapes = (W_gate.shape, W_up.shape, W_down.shape)
-    return y.reshape(x.shape), SwiGLUMoECache(router_cache, w, tuple(experts), x.shape, W_gate.shape[0], shapes)
+    """:func:`swiglu_moe_forward` on checked inputs (the blocks call it): the one mixture
+    (:func:`moe_formula`) with expert ``"swiglu"``, the gate's and up's columns side by side and every bias 0."""
+    E, D, F = W_gate.shape
+    zeros = np.zeros
+    return moe_formula(x, W_router, zeros(E, x.dtype), np.concatenate([W_gate, W_up], axis=-1),
+                       zeros((E, 2 * F), x.dtype), W_down, zeros((E, D), x.dtype), routing, None, None,
+                       expert="swiglu", choice_bias=choice_bias)
 
 
 def swiglu_moe_backward(dy, cache: SwiGLUMoECache):
@@ -287,18 +271,6 @@ def swiglu_moe_backward(dy, cache: SwiGLUMoECache):
     dW_router : array (D, E)
     dW_gate, dW_up : arrays (E, D, F); dW_down : array (E, F, D) (zero for an expert no token chose)
     """
-    router_cache, w, experts, x_shape, E, shapes = cache
-    dtype = w.dtype
-    dy = as_upstream(dy, x_shape, dtype, "dy").reshape(-1, x_shape[-1])  # (T, D)
-    dx = np.zeros_like(dy)  # (T, D)
-    dw = np.zeros_like(w)  # (T, k)
-    dW_gate, dW_up, dW_down = (np.zeros(shape, dtype) for shape in shapes)
-    for e, t, j, cache_e, y_e in experts:
-        # 3. the weighted sum
-        dw[t, j] = (dy[t] * y_e).sum(axis=-1)  # (T_e,)
-        # 2. the expert
-        dx_e, dW_gate[e], dW_up[e], dW_down[e] = swiglu_backward(w[t, j][:, None] * dy[t], cache_e)  # (T_e, D)
-        np.add.at(dx, t, dx_e)
-    # 1. the router (its logits' bias is not a parameter here)
-    dx_router, dW_router, _ = router_backward(dw, router_cache)  # (T, D), (D, E)
-    return (dx + dx_router).reshape(x_shape), dW_router, dW_gate, dW_up, dW_down
+    dx, dW_router, _, dW_gate_up, _, dW_down, _ = moe_backward(dy, cache)  # the biases are not parameters here
+    F = dW_gate_up.shape[-1] // 2
+    return dx, dW_router, dW_gate_up[..., :F], dW_gate_up[..., F:], dW_down
