@@ -176,6 +176,7 @@ def measure(table: dict, threads: list, repeats: int, torch: bool) -> list:
                 raise RuntimeError(f"{name}: the losses differ: ours {got['attention_ref']['loss']!r},"
                                    f" torch's {got['torch']['loss']!r}")
             results.append({"model": name, "T": T, "threads": n, **got})
+            print("  " + ", ".join(f"{lib} {r['seconds']:.3f} s" for lib, r in got.items()), file=sys.stderr, flush=True)
     return results
 
 
