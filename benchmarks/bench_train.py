@@ -16,7 +16,7 @@ ids, float32, the next-token loss of transformers' ``model(ids, labels=ids)``:
   and ``_backward``, ``lm_backward``: the loss and every gradient);
 * torch: ``model(ids, labels=ids).loss.backward()`` on ``AutoModelForCausalLM.from_config`` of the
   same config, with our random weights loaded (``to_transformers``), gradients set to None before
-  each step.
+  each step, in eval mode (no dropout, which the package does not have; autograd is the same).
 
 Rows: SmolLM-135M's sizes (a Llama: 30 layers, 576 wide, 9 query heads, 3 key/value heads, vocabulary
 49152) at T = 256, and every family of ``attention_ref.models.families`` at small sizes: its
@@ -127,7 +127,7 @@ def worker(library: str, config_dict: dict, T: int, repeats: int, threads: int) 
         torch.set_num_threads(threads)
         peak = _peak(np)  # NumPy's BLAS, for the same column; torch's own products are timed in the step
         model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**config_dict))
-        model = model.float().train()
+        model = model.float().eval()  # autograd runs in eval mode too; train mode adds only dropout (GPT-2's 0.1)
         state = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in to_transformers(params, config).items()}
         model.load_state_dict(state, strict=True)
         ids_t = torch.from_numpy(ids)
