@@ -19,14 +19,28 @@ Qwen2's q/k/v biases, Qwen3's q/k norms, Mistral's window; not released models),
 weights built from their configs
 (:func:`attention_ref.init_lm_params`, seed 0, float32), a 16-token prompt, 32 greedy tokens
 (``generate(ids, params, config, 32)`` against transformers' ``model.generate(ids,
-max_new_tokens=32, do_sample=False)`` on the same weights). Tokens per second are the 32 new
-tokens over the wall time of the whole call (prefill included); the best of ``--rounds``
-rounds is kept, each library in its own fresh process per round, one thread each
-(``OMP_NUM_THREADS=1`` and friends set before NumPy or torch is imported, and
-``torch.set_num_threads(1)``). Both workers print their tokens, and the script refuses to report
-a table whose tokens differ. transformers is timed only when it is installed; it is never a
-dependency. Nothing is written unless ``--out`` is given (through a temporary file in the
-same folder, renamed into place).
+max_new_tokens=32, do_sample=False)`` on the same weights).
+
+What is reported, per row:
+
+* the **prefill** apart: the time of ``generate`` asked for 1 new token (the prompt's forward,
+  whose last logits give the first token), in milliseconds;
+* the **decode steps** apart: tokens per second of the 31 steps after it, from the same process's
+  call for 32 tokens minus its call for 1 (``31 / (t_32 - t_1)``);
+* the **weights read per token**: the bytes of every weight a decode step reads once (an embedding
+  table looked up reads one row; a tied table is read whole as the head; every expert counted, so
+  a mixture-of-experts row overstates what one step reads);
+* the **bandwidth bound**: a single-thread read bandwidth measured in the same run (a float32
+  matrix-vector product ``x @ W`` over a matrix far larger than the caches, in its own one-thread
+  process: what a decode step's products do) over the bytes per token, and the fraction of it each
+  library reaches.
+
+The best of ``--rounds`` rounds is kept (prefill and decode separately), each library in its own
+fresh process per round, one thread each (``OMP_NUM_THREADS=1`` and friends set before NumPy or
+torch is imported, and ``torch.set_num_threads(1)``). Both workers print their tokens, and the
+script refuses to report a table whose tokens differ. transformers is timed only when it is
+installed; it is never a dependency. Nothing is written unless ``--out`` is given (through a
+temporary file in the same folder, renamed into place).
 """
 from __future__ import annotations
 
@@ -42,6 +56,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT, NEW_TOKENS = 16, 32
+BANDWIDTH_MEGABYTES = 512  # the matrix the read bandwidth is measured on: far beyond any cache
 ONE_THREAD = {k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                                "BLIS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")}
 
@@ -136,14 +151,45 @@ def _model(config_dict):
     return config, params, ids
 
 
+def weight_bytes_per_token(params, config) -> int:
+    """Bytes of the weights one decode step reads: every array once, except an embedding table
+    outside the layers (a name without a layer number) that is looked up, of which one row is read;
+    the token table of a tied head is read whole (the logits)."""
+    total = 0
+    for name, w in params.items():
+        in_layer = any(part.isdigit() for part in name.split("."))
+        lookup = not in_layer and w.ndim == 2 and not name.startswith("lm_head")
+        if lookup and not (config.tie_word_embeddings and w.shape[0] == config.vocab_size):
+            total += w.nbytes // w.shape[0]  # one row per token
+        else:
+            total += w.nbytes
+    return total
+
+
+def bandwidth_worker(megabytes: int) -> dict:
+    """Bytes per second a one-thread float32 ``x @ W`` reads, ``W`` of ``megabytes``: the best of 7."""
+    import numpy as np
+
+    cols = 4096
+    W = np.ones((megabytes * 2 ** 20 // (4 * cols), cols), dtype=np.float32)  # written once: its pages exist
+    x = np.ones(W.shape[0], dtype=np.float32)
+    best = float("inf")
+    for _ in range(8):  # the first is a warm-up
+        start = time.perf_counter()
+        x @ W
+        best = min(best, time.perf_counter() - start)
+    return {"bytes_per_s": W.nbytes / best, "megabytes": W.nbytes / 2 ** 20}
+
+
 def worker(library: str, config_dict: dict) -> dict:
-    """One timed ``generate`` call (after one warm-up call) in this process: seconds and tokens."""
+    """Timed ``generate`` calls (after one warm-up call) in this process: the prefill (1 new token,
+    best of 3), the whole call for 32 tokens, the tokens, and the weights' bytes read per token."""
     config, params, ids = _model(config_dict)
     if library == "attention_ref":
         import attention_ref as ar
 
-        def run():
-            return ar.generate(ids, params, config, NEW_TOKENS)[0, PROMPT:]
+        def run(new_tokens=NEW_TOKENS):
+            return ar.generate(ids, params, config, new_tokens)[0, PROMPT:]
     else:
         import torch
         import transformers
@@ -158,20 +204,27 @@ def worker(library: str, config_dict: dict) -> dict:
         model.load_state_dict(state, strict=True)
         prompt = torch.from_numpy(ids)
 
-        def run():
+        def run(new_tokens=NEW_TOKENS):
             with torch.inference_mode():
-                out = model.generate(prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
+                out = model.generate(prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
                                      attention_mask=torch.ones_like(prompt), pad_token_id=0)
             return out[0, PROMPT:].numpy()
     run()  # warm-up: first-call costs (imports, allocations) are not decoding
+    prefill = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        run(1)
+        prefill = min(prefill, time.perf_counter() - start)
     start = time.perf_counter()
     tokens = run()
     seconds = time.perf_counter() - start
-    return {"seconds": seconds, "tokens": [int(t) for t in tokens]}
+    return {"seconds": seconds, "prefill": prefill, "tokens": [int(t) for t in tokens],
+            "weight_bytes": weight_bytes_per_token(params, config)}
 
 
 def _spawn(library: str, config_dict: dict) -> dict:
-    """:func:`worker` in a fresh Python process with one thread."""
+    """:func:`worker` (or, for ``library="bandwidth"``, :func:`bandwidth_worker`) in a fresh Python
+    process with one thread."""
     env = {**os.environ, **ONE_THREAD, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, __file__, "--worker", library, json.dumps(config_dict)],
                           capture_output=True, text=True, env=env, cwd=ROOT)
@@ -187,28 +240,42 @@ def _has_transformers() -> bool:
 
 
 def measure(models: dict, rounds: int) -> list:
-    """For each model, the best tokens/s of each library over ``rounds`` rounds (libraries alternate)."""
+    """For each model, the best prefill and decode times of each library over ``rounds`` rounds
+    (libraries alternate), and the weights' bytes read per token."""
     libraries = ["attention_ref"] + (["transformers"] if _has_transformers() else [])
     rows = []
     for name, config_dict in models.items():
-        best, tokens = {}, {}
+        decode, prefill, tokens = {}, {}, {}
         for r in range(rounds):
             for library in libraries:
                 print(f"{name}: round {r + 1} of {rounds}, {library}", file=sys.stderr, flush=True)  # progress
                 result = _spawn(library, config_dict)
-                best[library] = min(best.get(library, float("inf")), result["seconds"])
+                steps = max(result["seconds"] - result["prefill"], 1e-9)  # the 31 steps after the prefill's token
+                decode[library] = min(decode.get(library, float("inf")), steps)
+                prefill[library] = min(prefill.get(library, float("inf")), result["prefill"])
                 tokens.setdefault(library, result["tokens"])
                 if result["tokens"] != tokens[library]:
                     raise RuntimeError(f"{name}: {library} gave different tokens in two rounds")
         if len({tuple(t) for t in tokens.values()}) != 1:
             raise RuntimeError(f"{name}: the libraries' tokens differ: {tokens}")
-        rows.append({"model": name, "tokens_per_s": {lib: NEW_TOKENS / s for lib, s in best.items()},
-                     "tokens": tokens["attention_ref"]})
+        rows.append({"model": name, "tokens_per_s": {lib: (NEW_TOKENS - 1) / s for lib, s in decode.items()},
+                     "prefill_s": prefill, "weight_bytes": result["weight_bytes"], "tokens": tokens["attention_ref"]})
     return rows
 
 
-def render(rows: list, rounds: int, command: str) -> str:
-    """The markdown table, with the date, the machine and the command."""
+def measure_bandwidth(megabytes: int, rounds: int) -> dict:
+    """The best single-thread read bandwidth of ``rounds`` fresh processes (:func:`bandwidth_worker`)."""
+    results = [_spawn("bandwidth", {"megabytes": megabytes}) for _ in range(rounds)]
+    return max(results, key=lambda r: r["bytes_per_s"])
+
+
+def _megabytes(n: int) -> str:
+    """``n`` bytes in MB: one decimal from 1 MB up, three below (the --quick models)."""
+    return f"{n / 1e6:.1f}" if n >= 1e6 else f"{n / 1e6:.3f}"
+
+
+def render(rows: list, rounds: int, command: str, bandwidth: dict) -> str:
+    """The markdown table, with the date, the machine, the bandwidth and the command."""
     import numpy as np
 
     versions = f"NumPy {np.__version__}"
@@ -224,14 +291,24 @@ def render(rows: list, rounds: int, command: str) -> str:
                 break
     except OSError:
         pass
+    gbs = bandwidth["bytes_per_s"] / 1e9
     lines = [f"Measured {datetime.date.today().isoformat()} on {cpu}, one thread, {versions}, float32, a"
              f" {PROMPT}-token prompt and {NEW_TOKENS} greedy tokens (the same tokens out of both), best of"
-             f" {rounds} rounds of fresh processes: `{command}`", "",
-             "| model | attention_ref tokens/s | transformers tokens/s | ratio |", "| --- | ---: | ---: | ---: |"]
+             f" {rounds} rounds of fresh processes: `{command}`. Prefill: `generate` for 1 token; decode: the"
+             f" {NEW_TOKENS - 1} steps after it. Read bandwidth in the same run: {gbs:.1f} GB/s (one thread, float32"
+             f" `x @ W` over {bandwidth['megabytes']:.0f} MB); bound = bandwidth / weights read per token.", "",
+             "| model | weights MB/token | bound tokens/s | prefill ms (ours, transformers) | decode tokens/s ours"
+             " | decode tokens/s transformers | ratio | ours % of bound | transformers % of bound |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for row in rows:
         ours, theirs = row["tokens_per_s"]["attention_ref"], row["tokens_per_s"].get("transformers")
-        lines.append(f"| {row['model']} | {ours:.1f} | {'-' if theirs is None else f'{theirs:.1f}'} |"
-                     f" {'-' if theirs is None else f'{ours / theirs:.2f}'} |")
+        bound = bandwidth["bytes_per_s"] / row["weight_bytes"]
+        pre = row["prefill_s"]
+        pre_text = f"{1e3 * pre['attention_ref']:.1f}, " + ("-" if "transformers" not in pre
+                                                             else f"{1e3 * pre['transformers']:.1f}")
+        lines.append(f"| {row['model']} | {_megabytes(row['weight_bytes'])} | {bound:.1f} | {pre_text} | {ours:.1f} |"
+                     f" {'-' if theirs is None else f'{theirs:.1f}'} | {'-' if theirs is None else f'{ours / theirs:.2f}'} |"
+                     f" {100 * ours / bound:.0f} | {'-' if theirs is None else f'{100 * theirs / bound:.0f}'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -245,7 +322,8 @@ def main(argv=None) -> int:
     parser.add_argument("--worker", nargs=2, metavar=("LIBRARY", "CONFIG"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        print(json.dumps(worker(args.worker[0], json.loads(args.worker[1]))))
+        library, config = args.worker[0], json.loads(args.worker[1])
+        print(json.dumps(bandwidth_worker(**config) if library == "bandwidth" else worker(library, config)))
         return 0
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
@@ -255,10 +333,11 @@ def main(argv=None) -> int:
         models = {name: d for name, d in models.items() if any(word in name for word in args.model)}
         if not models:
             parser.error(f"--model {args.model}: no row's name contains these words; the rows: {list(MODELS)}")
+    bandwidth = measure_bandwidth(32 if args.quick else BANDWIDTH_MEGABYTES, rounds)
     rows = measure(models, rounds)
     table = render(rows, rounds, "python benchmarks/bench_decode.py" + (" --quick" if args.quick else "")
                    + ("" if args.quick or rounds == 5 else f" --rounds {rounds}")
-                   + "".join(f" --model {word!r}" for word in args.model))
+                   + "".join(f" --model {word!r}" for word in args.model), bandwidth)
     print(table, end="")
     if args.out:
         if str(ROOT) not in sys.path:

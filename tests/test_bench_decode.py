@@ -1,5 +1,6 @@
 """benchmarks/bench_decode.py runs (tiny models, one round): it prints a table with a row per
-model, the same tokens out of every library it timed, and --out writes only the file asked for."""
+model (weights read per token, the bandwidth bound, prefill apart from the decode steps), the same
+tokens out of every library it timed, and --out writes only the file asked for."""
 import importlib.util
 import re
 from pathlib import Path
@@ -20,15 +21,35 @@ def test_quick_run_prints_a_row_per_model_and_writes_only_out(tmp_path, capsys):
     assert bench.main(["--quick", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert out.read_text() == printed and sorted(p.name for p in tmp_path.iterdir()) == ["table.md"]
-    rows = re.findall(r"^\| (tiny [\w -]+?) \| ([\d.]+) \| ([\d.]+|-) \| ([\d.]+|-) \|$", printed, flags=re.M)
+    number, maybe = r"([\d.]+)", r"([\d.]+|-)"
+    rows = re.findall(rf"^\| (tiny [\w -]+?) \| {number} \| {number} \| {number}, {maybe} \| {number} \| {maybe} \|"
+                      rf" {maybe} \| {number} \| {maybe} \|$", printed, flags=re.M)
     assert [r[0] for r in rows] == ["tiny GPT-2", "tiny Llama", "tiny GPT-NeoX", "tiny Phi-3", "tiny Gemma 3", "tiny Gemma 2"], printed
-    assert all(float(r[1]) > 0 for r in rows)
+    assert all(float(r[1]) > 0 and float(r[2]) > 0 and float(r[3]) > 0 and float(r[5]) > 0 for r in rows)
     assert "python benchmarks/bench_decode.py --quick" in printed
+    assert re.search(r"Read bandwidth in the same run: [\d.]+ GB/s", printed), printed
+
+
+def test_weights_read_per_token_count_a_looked_up_table_as_one_row():
+    """GPT-2 (tied): everything but wpe whole, one row of wpe; GPT-NeoX (untied): embed_in one row,
+    the head whole."""
+    import numpy as np
+
+    import attention_ref as ar
+
+    bench = _bench()
+    for name, lookups in (("tiny GPT-2", ["wpe"]), ("tiny GPT-NeoX", ["embed_in"])):
+        config = ar.LMConfig.from_dict(bench.QUICK[name])
+        params = ar.init_lm_params(config, seed=0, dtype=np.float32)
+        expected = sum(w.nbytes for k, w in params.items() if k not in lookups) + sum(
+            params[k][0].nbytes for k in lookups)
+        assert bench.weight_bytes_per_token(params, config) == expected, name
 
 
 def test_the_libraries_must_give_the_same_tokens(monkeypatch):
     bench = _bench()
-    results = iter([{"seconds": 1.0, "tokens": [1, 2]}, {"seconds": 1.0, "tokens": [1, 3]}])
+    results = iter([{"seconds": 1.0, "prefill": 0.1, "tokens": [1, 2], "weight_bytes": 10},
+                    {"seconds": 1.0, "prefill": 0.1, "tokens": [1, 3], "weight_bytes": 10}])
     monkeypatch.setattr(bench, "_spawn", lambda library, config: next(results))
     monkeypatch.setattr(bench, "_has_transformers", lambda: True)
     try:

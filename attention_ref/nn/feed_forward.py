@@ -86,10 +86,12 @@ def _relu_backward(da, h):
 
 
 class GeluCache(NamedTuple):
-    """What ``gelu_backward`` needs: the input and which form of GELU was applied."""
+    """What ``gelu_backward`` needs: the input, which form of GELU was applied and, for the
+    exact form, the forward's ``Phi(h)`` (so the backward computes no second ``erf``)."""
 
     h: np.ndarray
     approximate: str  # "tanh" or "none" (exact)
+    Phi: np.ndarray | None = None  # shaped like h: (1 + erf(h / sqrt(2))) / 2 of the exact form, else None
 
 
 def gelu_forward(h, approximate="tanh"):
@@ -100,14 +102,16 @@ def gelu_forward(h, approximate="tanh"):
     if approximate not in GELU_APPROXIMATIONS:
         raise ValueError(f"approximate must be one of {GELU_APPROXIMATIONS}, got {approximate!r}")
     if approximate == "none":
-        return _gelu_exact(h), GeluCache(h, "none")
+        a, Phi = _gelu_exact(h)
+        return a, GeluCache(h, "none", Phi)
     t, _ = _gelu_tanh(h)
     return 0.5 * h * (1.0 + t), GeluCache(h, "tanh")
 
 
 def _gelu_exact(h):
-    """Unchecked ``h Phi(h)``."""
-    return 0.5 * h * (1.0 + erf(h * _INV_SQRT2))
+    """Unchecked ``(h Phi(h), Phi(h))``: the backward reuses ``Phi(h)``."""
+    Phi = 0.5 * (1.0 + erf(h * _INV_SQRT2))
+    return h * Phi, Phi
 
 
 def gelu_backward(da, cache):
@@ -117,9 +121,10 @@ def gelu_backward(da, cache):
     forward; exact form: ``dh = da * (Phi(h) + h phi(h))``, ``phi(h) = exp(-h^2 / 2) / sqrt(2 pi)``.
     ``cache`` is the forward's GeluCache (a bare ``h`` array means the tanh form, as before).
     """
-    h, approximate = cache if isinstance(cache, GeluCache) else (cache, "tanh")
+    cache = cache if isinstance(cache, GeluCache) else GeluCache(cache, "tanh")
+    h = cache.h
     da = as_upstream(da, h.shape, h.dtype, "da")  # a float64 da keeps float32 float32
-    return _gelu_exact_backward(da, h) if approximate == "none" else _gelu_backward(da, h)
+    return _gelu_exact_backward(da, h, cache.Phi) if cache.approximate == "none" else _gelu_backward(da, h)
 
 
 def _gelu_backward(da, h):
@@ -129,11 +134,14 @@ def _gelu_backward(da, h):
     return da * (0.5 * (1.0 + t) + 0.5 * h * dt_dh)
 
 
-def _gelu_exact_backward(da, h):
-    """Unchecked backward of the exact form: ``da * (Phi(h) + h phi(h))``."""
+def _gelu_exact_backward(da, h, Phi=None):
+    """Unchecked backward of the exact form: ``da * (Phi(h) + h phi(h))``, ``Phi`` the forward's
+    (computed again only when not given)."""
+    if Phi is None:
+        Phi = 0.5 * (1.0 + erf(h * _INV_SQRT2))
     with np.errstate(under="ignore"):  # the density far out is 0, as it should be
         phi = np.exp(-0.5 * np.minimum(h * h, _EXP_UNDERFLOW)) * _INV_SQRT_2PI  # the normal density
-        dh = da * (0.5 * (1.0 + erf(h * _INV_SQRT2)) + h * phi)
+        dh = da * (Phi + h * phi)
         signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
     return dh
 
@@ -151,6 +159,7 @@ class FeedForwardCache(NamedTuple):
     fc2: LinearCache  # step 3
     activation: str
     param_keys: tuple
+    Phi: np.ndarray | None = None  # (..., F), "gelu_exact": step 2's Phi(h), which the backward reuses
 
 
 def check_ffn_inputs(x, params, activation):
@@ -209,11 +218,12 @@ def feed_forward_formula(x, W_1, b_1, W_2, b_2, activation, param_keys=FFN_PARAM
     # 1. first linear map
     h = linear_formula(x, W_1, b_1, ("x", "W_1", "b_1"))  # (..., F)
     # 2. activation
-    a, _ = act_forward(h)  # (..., F)
+    a, act_cache = act_forward(h)  # (..., F)
     # 3. second linear map
     y = linear_formula(a, W_2, b_2, ("act(x W_1 + b_1)", "W_2", "b_2"))  # (..., Dout)
     cache = FeedForwardCache(LinearCache(x, W_1, b_1 is not None), h,
-                             LinearCache(a, W_2, b_2 is not None), activation, tuple(param_keys))
+                             LinearCache(a, W_2, b_2 is not None), activation, tuple(param_keys),
+                             act_cache.Phi if isinstance(act_cache, GeluCache) else None)
     return y, cache
 
 
@@ -246,7 +256,7 @@ def _feed_forward_backward(dy, cache: FeedForwardCache):
     # 3. y = a W_2 + b_2
     da, grads["W_2"], grads["b_2"] = linear_backward_formula(dy, fc2)  # (..., F)
     # 2. a = act(h)
-    dh = act_backward(da, cache.h)  # (..., F)
+    dh = act_backward(da, cache.h) if cache.Phi is None else _gelu_exact_backward(da, cache.h, cache.Phi)  # (..., F)
     # 1. h = x W_1 + b_1
     dx, grads["W_1"], grads["b_1"] = linear_backward_formula(dh, cache.fc1)  # (..., D)
     return dx, {n: grads[n] for n in cache.param_keys}

@@ -166,3 +166,24 @@ def test_exact_gelu_keeps_float32():
     h = np.linspace(-5, 5, 11, dtype=np.float32)
     a, cache = gelu_forward(h, approximate="none")
     assert a.dtype == np.float32 and gelu_backward(np.ones(11), cache).dtype == np.float32
+
+
+def test_exact_gelu_backward_reuses_the_forwards_erf(monkeypatch):
+    """The exact GELU's backward takes Phi(h) from the cache: one erf per forward + backward
+    (alone and inside the network, GPT-NeoX's MLP), the same gradients as computing it again."""
+    import attention_ref.nn.feed_forward as ff
+
+    calls = []
+    real_erf = ff.erf
+    monkeypatch.setattr(ff, "erf", lambda z: calls.append(z.shape) or real_erf(z))
+    rng = np.random.default_rng(9)
+    h = 2 * rng.standard_normal((3, 5))
+    a, cache = gelu_forward(h, approximate="none")
+    dh = gelu_backward(np.ones_like(h), cache)
+    assert calls == [(3, 5)]
+    np.testing.assert_array_equal(dh, gelu_backward(np.ones_like(h), cache._replace(Phi=None)))  # 2nd erf here
+    p = {"W_1": rng.standard_normal((4, 6)), "W_2": rng.standard_normal((6, 4))}
+    calls.clear()
+    y, fcache = feed_forward_forward(rng.standard_normal((2, 4)), p, activation="gelu_exact")
+    feed_forward_backward(np.ones_like(y), fcache)
+    assert calls == [(2, 6)] and fcache.Phi.shape == (2, 6)
