@@ -23,6 +23,9 @@ Gemma 2's RMSNorm, RoPE and      as Gemma 3's (5.x: a float32 ``embed_scale``   
 ``embed_scale``                  buffer; 4.57: ``normalizer`` in the hidden dtype)
 Gemma 2's eager attention        ``softmax(..., dtype=torch.float32)`` (sdpa has    :func:`gemma2_in_float64`: the same
                                  no soft cap: the tests run eager)                  steps with the softmax in the model's dtype
+BLOOM's ALiBi slopes             ``build_alibi_tensor``: the bases and their powers  :func:`bloom_in_float64` (its own code,
+                                 in ``torch.float32``                               ``torch.float32`` read as float64)
+BLOOM's attention softmax        ``F.softmax(..., dtype=torch.float32)``            :func:`bloom_in_float64` (the same)
 ===============================  =================================================  ========================================
 
 :func:`llama_in_float64` is what this package's tests use; it needs torch and transformers,
@@ -32,7 +35,7 @@ from __future__ import annotations
 
 import contextlib
 
-__all__ = ["llama_in_float64", "gemma3_in_float64", "gemma2_in_float64"]
+__all__ = ["llama_in_float64", "gemma3_in_float64", "gemma2_in_float64", "bloom_in_float64"]
 
 
 @contextlib.contextmanager
@@ -208,4 +211,25 @@ def gemma2_in_float64():
     if hasattr(m, "Gemma2TextScaledWordEmbedding"):  # 5.x; 4.57 casts its normaliser to the hidden dtype already
         patches.append((m.Gemma2TextScaledWordEmbedding, "forward", embed))
     with _patched(patches):
+        yield
+
+
+@contextlib.contextmanager
+def bloom_in_float64():
+    """Inside the ``with`` block, transformers' ``modeling_bloom`` reads ``torch.float32`` as
+    float64: its ALiBi slopes (``build_alibi_tensor``'s bases and powers) and its attention's
+    softmax (``dtype=torch.float32``) run in float64 with its own code, nothing else changed (the
+    module's ``torch`` is a proxy that differs from ``torch`` in that one name); restored on exit."""
+    import torch
+    from transformers.models.bloom import modeling_bloom as m
+
+    class TorchFloat32Is64:
+        """``torch`` with ``torch.float32`` meaning float64, for BLOOM's module."""
+
+        float32 = torch.float64
+
+        def __getattr__(self, name):
+            return getattr(torch, name)
+
+    with _patched([(m, "torch", TorchFloat32Is64())]):
         yield
