@@ -37,7 +37,7 @@ import numpy as np
 
 from .._checks import as_real_array, as_upstream, broadcasts_into, check_positive_int, require_ndim
 
-__all__ = ["AlibiCache", "alibi_slopes", "alibi_positions", "alibi_bias", "alibi_forward", "alibi_backward"]
+__all__ = ["AlibiCache", "AlibiScores", "alibi_slopes", "alibi_positions", "alibi_bias", "alibi_forward", "alibi_backward"]
 
 
 class AlibiCache(NamedTuple):
@@ -136,3 +136,21 @@ def alibi_forward(scores, slopes, key_positions, query_positions=None):
 def alibi_backward(dout, cache: AlibiCache):
     """Gradient of :func:`alibi_forward`: ``dscores = dout`` (the bias is a constant)."""
     return as_upstream(dout, cache.shape, cache.dtype, "dout").copy()
+
+
+class AlibiScores(NamedTuple):
+    """ALiBi as the grouped-heads path's ``scores`` hook (:mod:`attention_ref.variants.grouped_heads`;
+    BLOOM's blocks): ``C = S + m_h j`` on the scaled scores (..., Hkv, G, Nq, Nk), key ``j`` at its
+    slot in the sequence or the KV cache (BLOOM's form with the slot as the position: for a
+    left-padded row it differs from transformers' mask-counted positions by a constant per row,
+    which the softmax removes); backward ``dS = dC``."""
+
+    slopes: np.ndarray  # (H,), alibi_slopes(H)
+
+    def forward(self, S):
+        hkv, g, n_k = S.shape[-4], S.shape[-3], S.shape[-1]
+        bias = self.slopes.reshape(hkv, g, 1, 1) * np.arange(n_k)  # (Hkv, G, 1, Nk): head i = kv head i // G
+        return S + bias.astype(S.dtype, copy=False), None
+
+    def backward(self, dC, cache):
+        return dC
