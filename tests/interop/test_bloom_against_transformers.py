@@ -33,10 +33,10 @@ def _close(ours, theirs, what):
     assert err <= RTOL * scale, f"{what}: max abs error {err:.2e} against max |value| {scale:.2e}"
 
 
-def _bloom(heads=4, tie=True):
+def _bloom(heads=4, tie=True, **more):
     config = transformers.BloomConfig(vocab_size=41, hidden_size=4 * heads, n_layer=2, n_head=heads,
                                       layer_norm_epsilon=1e-5, pad_token_id=0, bos_token_id=None, eos_token_id=None,
-                                      tie_word_embeddings=tie)
+                                      tie_word_embeddings=tie, **more)
     model = transformers.BloomForCausalLM(config).double().eval()
     with torch.no_grad():
         for name, p in model.named_parameters():  # the attention not uniform; norms and biases away from 1 and 0
@@ -44,7 +44,8 @@ def _bloom(heads=4, tie=True):
     return model
 
 
-MODELS = {"bloom": lambda: _bloom(4), "bloom-6-heads-untied": lambda: _bloom(6, tie=False)}
+MODELS = {"bloom": lambda: _bloom(4), "bloom-6-heads-untied": lambda: _bloom(6, tie=False),
+          "bloom-tp2": lambda: _bloom(4, pretraining_tp=2)}  # pretraining_tp alone: the fast path
 
 
 @pytest.fixture(params=list(MODELS))
@@ -130,10 +131,42 @@ def test_each_decoding_step_against_past_key_values(saved):
         _close(a, b, f"logits of step {i}")
 
 
-def test_refused_by_name(tmp_path):
-    """A residual taken after the norm is not computed here: refused, naming the field."""
-    model = transformers.BloomForCausalLM(transformers.BloomConfig(
-        vocab_size=41, hidden_size=16, n_layer=1, n_head=4, apply_residual_connection_post_layernorm=True))
+def test_reader_defaults_are_bloom_configs():
+    """A config.json without the optional fields reads as transformers' BloomConfig builds the model
+    (old files spell the width n_embed)."""
+    theirs = transformers.BloomConfig(vocab_size=40, n_embed=16, n_head=4, n_layer=2)
+    ours = ar.LMConfig.from_dict({"model_type": "bloom", "vocab_size": 40, "n_embed": 16, "n_head": 4, "n_layer": 2})
+    assert (ours.d_model, ours.eps, ours.tie_word_embeddings) == (theirs.hidden_size, theirs.layer_norm_epsilon,
+                                                                  theirs.tie_word_embeddings) == (16, 1e-5, True)
+    assert ar.LMConfig.from_dict(theirs.to_dict()).d_ff == 4 * 16
+
+
+@pytest.mark.parametrize("fields, name", [({"apply_residual_connection_post_layernorm": True},
+                                            "apply_residual_connection_post_layernorm"),
+                                           ({"pretraining_tp": 2, "slow_but_exact": True}, "slow_but_exact")])
+def test_refused_by_name(tmp_path, fields, name):
+    """A residual taken after the norm, and Megatron's slow path, are not computed here: refused by name."""
+    model = transformers.BloomForCausalLM(transformers.BloomConfig(vocab_size=41, hidden_size=16, n_layer=1,
+                                                                   n_head=4, **fields))
     model.save_pretrained(tmp_path)
-    with pytest.raises(ValueError, match="apply_residual_connection_post_layernorm"):
+    with pytest.raises(ValueError, match=name):
         load_pretrained(tmp_path)
+
+
+def test_the_slow_path_computes_other_numbers():
+    """Why it is refused: transformers' slow_but_exact path leaves the dense layers' biases out."""
+    torch.manual_seed(5)
+    fast = _bloom(4, pretraining_tp=2)
+    slow = _bloom(4, pretraining_tp=2, slow_but_exact=True)
+    slow.load_state_dict(fast.state_dict())
+    ids = torch.randint(1, 41, (1, 5))
+    with torch.no_grad(), bloom_in_float64():
+        a, b = fast(ids).logits, slow(ids).logits
+        for module in fast.modules():  # the biases the slow path leaves out, set to zero in the fast model
+            if type(module).__name__ == "BloomAttention":
+                module.dense.bias.zero_()
+            if type(module).__name__ == "BloomMLP":
+                module.dense_4h_to_h.bias.zero_()
+        c = fast(ids).logits
+    assert not torch.allclose(a, b)
+    _close(b.numpy(), c, "the slow path = the fast path without the dense biases")

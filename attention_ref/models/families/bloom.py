@@ -3,9 +3,10 @@ embeddings, GPT-NeoX's fused per-head QKV, BLOOM's tanh GELU, a sequential resid
 
 Reader: ``hidden_size`` (old files: ``n_embed``), ``n_layer``, ``n_head``, ``layer_norm_epsilon``,
 ``tie_word_embeddings`` (default True); the MLP is 4 D wide. ``apply_residual_connection_post_layernorm
-= true`` (the residual taken after the norm) is refused by name. ``pretraining_tp`` with
-``slow_but_exact`` splits the dense layers' sums into slices: the same sums in another order
-(rounding only), computed here as one product.
+= true`` (the residual taken after the norm) is refused by name, and so is ``slow_but_exact = true``
+with ``pretraining_tp > 1``: transformers' slow path sums the dense layers' products in slices and
+leaves out their biases (``self_attention.dense.bias``, ``mlp.dense_4h_to_h.bias``), other numbers
+than the fast path's (``pretraining_tp`` alone changes nothing).
 
 The whole model's steps (:mod:`attention_ref.models.lm` runs them):
 
@@ -65,6 +66,10 @@ def read(d):
     if d.get("apply_residual_connection_post_layernorm", False) is not False:
         refuse("apply_residual_connection_post_layernorm", d["apply_residual_connection_post_layernorm"],
                MODEL_TYPE)  # the residual after the norm: not computed here
+    tp = d.get("pretraining_tp", 1)
+    if d.get("slow_but_exact", False) is not False and (isinstance(tp, bool) or not isinstance(tp, int) or tp != 1):
+        refuse("slow_but_exact with pretraining_tp", (d["slow_but_exact"], tp),
+               MODEL_TYPE)  # the slow path drops the dense layers' biases: not computed here
     if "n_embed" in d and "hidden_size" in d and d["n_embed"] != d["hidden_size"]:
         raise ValueError(f"bloom: n_embed = {d['n_embed']} and hidden_size = {d['hidden_size']} disagree")
     D, H = d.get("n_embed", d.get("hidden_size", 64)), d.get("n_head", 8)
@@ -234,8 +239,8 @@ KEYS = {
                "apply_residual_connection_post_layernorm"),
     "pad_token_id": NEUTRAL,  # word_embeddings has no padding_idx
     "attention_dropout": DROPOUT, "hidden_dropout": DROPOUT,
-    # Megatron's tensor-parallel degree: the slow path sums the same products in slices (rounding only)
-    "pretraining_tp": NEUTRAL, "slow_but_exact": NEUTRAL,
+    # Megatron's tensor-parallel degree: read only by the slow path, which read() refuses
+    **computed("pretraining_tp", "slow_but_exact"),
     # the Hub's BLOOM files carry Megatron's training switches and its sequence length: read by no step here
     **dict.fromkeys(("seq_length", "unk_token_id", "masked_softmax_fusion", "bias_dropout_fusion",
                      "skip_bias_add", "skip_bias_add_qkv", "attention_softmax_in_fp32", "n_inner",
