@@ -44,8 +44,7 @@ def _bloom(heads=4, tie=True, **more):
     return model
 
 
-MODELS = {"bloom": lambda: _bloom(4), "bloom-6-heads-untied": lambda: _bloom(6, tie=False),
-          "bloom-tp2": lambda: _bloom(4, pretraining_tp=2)}  # pretraining_tp alone: the fast path
+MODELS = {"bloom": lambda: _bloom(4), "bloom-6-heads-untied": lambda: _bloom(6, tie=False)}
 
 
 @pytest.fixture(params=list(MODELS))
@@ -151,6 +150,17 @@ def test_refused_by_name(tmp_path, fields, name):
     model.save_pretrained(tmp_path)
     with pytest.raises(ValueError, match=name):
         load_pretrained(tmp_path)
+
+
+def test_pretraining_tp_alone_is_the_fast_path(tmp_path):
+    torch.manual_seed(6)
+    model = _bloom(4, pretraining_tp=2)
+    model.save_pretrained(tmp_path)
+    params, config = load_pretrained(tmp_path)
+    ids = torch.randint(1, 41, (2, 6))
+    with torch.no_grad(), bloom_in_float64():
+        theirs = model(ids).logits
+    _close(ar.lm_forward(ids.numpy(), params, config)[0], theirs, "logits with pretraining_tp = 2")
 
 
 def test_the_slow_path_computes_other_numbers():
