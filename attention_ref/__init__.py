@@ -60,6 +60,11 @@ from .variants.grouped_heads import GroupedMultiHeadCache, multi_head_attention_
 from .variants.rope_multi_head import rope_multi_head_attention_backward, rope_multi_head_attention_forward
 from .variants.sink_softmax import SinkSoftmaxCache, sink_softmax_backward, sink_softmax_forward
 from .variants.gated_delta_rule import GatedDeltaRuleCache, gated_delta_rule_backward, gated_delta_rule_forward
+# the relative positions added to the scores: ALiBi (BLOOM), T5's bucketed bias, Transformer-XL's relative attention
+from .variants.alibi import AlibiCache, alibi_backward, alibi_bias, alibi_forward, alibi_positions, alibi_slopes
+from .variants.t5_bias import T5BiasCache, t5_bias_backward, t5_bias_forward, t5_buckets
+from .variants.relative_xl import (RelativeXLCache, relative_xl_positions, relative_xl_scores_backward,
+                                   relative_xl_scores_forward)
 
 # nn: the MultiHeadAttention class, the norms, feed-forward networks, Add & Norm, embeddings and
 # the loss, encoder and decoder blocks, GPT-2's and Llama's blocks, SGD, Adam and AdamW, gradient clipping and

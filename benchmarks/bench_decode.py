@@ -107,6 +107,11 @@ MODELS = {
         "rope_theta": 10000.0, "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0,
         "layer_types": ["sliding_attention", "full_attention"] * 9, "tie_word_embeddings": True,
         "hidden_activation": "gelu_pytorch_tanh"},
+    # bloom-560m's vocabulary and layout at 640 wide and 12 layers (10 heads: ALiBi's rule for a head count that
+    # is not a power of two): 219.6M parameters, 160.6M of them the tied embedding table
+    "small BLOOM-shaped (ALiBi, 10 heads)": {
+        "model_type": "bloom", "vocab_size": 250880, "hidden_size": 640, "n_layer": 12, "n_head": 10,
+        "layer_norm_epsilon": 1e-5, "apply_residual_connection_post_layernorm": False, "tie_word_embeddings": True},
 }
 QUICK = {
     "tiny GPT-2": {"model_type": "gpt2", "vocab_size": 300, "n_embd": 32, "n_layer": 2, "n_head": 4,

@@ -281,6 +281,24 @@ def _lm(family, backward):
 
 
 #: Every public backward with a cache: a forward, then ``(out, backward(dout), name of dout)``.
+def _alibi(rng):
+    out, cache = ar.alibi_forward(rng.standard_normal((2, 3, 4)), ar.alibi_slopes(2), np.arange(4.0))
+    return out, lambda d: ar.alibi_backward(d, cache), "dout"
+
+
+def _t5_bias(rng):
+    out, cache = ar.t5_bias_forward(rng.standard_normal((2, 3, 4)), rng.standard_normal((6, 2)),
+                                    ar.t5_buckets(3, 4, num_buckets=6, max_distance=8))
+    return out, lambda d: ar.t5_bias_backward(d, cache), "dout"
+
+
+def _relative_xl(rng):
+    q, k = rng.standard_normal((2, 2, 3, 2)), rng.standard_normal((2, 2, 3, 2))
+    out, cache = ar.relative_xl_scores_forward(q, k, ar.relative_xl_positions(3, 4), rng.standard_normal((4, 4)),
+                                               rng.standard_normal((2, 2)), rng.standard_normal((2, 2)))
+    return out, lambda d: ar.relative_xl_scores_backward(d, cache), "dA"
+
+
 BACKWARDS = {
     "linear_backward": _linear, "softmax_backward": _softmax,
     "scaled_dot_product_attention_backward": _attention, "multi_head_attention_backward": _multi_head,
@@ -305,6 +323,7 @@ BACKWARDS = {
     "gated_rms_norm_backward": _gated_rms_norm, "sigmoid_gate_backward": _sigmoid_gate,
     "gated_delta_net_backward": _gated_delta_net, "gated_attention_backward": _gated_attention,
     "gated_shared_expert_backward": _shared_expert,
+    "alibi_backward": _alibi, "t5_bias_backward": _t5_bias, "relative_xl_scores_backward": _relative_xl,
 }
 #: The two without a cache (a split and a merge are permutations): tested on their own below.
 CACHELESS = {"split_heads_backward", "merge_heads_backward"}

@@ -39,6 +39,9 @@ DeepSeek-V3's router             ``F.linear(h.type(torch.float32), W.float())``,
                                  its sigmoid and choice in float32                  formula in the model's dtype)
 DeepSeek-V3's and Qwen3-MoE's    ``hidden_states.to(torch.float32)`` (as Llama's)   :func:`moe_models_in_float64` (same
 RMSNorm                                                                             formula)
+BLOOM's ALiBi slopes             ``build_alibi_tensor``: the bases and their powers  :func:`bloom_in_float64` (its own code,
+                                 in ``torch.float32``                               ``torch.float32`` read as float64)
+BLOOM's attention softmax        ``F.softmax(..., dtype=torch.float32)``            :func:`bloom_in_float64` (the same)
 ===============================  =================================================  ========================================
 
 :func:`llama_in_float64` is what this package's tests use; it needs torch and transformers,
@@ -48,7 +51,8 @@ from __future__ import annotations
 
 import contextlib
 
-__all__ = ["llama_in_float64", "gemma3_in_float64", "gemma2_in_float64", "qwen3_next_in_float64", "moe_models_in_float64"]
+__all__ = ["llama_in_float64", "gemma3_in_float64", "gemma2_in_float64", "qwen3_next_in_float64", "moe_models_in_float64",
+           "bloom_in_float64"]
 
 
 @contextlib.contextmanager
@@ -345,4 +349,25 @@ def qwen3_next_in_float64():
 
     with _patched([(m, "torch", TorchFloat32Is64()), (torch.Tensor, "float", tensor_float),
                    (m.Qwen3NextRotaryEmbedding, "forward", rotary)]):
+        yield
+
+
+@contextlib.contextmanager
+def bloom_in_float64():
+    """Inside the ``with`` block, transformers' ``modeling_bloom`` reads ``torch.float32`` as
+    float64: its ALiBi slopes (``build_alibi_tensor``'s bases and powers) and its attention's
+    softmax (``dtype=torch.float32``) run in float64 with its own code, nothing else changed (the
+    module's ``torch`` is a proxy that differs from ``torch`` in that one name); restored on exit."""
+    import torch
+    from transformers.models.bloom import modeling_bloom as m
+
+    class TorchFloat32Is64:
+        """``torch`` with ``torch.float32`` meaning float64, for BLOOM's module."""
+
+        float32 = torch.float64
+
+        def __getattr__(self, name):
+            return getattr(torch, name)
+
+    with _patched([(m, "torch", TorchFloat32Is64())]):
         yield

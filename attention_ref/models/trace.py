@@ -90,7 +90,9 @@ def lm_trace(ids, params, config: LMConfig, attention_mask=None, *, only=None) -
     # 2. each block: its modules, then the decoder layer itself
     for layer, (cache, name) in enumerate(zip(caches, modules["block"])):
         inside = family.trace_block(cache, blocks[layer], config)  # [(name inside the layer, output)]
-        entries.extend((f"{name}.{inner}", value) for inner, value in inside)
+        # a name starting with ":" is a step of the layer module itself (BLOOM's block returns its probabilities)
+        entries.extend((f"{name}{inner}" if inner.startswith(":") else f"{name}.{inner}", value)
+                       for inner, value in inside)
         entries.append((name, stream[layer + 1]))
     # 3. the final norm (the head's input), the base model's last hidden state
     entries.append((modules["final_norm"], head.x))

@@ -63,10 +63,27 @@ _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 _EXP_UNDERFLOW = 1500.0  # h^2 clipped there: exp(-750) is 0 already, and h * h may overflow
 
 
-def _gelu_tanh(h):
+def _gelu_tanh(h, s=_GELU_S):
     """``t = tanh(s (u + c u^3))`` with ``u = clip(h, -10, 10)``: the same t, no overflow."""
     u = np.clip(h, -_GELU_SATURATION, _GELU_SATURATION)
-    return np.tanh(_GELU_S * (u + _GELU_C * (u * u * u))), u
+    return np.tanh(s * (u + _GELU_C * (u * u * u))), u
+
+
+#: BLOOM's ``bloom_gelu_forward`` writes ``s = sqrt(2 / pi)`` to eight digits, 0.79788456 (8e-10 below
+#: it): at 1e-10 against transformers' BLOOM its MLP needs the same constant ("gelu_bloom")
+_BLOOM_GELU_S = 0.79788456
+
+
+def _gelu_bloom(h):
+    """BLOOM's tanh GELU, ``0.5 h (1 + tanh(0.79788456 (h + c h^3)))``: ``(a, h)``."""
+    t, _ = _gelu_tanh(h, _BLOOM_GELU_S)
+    return 0.5 * h * (1.0 + t), h
+
+
+def _gelu_bloom_backward(da, h):
+    """Unchecked backward of :func:`_gelu_bloom` (its own derivative, with BLOOM's constant)."""
+    t, u = _gelu_tanh(h, _BLOOM_GELU_S)
+    return da * (0.5 * (1.0 + t) + 0.5 * h * (1.0 - t * t) * _BLOOM_GELU_S * (1.0 + 3.0 * _GELU_C * u * u))
 
 
 def relu_forward(h):
@@ -148,7 +165,8 @@ def _gelu_exact_backward(da, h, Phi=None):
 
 _ACT = {"relu": (relu_forward, _relu_backward),  # (forward -> (a, cache), unchecked backward(da, h))
         "gelu": (gelu_forward, _gelu_backward),
-        "gelu_exact": (partial(gelu_forward, approximate="none"), _gelu_exact_backward)}
+        "gelu_exact": (partial(gelu_forward, approximate="none"), _gelu_exact_backward),
+        "gelu_bloom": (_gelu_bloom, _gelu_bloom_backward)}  # the blocks' only (BLOOM): not in ACTIVATIONS
 
 
 class FeedForwardCache(NamedTuple):

@@ -9,7 +9,10 @@ heads, a head mask and rotary positions around the core's plain layer: the publi
 ``multi_head_attention_forward``), ``rope_multi_head`` (that layer with RoPE on every head's
 queries and keys, in either pairing), ``sink_softmax`` (gpt-oss's softmax with a learned sink logit
 per head in the denominator), ``gated_delta_rule`` (Gated DeltaNet's recurrent state, Qwen3-Next's linear
-attention, with its backward through time). May import from ``core`` and ``fast``.
+attention, with its backward through time), and the relative positions added to the scores: ``alibi`` (a fixed
+per-head linear penalty on distance: BLOOM), ``t5_bias`` (a learned scalar per head and distance
+bucket: T5) and ``relative_xl`` (Transformer-XL's relative attention within one segment). May
+import from ``core`` and ``fast``.
 """
 from .blockwise import FlashAttentionCache, flash_attention_backward, flash_attention_forward
 from .local import local_window_mask
@@ -20,6 +23,10 @@ from .grouped_heads import GroupedMultiHeadCache, multi_head_attention_backward,
 from .rope_multi_head import rope_multi_head_attention_backward, rope_multi_head_attention_forward
 from .sink_softmax import SinkSoftmaxCache, sink_softmax_backward, sink_softmax_forward
 from .gated_delta_rule import GatedDeltaRuleCache, gated_delta_rule_backward, gated_delta_rule_forward
+from .alibi import AlibiCache, alibi_backward, alibi_bias, alibi_forward, alibi_positions, alibi_slopes
+from .t5_bias import T5BiasCache, t5_bias_backward, t5_bias_forward, t5_buckets
+from .relative_xl import (RelativeXLCache, relative_xl_positions, relative_xl_scores_backward,
+                          relative_xl_scores_forward)
 
 __all__ = [
     "FlashAttentionCache", "flash_attention_backward", "flash_attention_forward",
@@ -31,4 +38,7 @@ __all__ = [
     "rope_multi_head_attention_backward", "rope_multi_head_attention_forward",
     "SinkSoftmaxCache", "sink_softmax_backward", "sink_softmax_forward",
     "GatedDeltaRuleCache", "gated_delta_rule_backward", "gated_delta_rule_forward",
+    "AlibiCache", "alibi_backward", "alibi_bias", "alibi_forward", "alibi_positions", "alibi_slopes",
+    "T5BiasCache", "t5_bias_backward", "t5_bias_forward", "t5_buckets",
+    "RelativeXLCache", "relative_xl_positions", "relative_xl_scores_backward", "relative_xl_scores_forward",
 ]

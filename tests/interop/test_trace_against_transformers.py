@@ -27,6 +27,7 @@ transformers = pytest.importorskip("transformers")
 
 import attention_ref as ar  # noqa: E402
 from attention_ref.interop import gemma2_in_float64, gemma3_in_float64, llama_in_float64, load_pretrained  # noqa: E402
+from attention_ref.interop.float64 import bloom_in_float64  # noqa: E402
 from attention_ref.models.config import family_of  # noqa: E402
 from attention_ref.models.families import FAMILIES  # noqa: E402
 
@@ -69,6 +70,9 @@ BUILD = {
                                                  "sliding_attention": {"rope_type": "default", "rope_theta": 20.0}}}
                             if FIVE else {"rope_theta": 500.0, "rope_local_base_freq": 20.0})),
                     gemma3_in_float64),
+    "bloom": ("BloomConfig", "BloomForCausalLM",
+              dict(vocab_size=41, hidden_size=16, n_layer=2, n_head=4, pad_token_id=0, bos_token_id=None,
+                   eos_token_id=None, attn_implementation="eager"), bloom_in_float64),
 }
 #: transformers 4.57's Gemma 2 scales the embedding after its plain ``nn.Embedding`` (5.x: inside
 #: ``Gemma2TextScaledWordEmbedding``): its ``model.embed_tokens`` hook records the unscaled lookup, compared

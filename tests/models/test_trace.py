@@ -23,6 +23,8 @@ CONFIGS = {
                           rope_local_theta=100.0, query_pre_attn_scalar=3.0, final_softcap=1.0,
                           layer_types=("sliding_attention", "full_attention")),
     "smollm3": ar.LMConfig(**LLAMA, family="smollm3", rope_layers=(True, False)),
+    "bloom": ar.LMConfig(family="bloom", vocab_size=11, d_model=8, num_layers=2, num_heads=2, num_kv_heads=2, d_ff=32,
+                         max_positions=1 << 30, eps=1e-5),
     **{f: ar.LMConfig(**LLAMA, family=f) for f in ("llama", "qwen2", "qwen3", "mistral", "phi3", "olmo2")},
 }
 IDS = np.array([[1, 5, 2, 7, 3], [4, 4, 9, 1, 2]])
@@ -52,11 +54,19 @@ def test_names_and_the_logits(family):
     for i, layer in enumerate(layers):
         inside = [n for n in names if n.startswith(layer + ".") or n.startswith(layer + ":")]
         assert names.index(layer) > max(names.index(n) for n in inside)  # a module after its children
-        attention = [n.split(":")[0] for n in inside if ":" in n]
-        assert len(set(attention)) == 1 and [n.split(":")[1] for n in inside if ":" in n] == [
-            "q_rope", "k_rope", "scores", "probs"]
+        steps = [n for n in inside if ":" in n and not n.startswith(layer + ":")]  # BLOOM's layer: its probs too
+        attention = [n.split(":")[0] for n in steps]
+        assert len(set(attention)) == 1 and [n.split(":")[1] for n in steps] == ["q_rope", "k_rope", "scores", "probs"]
         attention = attention[0]
         assert names.index(attention) > names.index(attention + ":probs")
+        if family == "bloom":  # its attention and MLP modules add the residual: their outputs are h and y
+            before = trace[layers[i - 1]] if i else trace["transformer.word_embeddings_layernorm"]
+            np.testing.assert_allclose(trace[attention], before + trace[attention + ".dense"], rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(trace[layer], trace[attention] + trace[layer + ".mlp.dense_4h_to_h"],
+                                       rtol=1e-12, atol=1e-12)
+            assert np.array_equal(trace[layer + ".mlp"], trace[layer])
+            assert np.array_equal(trace[layer + ":probs"], trace[attention + ":probs"])
+            continue
         # the decoder layer's output is its input plus what its attention and MLP add (after their
         # norms where the family puts norms after the sub-layers)
         embeddings = names[:names.index(next(n for n in names if n.startswith(layers[0])))]
@@ -90,6 +100,9 @@ def test_scores_and_probabilities(family):
     s = scores[np.isfinite(scores)]
     if fam.model_type == "gemma2":
         s = np.arctanh(s / config.attn_softcap) * config.attn_softcap
+    if fam.model_type == "bloom":  # ALiBi's term m_h j on key j, then one factor times q . k
+        slopes = ar.alibi_slopes(H)[None, :, None, None] * np.arange(T)
+        s = s - np.broadcast_to(slopes, scores.shape)[np.isfinite(scores)]
     factor = (s @ raw) / (raw @ raw)
     np.testing.assert_allclose(s, factor * raw, rtol=1e-9, atol=1e-12)
     assert factor > 0
@@ -141,7 +154,8 @@ def _doc_row(family):
     names, prefix = list(trace), fam.their_layer.format(i=0)
     first = next(i for i, n in enumerate(names) if n.startswith(prefix[:-1]))
     last = names.index(fam.their_layer.format(i=config.num_layers - 1)[:-1])
-    block = ", ".join(f"`{n[len(prefix):]}`" for n in names[first:names.index(prefix[:-1])])
+    block = ", ".join(f"`{n[len(prefix) - 1:] if n.startswith(prefix[:-1] + ':') else n[len(prefix):]}`"
+                      for n in names[first:names.index(prefix[:-1])])  # the layer's own steps as `:probs`
     after = ", ".join(f"`{n}`" if n else '`""`' for n in names[last + 1:])
     return (f"| `{family}` | {', '.join(f'`{n}`' for n in names[:first])} | `{fam.their_layer.format(i='<i>')}` +"
             f" {block}, then `{fam.their_layer.format(i='<i>')[:-1]}` | {after} |")
