@@ -404,4 +404,42 @@ assert dl[0, 0] > dl[0, 1] > 0 > dl[0, 2] == dl[0, 3]
 assert lb_report.ok and max(r.max_abs_err for r in lb_report.rows) < 1e-6
 """,
     },
+    "20_does_my_port_match": {
+        # issue 40's lesson: the checkpoint, each verdict's where / mistake / error, and the sizes the prose states
+        "b20c0002": """\
+assert (config["num_attention_heads"], config["num_key_value_heads"], config["num_hidden_layers"]) == (4, 2, 2)
+assert config["rms_norm_eps"] == 1e-6 and config["rope_theta"] == 500000.0
+""",
+        "b20c0006": """\
+_d, _r = np.abs(ours - reference).max(), np.abs(reference).max()
+assert 0.05 < _d < 0.2 and 0.2 < _r < 0.5 and 0.2 < _d / _r < 0.45      # "up to about a third of the largest logit"
+""",
+        "b20c0007": """\
+assert not verdict.ok and verdict.mistake == "rms_norm_eps" and verdict.where == "model.layers.0.input_layernorm"
+assert 1 < verdict.error < 2
+_ms = float(np.mean(params["embed_tokens"] ** 2))
+assert 3e-4 < _ms < 5e-4                                                 # "about 0.02, mean square about 4e-4"
+assert 0.005 < np.sqrt((_ms + 1e-5) / (_ms + 1e-6)) - 1 < 0.02            # "about 1%"
+""",
+        "b20c0008": """\
+assert not verdict.ok and verdict.mistake is None and verdict.where == "model.layers.0.self_attn"
+assert "model.layers.0.self_attn.o_proj" in verdict.detail and 1 < verdict.error < 2
+""",
+        "b20c0009": """\
+assert verdict.mistake == "rope_theta" and verdict.where == "self_attn.o_proj"
+assert verdict.cases == verdict.failed == 5 and 0.01 < verdict.error < 0.03
+""",
+        "b20c0010": """\
+assert compare.module(Attention(no_groups), no_groups, "attention").ok
+assert verdict.mistake == "gqa_head_order" and verdict.where == "self_attn.o_proj" and 1 < verdict.error < 1.5
+assert errors["attention, no groups"] == min(e for e in errors.values())     # the smallest failing verdict
+""",
+        "b20c0011": """\
+assert compare.module(Attention(config), config, "attention").ok
+assert verdict.ok and verdict.mistake is None and verdict.cases == 2 and verdict.error < 1e-14
+""",
+        "b20c0012": """\
+assert np.abs(ours - reference).max() < 1e-14 and len(ax.patches) == len(errors) == 5
+""",
+    },
 }

@@ -148,7 +148,7 @@ Where next:
   python -m attention_ref exercise list        derive a backward yourself; the
                                                checker names the classic mistake
   python -m attention_ref --plots figures/     the figures, as PNG files
-  notebooks/                                   19 notebooks, one topic each
+  notebooks/                                   20 notebooks, one topic each
   docs/reading_guide.md                        which five files to read first"""
 
 
