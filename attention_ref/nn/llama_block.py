@@ -44,8 +44,8 @@ from ..variants.rope import RopeCache, rope_backward, rope_forward, rotate
 from .multi_head_attention import (causal_self_attention_formula, check_block_mask, check_decode_mask,
                                    check_new_tokens)
 from .rope_scaling import rope_frequencies
-from .rms_norm import RMSNormCache, _rms_norm_backward, rms_norm_formula, rms_norm_forward
-from .swiglu import SwiGLUCache, _swiglu_backward, check_swiglu_inputs, swiglu_formula, swiglu_forward
+from .rms_norm import RMSNormCache, rms_norm_backward_formula, rms_norm_formula, rms_norm_forward
+from .swiglu import SwiGLUCache, swiglu_backward_formula, check_swiglu_inputs, swiglu_formula, swiglu_forward
 
 __all__ = ["LLAMA_PARAM_NAMES", "QKV_BIAS_NAMES", "QK_NORM_NAMES", "LlamaBlockCache", "RotaryHalf", "QKNormRotary", "llama_block_forward", "llama_block_backward",
            "llama_block_decode_step", "init_llama_block_params"]
@@ -119,8 +119,8 @@ class QKNormRotary(NamedTuple):
         q_norm, k_norm, rotary_cache = cache
         if self.rotary is not None:
             dq, dk = self.rotary.backward(dq, dk, rotary_cache)
-        dq, dq_weight = _rms_norm_backward(dq, q_norm)  # (..., H, Nq, Dh), (Dh,)
-        dk, dk_weight = _rms_norm_backward(dk, k_norm)  # (..., Hkv, Nk, Dh), (Dh,)
+        dq, dq_weight = rms_norm_backward_formula(dq, q_norm)  # (..., H, Nq, Dh), (Dh,)
+        dk, dk_weight = rms_norm_backward_formula(dk, k_norm)  # (..., Hkv, Nk, Dh), (Dh,)
         return dq, dk, {"q_norm.weight": dq_weight, "k_norm.weight": dk_weight}
 
 
@@ -280,9 +280,9 @@ def llama_block_backward(dout, cache: LlamaBlockCache):
     g = {}
     # 6. y = h + m: the residual passes dy to both
     # 5. m = SwiGLU(u)
-    du, g["mlp.W_gate"], g["mlp.W_up"], g["mlp.W_down"] = _swiglu_backward(dy, cache.mlp)  # (..., N, D)
+    du, g["mlp.W_gate"], g["mlp.W_up"], g["mlp.W_down"] = swiglu_backward_formula(dy, cache.mlp)  # (..., N, D)
     # 4. u = RMSNorm_2(h)
-    dh_norm, g["post_attention_norm.weight"] = _rms_norm_backward(du, cache.norm2)
+    dh_norm, g["post_attention_norm.weight"] = rms_norm_backward_formula(du, cache.norm2)
     dh = dy + dh_norm  # (..., N, D)
     # 3. h = x + a: the residual passes dh to both
     # 2. a = Attn(z): z fed the query, the key and the value, so dz sums the three
@@ -290,7 +290,7 @@ def llama_block_backward(dout, cache: LlamaBlockCache):
     dz = dquery + dkey + dvalue  # (..., N, D)
     g.update({f"self_attn.{name}": grad for name, grad in attn_grads.items()})
     # 1. z = RMSNorm_1(x)
-    dx_norm, g["input_norm.weight"] = _rms_norm_backward(dz, cache.norm1)
+    dx_norm, g["input_norm.weight"] = rms_norm_backward_formula(dz, cache.norm1)
     dx = dh + dx_norm  # (..., N, D)
     return dx, {name: g[name] for name in LLAMA_PARAM_NAMES + _OPTIONAL_NAMES if name in g}
 

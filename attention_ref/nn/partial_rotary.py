@@ -92,10 +92,10 @@ def partial_rotary_backward(dy, cache: PartialRotaryCache):
     -------
     dx : array (..., n, d), shaped like the forward output
     """
-    return _partial_rotary_backward(as_upstream(dy, cache.x_shape, cache.rope.cos.dtype, "dy"), cache)
+    return partial_rotary_backward_formula(as_upstream(dy, cache.x_shape, cache.rope.cos.dtype, "dy"), cache)
 
 
-def _partial_rotary_backward(dy, cache: PartialRotaryCache):
+def partial_rotary_backward_formula(dy, cache: PartialRotaryCache):
     """Unchecked backward, for the blocks."""
     rope = cache.rope
     r = 2 * rope.cos.shape[-1]

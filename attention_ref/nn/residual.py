@@ -26,7 +26,7 @@ import numpy as np
 
 from .._checks import as_real_array, as_upstream, unbroadcast
 from ..core.linear import glorot_uniform  # re-exported for the block modules
-from .layer_norm import LayerNormCache, _layer_norm_backward, layer_norm_backward, layer_norm_forward
+from .layer_norm import LayerNormCache, layer_norm_backward_formula, layer_norm_backward, layer_norm_forward
 
 __all__ = [
     "OPTIONAL_PARAMS",
@@ -157,19 +157,19 @@ def residual_backward(dy, cache: ResidualCache, sublayer_backward: Callable):
     dgamma, dbeta : arrays (d,)
     """
     dy = as_upstream(dy, cache.y_shape, cache.y_dtype, "dy")  # a float64 dy keeps float32 float32
-    return _residual_backward(dy, cache, sublayer_backward)
+    return residual_backward_formula(dy, cache, sublayer_backward)
 
 
-def _residual_backward(dy, cache: ResidualCache, sublayer_backward: Callable):
+def residual_backward_formula(dy, cache: ResidualCache, sublayer_backward: Callable):
     """Unchecked backward, for the blocks (they check their own upstream gradient)."""
     if cache.norm_first:
         # y = x + s, s = sublayer(z), z = LN(x)
         dz, extra = sublayer_backward(dy, cache.sublayer)  # (..., D)
-        dx_norm, dgamma, dbeta = _layer_norm_backward(dz, cache.norm)  # (..., D)
+        dx_norm, dgamma, dbeta = layer_norm_backward_formula(dz, cache.norm)  # (..., D)
         dx = unbroadcast(dy, cache.x_shape) + dx_norm  # (..., D)
     else:
         # y = LN(x + s), s = sublayer(x)
-        dsum, dgamma, dbeta = _layer_norm_backward(dy, cache.norm)  # (..., D)
+        dsum, dgamma, dbeta = layer_norm_backward_formula(dy, cache.norm)  # (..., D)
         dz, extra = sublayer_backward(dsum, cache.sublayer)  # (..., D)
         dx = unbroadcast(dsum, cache.x_shape) + dz  # (..., D)
     return dx, extra, dgamma, dbeta

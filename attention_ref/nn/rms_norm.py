@@ -86,10 +86,10 @@ def rms_norm_backward(dy, cache: RMSNormCache):
     dx : array (..., d)
     dweight : array (d,)
     """
-    return _rms_norm_backward(as_upstream(dy, cache.x_hat.shape, cache.x_hat.dtype, "dy"), cache)
+    return rms_norm_backward_formula(as_upstream(dy, cache.x_hat.shape, cache.x_hat.dtype, "dy"), cache)
 
 
-def _rms_norm_backward(dy, cache: RMSNormCache):
+def rms_norm_backward_formula(dy, cache: RMSNormCache):
     """Unchecked backward, for callers that have checked their own upstream gradient."""
     x_hat, rstd, weight = cache
     d = x_hat.shape[-1]
