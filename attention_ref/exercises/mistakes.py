@@ -27,7 +27,7 @@ from ..core.softmax import _softmax
 from ..variants.blockwise import _key_blocks, _scores
 from ..nn.feed_forward import feed_forward_backward_formula
 from ..nn.layer_norm import layer_norm_backward_formula
-from ..nn.residual import join_grads
+from ..nn.block_params import join_grads
 
 __all__ = ["ANY", "Mistake", "MISTAKES"]
 

@@ -40,17 +40,8 @@ from .._pair_checks import PARAM_NAMES, check_multi_head_inputs
 from ..variants.grouped_heads import multi_head_attention_backward_formula, multi_head_attention_formula
 from .encoder_block import _check_block_options, _ffn_params, _ln_params, _self_attention_backward
 from .feed_forward import FFN_PARAM_NAMES, feed_forward_backward_formula, feed_forward_forward
-from .residual import (
-    ResidualCache,
-    residual_backward_formula,
-    check_block_params,
-    check_flag,
-    glorot_uniform,
-    in_group,
-    join_grads,
-    residual_forward,
-    split_params,
-)
+from .block_params import check_block_params, check_flag, in_group, join_grads, split_params
+from .residual import ResidualCache, glorot_uniform, residual_backward_formula, residual_forward
 
 __all__ = [
     "DECODER_GROUPS",

@@ -29,17 +29,8 @@ from .._pair_checks import check_scale
 from .._pair_checks import PARAM_NAMES
 from ..variants.grouped_heads import multi_head_attention_backward_formula, multi_head_attention_forward
 from .feed_forward import ACTIVATIONS, FFN_PARAM_NAMES, feed_forward_backward_formula, feed_forward_forward
-from .residual import (
-    ResidualCache,
-    residual_backward_formula,
-    check_block_params,
-    check_flag,
-    glorot_uniform,
-    in_group,
-    join_grads,
-    residual_forward,
-    split_params,
-)
+from .block_params import check_block_params, check_flag, in_group, join_grads, split_params
+from .residual import ResidualCache, glorot_uniform, residual_backward_formula, residual_forward
 
 __all__ = [
     "ENCODER_GROUPS",

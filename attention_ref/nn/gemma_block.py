@@ -54,10 +54,11 @@ from ..variants.grouped_heads import GroupedMultiHeadCache
 from ..variants.grouped_heads import multi_head_attention_backward_formula
 from ..variants.kv_cache import KVCache
 from .geglu import GeGLUCache, geglu_backward_formula, geglu_formula
-from .llama_block import (QK_NORM_NAMES, LLAMA_PARAM_NAMES, QKNormRotary, RotaryHalf, check_decode_positions,
-                          check_llama_block_params)
-from .multi_head_attention import (causal_self_attention_formula, check_block_mask, check_decode_mask,
-                                   check_new_tokens)
+from ..variants.kv_cache import check_decode_mask, check_decode_positions, check_new_tokens
+from ..variants.rope import RotaryHalf
+from .llama_block import QK_NORM_NAMES, LLAMA_PARAM_NAMES, check_llama_block_params
+from .rms_norm import QKNormRotary
+from .multi_head_attention import causal_self_attention_formula, check_block_mask
 from .gemma_rms_norm import gemma_rms_norm_formula
 from .rms_norm import RMSNormCache, rms_norm_backward_formula
 from .rope_scaling import rope_frequencies

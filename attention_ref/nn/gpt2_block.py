@@ -33,9 +33,9 @@ from ..variants.kv_cache import KVCache
 from .encoder_block import ENCODER_GROUPS, init_encoder_block_params
 from .feed_forward import FeedForwardCache, feed_forward_backward_formula, check_ffn_inputs, feed_forward_formula
 from .layer_norm import LayerNormCache, layer_norm_backward_formula, layer_norm_formula
-from .multi_head_attention import (causal_self_attention_formula, check_block_mask, check_decode_mask,
-                                   check_new_tokens)
-from .residual import check_block_params, split_params
+from ..variants.kv_cache import check_decode_mask, check_new_tokens
+from .multi_head_attention import causal_self_attention_formula, check_block_mask
+from .block_params import check_block_params, split_params
 
 __all__ = ["GPT2BlockCache", "gpt2_block_forward", "gpt2_block_backward", "gpt2_block_decode_step", "init_gpt2_block_params"]
 

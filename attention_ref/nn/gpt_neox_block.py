@@ -42,15 +42,13 @@ from .._checks import (as_real_array, as_upstream, cast, check_positive_int, che
                        require_ndim)
 from ..variants.grouped_heads import GroupedMultiHeadCache
 from ..variants.grouped_heads import multi_head_attention_backward_formula
-from ..variants.kv_cache import KVCache
+from ..variants.kv_cache import KVCache, check_decode_mask, check_decode_positions, check_new_tokens
 from .feed_forward import FeedForwardCache, feed_forward_backward_formula, feed_forward_formula
 from .fused_qkv import FusedQKVCache, fused_qkv_split_backward_formula, fused_qkv_split_formula
-from .llama_block import check_decode_positions
 from .layer_norm import LayerNormCache, layer_norm_backward_formula, layer_norm_formula
-from .multi_head_attention import (causal_self_attention_formula, check_block_mask, check_decode_mask,
-                                   check_new_tokens)
+from .multi_head_attention import causal_self_attention_formula, check_block_mask
 from .parallel_residual import ParallelResidualCache, parallel_residual_backward_formula, parallel_residual_formula
-from .partial_rotary import partial_rotary_backward_formula, partial_rotary_formula
+from .partial_rotary import PartialRotaryHalf
 from .rope_scaling import rope_frequencies
 
 __all__ = ["GPT_NEOX_PARAM_NAMES", "GPTNeoXBlockCache", "PartialRotaryHalf", "gpt_neox_block_forward",
@@ -61,25 +59,6 @@ GPT_NEOX_PARAM_NAMES = ("input_layernorm.gamma", "input_layernorm.beta", "attent
                         "attention.W_dense", "attention.b_dense", "post_attention_layernorm.gamma",
                         "post_attention_layernorm.beta", "mlp.W_1", "mlp.b_1", "mlp.W_2", "mlp.b_2")
 _ATTN_KEYS = ("W_q", "W_k", "W_v", "W_o", "b_q", "b_k", "b_v", "b_o")
-
-
-class PartialRotaryHalf(NamedTuple):
-    """GPT-NeoX's rotary hook for the multi-head layer: RoPE on the first ``2 len(theta)`` features
-    of each head's query and key (rotate-half within them), the rest passed through; queries at
-    ``q_positions``, keys at ``k_positions``. Backward: ``diag(R(p)^T, I)`` on each."""
-
-    q_positions: np.ndarray  # broadcastable to q's (..., H, Nq)
-    k_positions: np.ndarray  # broadcastable to k's (..., H, Nk)
-    theta: np.ndarray  # (r/2,)
-
-    def forward(self, q, k):
-        q, q_cache = partial_rotary_formula(q, self.theta, self.q_positions)  # (..., H, Nq, Dh)
-        k, k_cache = partial_rotary_formula(k, self.theta, self.k_positions)  # (..., H, Nk, Dh)
-        return q, k, (q_cache, k_cache)
-
-    def backward(self, dq, dk, cache):
-        q_cache, k_cache = cache
-        return partial_rotary_backward_formula(dq, q_cache), partial_rotary_backward_formula(dk, k_cache)
 
 
 class GPTNeoXBlockCache(NamedTuple):
