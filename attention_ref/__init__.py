@@ -13,7 +13,7 @@ Conventions (the same in every module):
 
 The folders are the layers, and imports flow down only: ``core`` (the layer of the
 documents, the reference) <- ``fast`` (the same pairs with speed tricks, checked against
-core) <- ``variants`` <- ``nn`` (layer classes, blocks, optimisers) <- ``models`` (GPT-2 and Llama whole, generation)
+core) <- ``variants`` <- ``nn`` (layer classes, blocks, optimisers) <- ``models`` (every family whole, generation)
 <- ``documents``
 (claims, experiments, walkthrough) and ``plot``. ``docs/reading_guide.md`` says what to read
 first. Every name below is importable from ``attention_ref`` directly, and each is imported by

@@ -97,3 +97,12 @@ def apply_mask(scores: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
     if mask.dtype == bool:
         return np.where(mask, scores, -np.inf)  # (..., Nq, Nk)
     return scores + mask  # (..., Nq, Nk); the mask is already in the scores' dtype
+
+
+def combine_masks(mask, causal):
+    """An extra mask (checked: boolean, or float in the scores' dtype) and a boolean rule (causal,
+    a sliding window): and-ed when ``mask`` is boolean, else ``mask`` where the rule allows and
+    ``-inf`` where it blocks; the blocks and models combine padding, causal and window masks here."""
+    if mask.dtype == bool:
+        return mask & causal
+    return np.where(causal, mask, -np.inf).astype(mask.dtype, copy=False)

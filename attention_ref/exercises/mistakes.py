@@ -25,9 +25,9 @@ from ..core.linear import LinearCache, _linear_backward
 from ..core.multi_head import _multi_head_attention_backward
 from ..core.softmax import _softmax
 from ..variants.blockwise import _key_blocks, _scores
-from ..nn.feed_forward import _feed_forward_backward
-from ..nn.layer_norm import _layer_norm_backward
-from ..nn.residual import join_grads
+from ..nn.feed_forward import feed_forward_backward_formula
+from ..nn.layer_norm import layer_norm_backward_formula
+from ..nn.block_params import join_grads
 
 __all__ = ["ANY", "Mistake", "MISTAKES"]
 
@@ -265,7 +265,7 @@ def _multi_head_b_o_not_summed(dout, cache):
 
 # -- encoder block: two residual sub-layers; x feeds query, key and value -------------------------
 
-def _residual_parts(dy, cache, sublayer_backward, *, skip=True, norm_backward=_layer_norm_backward):
+def _residual_parts(dy, cache, sublayer_backward, *, skip=True, norm_backward=layer_norm_backward_formula):
     """The residual sub-layer's backward; ``skip=False`` forgets the skip connection's term."""
     if cache.norm_first:  # y = x + s(LN(x))
         dz, extra = sublayer_backward(dy, cache.sublayer)
@@ -277,7 +277,7 @@ def _residual_parts(dy, cache, sublayer_backward, *, skip=True, norm_backward=_l
 
 
 def _encoder_parts(dout, cache, *, paths=("query", "key", "value"), skip=("attn", "ffn"),
-                   norm_backward=_layer_norm_backward, attention_backward=_attention_backward):
+                   norm_backward=layer_norm_backward_formula, attention_backward=_attention_backward):
     """The encoder block's backward with one step done the wrong way (the right way by default);
     ``skip`` names the sub-layers whose skip path is kept; ``norm_backward`` and
     ``attention_backward`` put a part's mistake inside the whole."""
@@ -285,7 +285,7 @@ def _encoder_parts(dout, cache, *, paths=("query", "key", "value"), skip=("attn"
         dquery, dkey, dvalue, grads = _multi_head_parts(ds, c, attention_backward)
         return sum(d for name, d in zip(("query", "key", "value"), (dquery, dkey, dvalue)) if name in paths), grads
     g = {}
-    dh, g["ffn"], dgamma2, dbeta2 = _residual_parts(dout, cache.ffn, _feed_forward_backward, skip="ffn" in skip,
+    dh, g["ffn"], dgamma2, dbeta2 = _residual_parts(dout, cache.ffn, feed_forward_backward_formula, skip="ffn" in skip,
                                                     norm_backward=norm_backward)
     g["ln2"] = {"gamma": dgamma2, "beta": dbeta2}
     dx, g["self_attn"], dgamma1, dbeta1 = _residual_parts(dh, cache.attn, self_attention, skip="attn" in skip,

@@ -273,8 +273,8 @@ def _reference_targets(e):
     exercise's backward: (module, function name, the public backward)."""
     public = e.backward
     module = sys.modules[public.__module__]
-    names = [n for n in public.__code__.co_names if n.startswith("_") and inspect.isfunction(module.__dict__.get(n))
-             and n.endswith(("backward", "_merge", "_split"))]
+    names = [n for n in public.__code__.co_names if inspect.isfunction(module.__dict__.get(n))
+             and (n.startswith("_") and n.endswith(("backward", "_merge", "_split")) or n.endswith("_backward_formula"))]
     return module, (names[0] if names else public.__name__), public
 
 

@@ -3,7 +3,7 @@
 ``mappings``: where each tensor of ``torch.nn.MultiheadAttention``, GPT-2, BERT and Llama goes,
 as tables (``docs/model_mappings.md`` is rendered from them); ``converters``: the functions
 that apply them to a state dict, an ``.npz`` or a ``.safetensors`` file; ``pretrained``: whole
-GPT-2 and Llama models from a ``save_pretrained`` directory (:func:`load_pretrained`) and our
+models of every family (:data:`attention_ref.FAMILIES`) from a ``save_pretrained`` directory (:func:`load_pretrained`) and our
 params or gradients under transformers' names (:func:`to_transformers`); ``model_folder``: a
 ``save_pretrained`` folder read as hostile input (config.json's fields checked, shards only inside
 the folder, each tensor's shape against the config); ``safetensors``: the file format in plain

@@ -4,7 +4,7 @@ gradient-checked like the core. May import from ``core`` and ``variants``.
 ``multi_head_attention`` (the :class:`MultiHeadAttention` class, with KV-cache decoding),
 ``layer_norm`` and ``rms_norm``, ``feed_forward`` (ReLU, GELU in its tanh and exact forms,
 with the vectorised ``erf``) and ``swiglu`` (Llama's), ``residual`` (Add & Norm, post- and
-pre-norm), ``embedding`` (token lookup, scatter-add backward), ``cross_entropy`` (the
+pre-norm), ``block_params`` (a block's flat parameter dict split by sub-layer and joined back), ``embedding`` (token lookup, scatter-add backward), ``cross_entropy`` (the
 next-token loss, as torch's), ``encoder_block``, ``decoder_block``, the decoder-only blocks of real models
 ``gpt2_block`` and ``llama_block`` (RoPE, grouped-query heads, RMSNorm, SwiGLU), ``optim``
 (SGD, Adam and AdamW, global-norm gradient clipping, the cosine learning-rate schedule); gpt-oss's mixture

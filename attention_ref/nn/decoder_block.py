@@ -39,18 +39,9 @@ from ..core.masks import causal_mask
 from .._pair_checks import PARAM_NAMES, check_multi_head_inputs
 from ..variants.grouped_heads import multi_head_attention_backward_formula, multi_head_attention_formula
 from .encoder_block import _check_block_options, _ffn_params, _ln_params, _self_attention_backward
-from .feed_forward import FFN_PARAM_NAMES, _feed_forward_backward, feed_forward_forward
-from .residual import (
-    ResidualCache,
-    _residual_backward,
-    check_block_params,
-    check_flag,
-    glorot_uniform,
-    in_group,
-    join_grads,
-    residual_forward,
-    split_params,
-)
+from .feed_forward import FFN_PARAM_NAMES, feed_forward_backward_formula, feed_forward_forward
+from .block_params import check_block_params, check_flag, in_group, join_grads, split_params
+from .residual import ResidualCache, glorot_uniform, residual_backward_formula, residual_forward
 
 __all__ = [
     "DECODER_GROUPS",
@@ -193,14 +184,14 @@ def decoder_block_backward(dout, cache: DecoderBlockCache):
     dout = as_upstream(dout, cache.ffn.y_shape, cache.ffn.y_dtype)
     g = {}
     # 3. feed-forward sub-layer
-    dh2, g["ffn"], dgamma, dbeta = _residual_backward(dout, cache.ffn, _feed_forward_backward)
+    dh2, g["ffn"], dgamma, dbeta = residual_backward_formula(dout, cache.ffn, feed_forward_backward_formula)
     g["ln3"] = {"gamma": dgamma, "beta": dbeta}
     # 2. cross-attention sub-layer
-    dh1, (dmemory, g["cross_attn"]), dgamma, dbeta = _residual_backward(dh2, cache.cross_attn,
+    dh1, (dmemory, g["cross_attn"]), dgamma, dbeta = residual_backward_formula(dh2, cache.cross_attn,
                                                                       _cross_attention_backward)
     g["ln2"] = {"gamma": dgamma, "beta": dbeta}
     # 1. causal self-attention sub-layer
-    dx, g["self_attn"], dgamma, dbeta = _residual_backward(dh1, cache.self_attn, _self_attention_backward)
+    dx, g["self_attn"], dgamma, dbeta = residual_backward_formula(dh1, cache.self_attn, _self_attention_backward)
     g["ln1"] = {"gamma": dgamma, "beta": dbeta}
     return dx, dmemory, join_grads(g, cache.param_keys)
 

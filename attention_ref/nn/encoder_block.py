@@ -28,18 +28,9 @@ from .._checks import as_real_array, as_upstream, check_float_dtype, check_posit
 from .._pair_checks import check_scale
 from .._pair_checks import PARAM_NAMES
 from ..variants.grouped_heads import multi_head_attention_backward_formula, multi_head_attention_forward
-from .feed_forward import ACTIVATIONS, FFN_PARAM_NAMES, _feed_forward_backward, feed_forward_forward
-from .residual import (
-    ResidualCache,
-    _residual_backward,
-    check_block_params,
-    check_flag,
-    glorot_uniform,
-    in_group,
-    join_grads,
-    residual_forward,
-    split_params,
-)
+from .feed_forward import ACTIVATIONS, FFN_PARAM_NAMES, feed_forward_backward_formula, feed_forward_forward
+from .block_params import check_block_params, check_flag, in_group, join_grads, split_params
+from .residual import ResidualCache, glorot_uniform, residual_backward_formula, residual_forward
 
 __all__ = [
     "ENCODER_GROUPS",
@@ -141,10 +132,10 @@ def encoder_block_backward(dout, cache: EncoderBlockCache):
     dout = as_upstream(dout, cache.ffn.y_shape, cache.ffn.y_dtype)
     g = {}
     # 2. feed-forward sub-layer
-    dh, g["ffn"], dgamma2, dbeta2 = _residual_backward(dout, cache.ffn, _feed_forward_backward)
+    dh, g["ffn"], dgamma2, dbeta2 = residual_backward_formula(dout, cache.ffn, feed_forward_backward_formula)
     g["ln2"] = {"gamma": dgamma2, "beta": dbeta2}
     # 1. self-attention sub-layer
-    dx, g["self_attn"], dgamma1, dbeta1 = _residual_backward(dh, cache.attn, _self_attention_backward)
+    dx, g["self_attn"], dgamma1, dbeta1 = residual_backward_formula(dh, cache.attn, _self_attention_backward)
     g["ln1"] = {"gamma": dgamma1, "beta": dbeta1}
     return dx, join_grads(g, cache.param_keys)
 

@@ -88,16 +88,20 @@ def _gelu_bloom_backward(da, h):
 
 def relu_forward(h):
     """``max(0, h)``; returns ``(a, cache)`` where the cache is ``h``."""
-    h = as_real_array(h, "h")
+    return relu_formula(as_real_array(h, "h"))
+
+
+def relu_formula(h):
+    """Unchecked ``max(0, h)``; returns ``(a, h)``."""
     return np.maximum(h, 0.0), h
 
 
 def relu_backward(da, h):
     """``dh = da * [h > 0]`` (derivative 0 at h = 0); ``da`` shaped like ``h``."""
-    return _relu_backward(as_upstream(da, h.shape, h.dtype, "da"), h)
+    return relu_backward_formula(as_upstream(da, h.shape, h.dtype, "da"), h)
 
 
-def _relu_backward(da, h):
+def relu_backward_formula(da, h):
     """Unchecked ``da * [h > 0]``."""
     return np.where(h > 0, da, 0.0).astype(h.dtype, copy=False)
 
@@ -118,6 +122,11 @@ def gelu_forward(h, approximate="tanh"):
     h = as_real_array(h, "h")
     if approximate not in GELU_APPROXIMATIONS:
         raise ValueError(f"approximate must be one of {GELU_APPROXIMATIONS}, got {approximate!r}")
+    return gelu_formula(h, approximate)
+
+
+def gelu_formula(h, approximate="tanh"):
+    """Unchecked :func:`gelu_forward` (``approximate`` is ``"tanh"`` or ``"none"``): ``(a, GeluCache)``."""
     if approximate == "none":
         a, Phi = _gelu_exact(h)
         return a, GeluCache(h, "none", Phi)
@@ -141,10 +150,10 @@ def gelu_backward(da, cache):
     cache = cache if isinstance(cache, GeluCache) else GeluCache(cache, "tanh")
     h = cache.h
     da = as_upstream(da, h.shape, h.dtype, "da")  # a float64 da keeps float32 float32
-    return _gelu_exact_backward(da, h, cache.Phi) if cache.approximate == "none" else _gelu_backward(da, h)
+    return _gelu_exact_backward(da, h, cache.Phi) if cache.approximate == "none" else gelu_backward_formula(da, h)
 
 
-def _gelu_backward(da, h):
+def gelu_backward_formula(da, h):
     """Unchecked backward of the tanh form."""
     t, u = _gelu_tanh(h)
     dt_dh = (1.0 - t * t) * _GELU_S * (1.0 + 3.0 * _GELU_C * u * u)  # exactly 0 where |h| >= 10
@@ -163,9 +172,9 @@ def _gelu_exact_backward(da, h, Phi=None):
     return dh
 
 
-_ACT = {"relu": (relu_forward, _relu_backward),  # (forward -> (a, cache), unchecked backward(da, h))
-        "gelu": (gelu_forward, _gelu_backward),
-        "gelu_exact": (partial(gelu_forward, approximate="none"), _gelu_exact_backward),
+_ACT = {"relu": (relu_formula, relu_backward_formula),  # (unchecked forward -> (a, cache), unchecked backward(da, h))
+        "gelu": (gelu_formula, gelu_backward_formula),
+        "gelu_exact": (partial(gelu_formula, approximate="none"), _gelu_exact_backward),
         "gelu_bloom": (_gelu_bloom, _gelu_bloom_backward)}  # the blocks' only (BLOOM): not in ACTIVATIONS
 
 
@@ -232,11 +241,11 @@ def feed_forward_forward(x, params, activation="relu"):
 
 def feed_forward_formula(x, W_1, b_1, W_2, b_2, activation, param_keys=FFN_PARAM_NAMES):
     """:func:`feed_forward_forward` on checked inputs (the blocks and the decoding steps call it)."""
-    act_forward, _ = _ACT[activation]
+    activation_formula, _ = _ACT[activation]
     # 1. first linear map
     h = linear_formula(x, W_1, b_1, ("x", "W_1", "b_1"))  # (..., F)
     # 2. activation
-    a, act_cache = act_forward(h)  # (..., F)
+    a, act_cache = activation_formula(h)  # (..., F)
     # 3. second linear map
     y = linear_formula(a, W_2, b_2, ("act(x W_1 + b_1)", "W_2", "b_2"))  # (..., Dout)
     cache = FeedForwardCache(LinearCache(x, W_1, b_1 is not None), h,
@@ -263,18 +272,19 @@ def feed_forward_backward(dy, cache: FeedForwardCache):
     grads : dict with the keys of ``params`` (None for a bias given as None)
     """
     fc2 = cache.fc2
-    return _feed_forward_backward(as_upstream(dy, fc2.x.shape[:-1] + (fc2.W.shape[1],), fc2.x.dtype, "dy"), cache)
+    return feed_forward_backward_formula(as_upstream(dy, fc2.x.shape[:-1] + (fc2.W.shape[1],), fc2.x.dtype, "dy"), cache)
 
 
-def _feed_forward_backward(dy, cache: FeedForwardCache):
+def feed_forward_backward_formula(dy, cache: FeedForwardCache):
     """Unchecked backward, for the blocks (they check their own upstream gradient)."""
     fc2 = cache.fc2
-    _, act_backward = _ACT[cache.activation]
+    _, activation_backward_formula = _ACT[cache.activation]
     grads = {}
     # 3. y = a W_2 + b_2
     da, grads["W_2"], grads["b_2"] = linear_backward_formula(dy, fc2)  # (..., F)
     # 2. a = act(h)
-    dh = act_backward(da, cache.h) if cache.Phi is None else _gelu_exact_backward(da, cache.h, cache.Phi)  # (..., F)
+    dh = (activation_backward_formula(da, cache.h) if cache.Phi is None
+          else _gelu_exact_backward(da, cache.h, cache.Phi))  # (..., F)
     # 1. h = x W_1 + b_1
     dx, grads["W_1"], grads["b_1"] = linear_backward_formula(dh, cache.fc1)  # (..., D)
     return dx, {n: grads[n] for n in cache.param_keys}

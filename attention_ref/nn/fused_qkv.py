@@ -101,11 +101,11 @@ def fused_qkv_split_backward(dqkv_parts, cache: FusedQKVCache):
     if not isinstance(dqkv_parts, (tuple, list)) or len(dqkv_parts) != 3:
         raise TypeError("dqkv_parts must be the three gradients (dq, dk, dv)")
     lead, Dh = shape[:-1], shape[-1] // (H + 2 * Hkv)
-    return _fused_qkv_split_backward(tuple(as_upstream(g, lead + (n * Dh,), dtype, name) for g, n, name
+    return fused_qkv_split_backward_formula(tuple(as_upstream(g, lead + (n * Dh,), dtype, name) for g, n, name
                                            in zip(dqkv_parts, (H, Hkv, Hkv), ("dq", "dk", "dv"))), cache)
 
 
-def _fused_qkv_split_backward(dqkv_parts, cache: FusedQKVCache):
+def fused_qkv_split_backward_formula(dqkv_parts, cache: FusedQKVCache):
     """Unchecked backward, for the blocks (their gradients have the forward's shapes already)."""
     layout, H, Hkv, shape, dtype = cache
     lead, Dh = shape[:-1], shape[-1] // (H + 2 * Hkv)

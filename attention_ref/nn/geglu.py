@@ -21,7 +21,7 @@ import numpy as np
 from .._checks import as_upstream
 from ..core.linear import LinearCache
 from ..fast.dispatch import linear_backward_formula, linear_formula
-from .feed_forward import _gelu_backward, _gelu_tanh
+from .feed_forward import gelu_backward_formula, _gelu_tanh
 from .swiglu import check_swiglu_inputs
 
 __all__ = ["GeGLUCache", "geglu_forward", "geglu_backward", "geglu_formula"]
@@ -91,17 +91,17 @@ def geglu_backward(dy, cache: GeGLUCache):
     """
     m = cache.down.x
     dy = as_upstream(dy, m.shape[:-1] + (cache.down.W.shape[1],), m.dtype, "dy")
-    return _geglu_backward(dy, cache)
+    return geglu_backward_formula(dy, cache)
 
 
-def _geglu_backward(dy, cache: GeGLUCache):
+def geglu_backward_formula(dy, cache: GeGLUCache):
     """Unchecked backward, for the blocks."""
     gate, up, down, a, gelu_a, u = cache
     # 3. y = m W_down
     dm, dW_down, _ = linear_backward_formula(dy, down)  # (..., F)
     # 2. m = gelu(a) * u
     du = dm * gelu_a  # (..., F)
-    da = _gelu_backward(dm * u, a)  # (..., F): dm * u * gelu'(a)
+    da = gelu_backward_formula(dm * u, a)  # (..., F): dm * u * gelu'(a)
     # 1. a = x W_gate, u = x W_up
     dx_gate, dW_gate, _ = linear_backward_formula(da, gate)  # (..., D)
     dx_up, dW_up, _ = linear_backward_formula(du, up)  # (..., D)

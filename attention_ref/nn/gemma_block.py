@@ -53,13 +53,14 @@ from .._pair_checks import check_scale
 from ..variants.grouped_heads import GroupedMultiHeadCache
 from ..variants.grouped_heads import multi_head_attention_backward_formula
 from ..variants.kv_cache import KVCache
-from .geglu import GeGLUCache, _geglu_backward, geglu_formula
-from .llama_block import (QK_NORM_NAMES, LLAMA_PARAM_NAMES, QKNormRotary, RotaryHalf, check_decode_positions,
-                          check_llama_block_params)
-from .multi_head_attention import (causal_self_attention_formula, check_block_mask, check_decode_mask,
-                                   check_new_tokens)
+from .geglu import GeGLUCache, geglu_backward_formula, geglu_formula
+from ..variants.kv_cache import check_decode_mask, check_decode_positions, check_new_tokens
+from ..variants.rope import RotaryHalf
+from .llama_block import QK_NORM_NAMES, LLAMA_PARAM_NAMES, check_llama_block_params
+from .rms_norm import QKNormRotary
+from .multi_head_attention import causal_self_attention_formula, check_block_mask
 from .gemma_rms_norm import gemma_rms_norm_formula
-from .rms_norm import RMSNormCache, _rms_norm_backward
+from .rms_norm import RMSNormCache, rms_norm_backward_formula
 from .rope_scaling import rope_frequencies
 from .soft_cap import SoftCapScores
 
@@ -233,15 +234,15 @@ def gemma_block_backward(dout, cache: GemmaBlockCache):
     g = {}
     # 8. y = h + c: the residual passes dy to both
     # 7. c = GRMS_post_feedforward(m): dw is the gain's gradient (d(1 + w)/dw = 1)
-    dm, g["post_feedforward_norm.weight"] = _rms_norm_backward(dy, cache.norm_post_ff)  # (..., N, D)
+    dm, g["post_feedforward_norm.weight"] = rms_norm_backward_formula(dy, cache.norm_post_ff)  # (..., N, D)
     # 6. m = GeGLU(u)
-    du, g["mlp.W_gate"], g["mlp.W_up"], g["mlp.W_down"] = _geglu_backward(dm, cache.mlp)  # (..., N, D)
+    du, g["mlp.W_gate"], g["mlp.W_up"], g["mlp.W_down"] = geglu_backward_formula(dm, cache.mlp)  # (..., N, D)
     # 5. u = GRMS_pre_feedforward(h)
-    dh_norm, g["pre_feedforward_norm.weight"] = _rms_norm_backward(du, cache.norm_pre_ff)
+    dh_norm, g["pre_feedforward_norm.weight"] = rms_norm_backward_formula(du, cache.norm_pre_ff)
     dh = dy + dh_norm  # (..., N, D)
     # 4. h = x + b: the residual passes dh to both
     # 3. b = GRMS_post_attention(a)
-    da, g["post_attention_norm.weight"] = _rms_norm_backward(dh, cache.norm_post_attn)  # (..., N, D)
+    da, g["post_attention_norm.weight"] = rms_norm_backward_formula(dh, cache.norm_post_attn)  # (..., N, D)
     # 2. a = Attn(z): z fed the query, the key and the value, so dz sums the three (the q/k norms'
     #    gradients come back with the attention's)
     #    Gemma 2's cap: dS = dC (1 - t^2) inside, the scores hook's backward
@@ -249,7 +250,7 @@ def gemma_block_backward(dout, cache: GemmaBlockCache):
     dz = dquery + dkey + dvalue  # (..., N, D)
     g.update({f"self_attn.{name}": grad for name, grad in attn_grads.items()})
     # 1. z = GRMS_input(x)
-    dx_norm, g["input_norm.weight"] = _rms_norm_backward(dz, cache.norm_in)
+    dx_norm, g["input_norm.weight"] = rms_norm_backward_formula(dz, cache.norm_in)
     dx = dh + dx_norm  # (..., N, D)
     return dx, {name: g[name] for name in GEMMA_PARAM_NAMES if name in g}
 

@@ -31,11 +31,11 @@ from .._pair_checks import check_multi_head_inputs, check_scale
 from ..fast.dispatch import plain_multi_head_backward_formula
 from ..variants.kv_cache import KVCache
 from .encoder_block import ENCODER_GROUPS, init_encoder_block_params
-from .feed_forward import FeedForwardCache, _feed_forward_backward, check_ffn_inputs, feed_forward_formula
-from .layer_norm import LayerNormCache, _layer_norm_backward, layer_norm_formula
-from .multi_head_attention import (causal_self_attention_formula, check_block_mask, check_decode_mask,
-                                   check_new_tokens)
-from .residual import check_block_params, split_params
+from .feed_forward import FeedForwardCache, feed_forward_backward_formula, check_ffn_inputs, feed_forward_formula
+from .layer_norm import LayerNormCache, layer_norm_backward_formula, layer_norm_formula
+from ..variants.kv_cache import check_decode_mask, check_new_tokens
+from .multi_head_attention import causal_self_attention_formula, check_block_mask
+from .block_params import check_block_params, split_params
 
 __all__ = ["GPT2BlockCache", "gpt2_block_forward", "gpt2_block_backward", "gpt2_block_decode_step", "init_gpt2_block_params"]
 
@@ -129,10 +129,10 @@ def gpt2_block_backward(dout, cache: GPT2BlockCache):
     g = {}
     # 6. y = h + m: the residual passes dy to both
     # 5. m = MLP(u)
-    du, ffn_grads = _feed_forward_backward(dy, cache.mlp)  # (..., N, D)
+    du, ffn_grads = feed_forward_backward_formula(dy, cache.mlp)  # (..., N, D)
     g.update({f"ffn.{name}": grad for name, grad in ffn_grads.items()})
     # 4. u = LN_2(h)
-    dh_norm, g["ln2.gamma"], g["ln2.beta"] = _layer_norm_backward(du, cache.ln2)
+    dh_norm, g["ln2.gamma"], g["ln2.beta"] = layer_norm_backward_formula(du, cache.ln2)
     dh = dy + dh_norm  # (..., N, D)
     # 3. h = x + a: the residual passes dh to both
     # 2. a = Attn(z): z fed the query, the key and the value, so dz sums the three
@@ -140,7 +140,7 @@ def gpt2_block_backward(dout, cache: GPT2BlockCache):
     dz = dquery + dkey + dvalue  # (..., N, D)
     g.update({f"self_attn.{name}": grad for name, grad in attn_grads.items()})
     # 1. z = LN_1(x)
-    dx_norm, g["ln1.gamma"], g["ln1.beta"] = _layer_norm_backward(dz, cache.ln1)
+    dx_norm, g["ln1.gamma"], g["ln1.beta"] = layer_norm_backward_formula(dz, cache.ln1)
     dx = dh + dx_norm  # (..., N, D)
     return dx, {name: g.get(name) for name in cache.param_keys}
 

@@ -42,15 +42,13 @@ from .._checks import (as_real_array, as_upstream, cast, check_positive_int, che
                        require_ndim)
 from ..variants.grouped_heads import GroupedMultiHeadCache
 from ..variants.grouped_heads import multi_head_attention_backward_formula
-from ..variants.kv_cache import KVCache
-from .feed_forward import FeedForwardCache, _feed_forward_backward, feed_forward_formula
-from .fused_qkv import FusedQKVCache, _fused_qkv_split_backward, fused_qkv_split_formula
-from .llama_block import check_decode_positions
-from .layer_norm import LayerNormCache, _layer_norm_backward, layer_norm_formula
-from .multi_head_attention import (causal_self_attention_formula, check_block_mask, check_decode_mask,
-                                   check_new_tokens)
+from ..variants.kv_cache import KVCache, check_decode_mask, check_decode_positions, check_new_tokens
+from .feed_forward import FeedForwardCache, feed_forward_backward_formula, feed_forward_formula
+from .fused_qkv import FusedQKVCache, fused_qkv_split_backward_formula, fused_qkv_split_formula
+from .layer_norm import LayerNormCache, layer_norm_backward_formula, layer_norm_formula
+from .multi_head_attention import causal_self_attention_formula, check_block_mask
 from .parallel_residual import ParallelResidualCache, parallel_residual_backward_formula, parallel_residual_formula
-from .partial_rotary import _partial_rotary_backward, partial_rotary_formula
+from .partial_rotary import PartialRotaryHalf
 from .rope_scaling import rope_frequencies
 
 __all__ = ["GPT_NEOX_PARAM_NAMES", "GPTNeoXBlockCache", "PartialRotaryHalf", "gpt_neox_block_forward",
@@ -61,25 +59,6 @@ GPT_NEOX_PARAM_NAMES = ("input_layernorm.gamma", "input_layernorm.beta", "attent
                         "attention.W_dense", "attention.b_dense", "post_attention_layernorm.gamma",
                         "post_attention_layernorm.beta", "mlp.W_1", "mlp.b_1", "mlp.W_2", "mlp.b_2")
 _ATTN_KEYS = ("W_q", "W_k", "W_v", "W_o", "b_q", "b_k", "b_v", "b_o")
-
-
-class PartialRotaryHalf(NamedTuple):
-    """GPT-NeoX's rotary hook for the multi-head layer: RoPE on the first ``2 len(theta)`` features
-    of each head's query and key (rotate-half within them), the rest passed through; queries at
-    ``q_positions``, keys at ``k_positions``. Backward: ``diag(R(p)^T, I)`` on each."""
-
-    q_positions: np.ndarray  # broadcastable to q's (..., H, Nq)
-    k_positions: np.ndarray  # broadcastable to k's (..., H, Nk)
-    theta: np.ndarray  # (r/2,)
-
-    def forward(self, q, k):
-        q, q_cache = partial_rotary_formula(q, self.theta, self.q_positions)  # (..., H, Nq, Dh)
-        k, k_cache = partial_rotary_formula(k, self.theta, self.k_positions)  # (..., H, Nk, Dh)
-        return q, k, (q_cache, k_cache)
-
-    def backward(self, dq, dk, cache):
-        q_cache, k_cache = cache
-        return _partial_rotary_backward(dq, q_cache), _partial_rotary_backward(dk, k_cache)
 
 
 class GPTNeoXBlockCache(NamedTuple):
@@ -251,27 +230,27 @@ def gpt_neox_block_backward(dout, cache: GPTNeoXBlockCache):
     if cache.parallel:  # 5.-1. the parallel residual pair's backward: dx = dy + LN_1'(dz_1) + LN_2'(dz_2)
         steps = ParallelResidualCache(cache.norm1, cache.norm2, cache.attn, cache.mlp, cache.y_shape, cache.y_dtype)
         dx, attn_grads, mlp_grads, *norm_grads = parallel_residual_backward_formula(
-            dy, steps, _attention_backward, _feed_forward_backward)  # (..., N, D)
+            dy, steps, _attention_backward, feed_forward_backward_formula)  # (..., N, D)
         (g["input_layernorm.gamma"], g["input_layernorm.beta"], g["post_attention_layernorm.gamma"],
          g["post_attention_layernorm.beta"]) = norm_grads
     else:
         # 5. y = h + m: dy reaches m and h unchanged
         # 4. m = MLP(z_2)
-        dz2, mlp_grads = _feed_forward_backward(dy, cache.mlp)  # (..., N, D)
+        dz2, mlp_grads = feed_forward_backward_formula(dy, cache.mlp)  # (..., N, D)
         # 3. z_2 = LN_2(h), h = x + a: dh = dy + LN_2'(dz_2) reaches a and x
-        dnorm2, g["post_attention_layernorm.gamma"], g["post_attention_layernorm.beta"] = _layer_norm_backward(
+        dnorm2, g["post_attention_layernorm.gamma"], g["post_attention_layernorm.beta"] = layer_norm_backward_formula(
             dz2, cache.norm2)  # (..., N, D)
         dh = dy + dnorm2  # (..., N, D)
         # 2. a = Attn(z_1)
         dz1, attn_grads = _attention_backward(dh, cache.attn)  # (..., N, D)
         # 1. z_1 = LN_1(x)
-        dnorm1, g["input_layernorm.gamma"], g["input_layernorm.beta"] = _layer_norm_backward(dz1, cache.norm1)
+        dnorm1, g["input_layernorm.gamma"], g["input_layernorm.beta"] = layer_norm_backward_formula(dz1, cache.norm1)
         dx = dh + dnorm1  # (..., N, D): both paths from x summed
     g.update({f"mlp.{name}": grad for name, grad in mlp_grads.items()})
     # 2. the split weights' gradients back in the fused per-head order
-    g["attention.W_qkv"] = _fused_qkv_split_backward((attn_grads["W_q"], attn_grads["W_k"], attn_grads["W_v"]),
+    g["attention.W_qkv"] = fused_qkv_split_backward_formula((attn_grads["W_q"], attn_grads["W_k"], attn_grads["W_v"]),
                                                      cache.qkv_split)  # (D, 3 D)
-    g["attention.b_qkv"] = _fused_qkv_split_backward((attn_grads["b_q"], attn_grads["b_k"], attn_grads["b_v"]),
+    g["attention.b_qkv"] = fused_qkv_split_backward_formula((attn_grads["b_q"], attn_grads["b_k"], attn_grads["b_v"]),
                                                      cache.bias_split)  # (3 D,)
     g["attention.W_dense"], g["attention.b_dense"] = attn_grads["W_o"], attn_grads["b_o"]
     return dx, {name: g[name] for name in GPT_NEOX_PARAM_NAMES}

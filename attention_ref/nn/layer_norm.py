@@ -137,10 +137,10 @@ def layer_norm_backward(dy, cache: LayerNormCache):
     dx : array (..., d)
     dgamma, dbeta : arrays (d,)
     """
-    return _layer_norm_backward(as_upstream(dy, cache.x_hat.shape, cache.x_hat.dtype, "dy"), cache)
+    return layer_norm_backward_formula(as_upstream(dy, cache.x_hat.shape, cache.x_hat.dtype, "dy"), cache)
 
 
-def _layer_norm_backward(dy, cache: LayerNormCache):
+def layer_norm_backward_formula(dy, cache: LayerNormCache):
     """Unchecked backward, for callers that have checked their own upstream gradient."""
     x_hat, rstd, gamma = cache
     d = x_hat.shape[-1]

@@ -33,19 +33,18 @@ from typing import NamedTuple
 import numpy as np
 
 from .._checks import as_generator
-from .._checks import (as_real_array, as_upstream, broadcasts_into, cast, check_positive_int,
+from .._checks import (as_real_array, as_upstream, cast, check_positive_int,
                        check_positive_real, common_dtype, require_ndim)
 from .._pair_checks import check_scale
 from .._pair_checks import check_multi_head_inputs
 from ..variants.grouped_heads import GroupedMultiHeadCache
 from ..variants.grouped_heads import multi_head_attention_backward_formula
-from ..variants.kv_cache import KVCache
-from ..variants.rope import RopeCache, rope_backward, rope_forward, rotate
-from .multi_head_attention import (causal_self_attention_formula, check_block_mask, check_decode_mask,
-                                   check_new_tokens)
+from ..variants.kv_cache import KVCache, check_decode_mask, check_decode_positions, check_new_tokens
+from ..variants.rope import RotaryHalf  # noqa: F401 (0.3's path)
+from .multi_head_attention import causal_self_attention_formula, check_block_mask
 from .rope_scaling import rope_frequencies
-from .rms_norm import RMSNormCache, _rms_norm_backward, rms_norm_formula, rms_norm_forward
-from .swiglu import SwiGLUCache, _swiglu_backward, check_swiglu_inputs, swiglu_formula, swiglu_forward
+from .rms_norm import QKNormRotary, RMSNormCache, rms_norm_backward_formula, rms_norm_formula, rms_norm_forward
+from .swiglu import SwiGLUCache, swiglu_backward_formula, check_swiglu_inputs, swiglu_formula, swiglu_forward
 
 __all__ = ["LLAMA_PARAM_NAMES", "QKV_BIAS_NAMES", "QK_NORM_NAMES", "LlamaBlockCache", "RotaryHalf", "QKNormRotary", "llama_block_forward", "llama_block_backward",
            "llama_block_decode_step", "init_llama_block_params"]
@@ -57,71 +56,6 @@ QKV_BIAS_NAMES = ("self_attn.b_q", "self_attn.b_k", "self_attn.b_v")
 #: Qwen3's RMSNorm weights (Dh,) over each head's query and key, before RoPE (optional: both or none)
 QK_NORM_NAMES = ("self_attn.q_norm.weight", "self_attn.k_norm.weight")
 _OPTIONAL_NAMES = QKV_BIAS_NAMES + QK_NORM_NAMES
-
-
-class RotaryHalf(NamedTuple):
-    """RoPE on the split heads, as :func:`attention_ref.core.multi_head` expects: queries at
-    ``q_positions``, keys at ``k_positions`` (both ``0..N-1`` in a block forward). ``theta``
-    (Dh/2,), when given, are the frequencies (Llama 3.x's scaled ones, from
-    :func:`attention_ref.nn.rope_scaling.rope_frequencies`); else ``base^(-2i/Dh)``. ``layout``:
-    ``"half"`` (rotate-half, transformers' Llama) or ``"interleaved"`` (Meta's original weights)."""
-
-    q_positions: np.ndarray  # (Nq,)
-    k_positions: np.ndarray  # (Nk,)
-    base: float
-    theta: np.ndarray | None = None  # (Dh/2,)
-    layout: str = "half"
-
-    def forward(self, q, k):
-        if self.theta is None:
-            q, q_cache = rope_forward(q, self.q_positions, self.base, layout=self.layout)  # (..., H, Nq, Dh)
-            k, k_cache = rope_forward(k, self.k_positions, self.base, layout=self.layout)  # (..., Hkv, Nk, Dh)
-        else:
-            q, q_cache = self._rotate(q, self.q_positions)  # (..., H, Nq, Dh)
-            k, k_cache = self._rotate(k, self.k_positions)  # (..., Hkv, Nk, Dh)
-        return q, k, (q_cache, k_cache)
-
-    def _rotate(self, x, positions):
-        """RoPE's rotation by ``p theta_i`` (angles in float64, cos and sin in x's dtype)."""
-        angles = np.asarray(positions, dtype=np.float64)[..., None] * self.theta  # (..., N, Dh/2)
-        cos, sin = np.cos(angles).astype(x.dtype), np.sin(angles).astype(x.dtype)
-        return rotate(x, cos, sin, self.layout), RopeCache(cos, sin, x.shape, self.layout)
-
-    def backward(self, dq, dk, cache):
-        q_cache, k_cache = cache
-        return rope_backward(dq, q_cache), rope_backward(dk, k_cache)
-
-
-class QKNormRotary(NamedTuple):
-    """Qwen3's step 2b: each head's query and key RMS-normalised over its Dh features (one weight
-    (Dh,) for the queries, one for the keys, shared by the heads), then ``rotary`` (a
-    :class:`RotaryHalf`).
-
-    Forward: ``q_hat = RMSNorm_q(q)``, ``k_hat = RMSNorm_k(k)``, then ``R(p) q_hat``, ``R(p) k_hat``.
-    Backward, in reverse: RoPE's ``R(p)^T``, then RMSNorm's backward on each, whose weight
-    gradients ``dq_norm = sum over batch, heads, positions of dq_hat * x_hat`` are returned as
-    the third value (the grouped-heads backward adds them to the attention's gradients)."""
-
-    rotary: RotaryHalf | None  # None: no rotation (SmolLM3's NoPE layers)
-    q_weight: np.ndarray  # (Dh,)
-    k_weight: np.ndarray  # (Dh,)
-    eps: float
-
-    def forward(self, q, k):
-        q, q_norm = rms_norm_formula(q, self.q_weight, self.eps)  # (..., H, Nq, Dh)
-        k, k_norm = rms_norm_formula(k, self.k_weight, self.eps)  # (..., Hkv, Nk, Dh)
-        rotary_cache = None
-        if self.rotary is not None:
-            q, k, rotary_cache = self.rotary.forward(q, k)
-        return q, k, (q_norm, k_norm, rotary_cache)
-
-    def backward(self, dq, dk, cache):
-        q_norm, k_norm, rotary_cache = cache
-        if self.rotary is not None:
-            dq, dk = self.rotary.backward(dq, dk, rotary_cache)
-        dq, dq_weight = _rms_norm_backward(dq, q_norm)  # (..., H, Nq, Dh), (Dh,)
-        dk, dk_weight = _rms_norm_backward(dk, k_norm)  # (..., Hkv, Nk, Dh), (Dh,)
-        return dq, dk, {"q_norm.weight": dq_weight, "k_norm.weight": dk_weight}
 
 
 def _with_qk_norm(rotary, p, eps):
@@ -280,9 +214,9 @@ def llama_block_backward(dout, cache: LlamaBlockCache):
     g = {}
     # 6. y = h + m: the residual passes dy to both
     # 5. m = SwiGLU(u)
-    du, g["mlp.W_gate"], g["mlp.W_up"], g["mlp.W_down"] = _swiglu_backward(dy, cache.mlp)  # (..., N, D)
+    du, g["mlp.W_gate"], g["mlp.W_up"], g["mlp.W_down"] = swiglu_backward_formula(dy, cache.mlp)  # (..., N, D)
     # 4. u = RMSNorm_2(h)
-    dh_norm, g["post_attention_norm.weight"] = _rms_norm_backward(du, cache.norm2)
+    dh_norm, g["post_attention_norm.weight"] = rms_norm_backward_formula(du, cache.norm2)
     dh = dy + dh_norm  # (..., N, D)
     # 3. h = x + a: the residual passes dh to both
     # 2. a = Attn(z): z fed the query, the key and the value, so dz sums the three
@@ -290,7 +224,7 @@ def llama_block_backward(dout, cache: LlamaBlockCache):
     dz = dquery + dkey + dvalue  # (..., N, D)
     g.update({f"self_attn.{name}": grad for name, grad in attn_grads.items()})
     # 1. z = RMSNorm_1(x)
-    dx_norm, g["input_norm.weight"] = _rms_norm_backward(dz, cache.norm1)
+    dx_norm, g["input_norm.weight"] = rms_norm_backward_formula(dz, cache.norm1)
     dx = dh + dx_norm  # (..., N, D)
     return dx, {name: g[name] for name in LLAMA_PARAM_NAMES + _OPTIONAL_NAMES if name in g}
 
@@ -364,17 +298,6 @@ def check_llama_block_params(x, params, num_heads, num_kv_heads=None):
             p[n] = as_real_array(params[n], f"params['{n}']")
     dtype = common_dtype(x, *p.values())
     return cast(x, dtype), {n: cast(p[n], dtype) for n in LLAMA_PARAM_NAMES + _OPTIONAL_NAMES if n in p}, h, hkv
-
-
-def check_decode_positions(positions, x_t):
-    """The new tokens' positions: integers broadcastable to x_t's (..., t) without growing it."""
-    positions = np.asarray(positions)
-    if positions.dtype.kind not in "iu":
-        raise TypeError(f"positions must be integers, got dtype {positions.dtype}")
-    if not broadcasts_into(positions.shape, x_t.shape[:-1]):
-        raise ValueError(f"positions of shape {positions.shape} must broadcast to the new tokens' {x_t.shape[:-1]}"
-                         " (..., t)")
-    return positions
 
 
 def init_llama_block_params(d_model, num_heads, d_ff, *, num_kv_heads=None, seed=None, dtype=np.float64,

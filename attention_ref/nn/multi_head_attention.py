@@ -7,76 +7,26 @@ from __future__ import annotations
 import numpy as np
 
 from .._checks import as_generator
-from .._checks import as_mask, as_real_array, cast_mask, check_float_dtype, check_mask_shape, check_positive_int
+from .._checks import as_mask, cast_mask, check_float_dtype, check_mask_shape, check_positive_int
 from .._pair_checks import MultiHeadInputs, check_multi_head_inputs
 from ..core.linear import glorot_uniform
-from ..core.masks import causal_mask
-from ..fast.core_formulas import merge_heads_formula, split_heads_formula
-from ..fast.dispatch import attention_formula, linear_formula
+from ..core.masks import causal_mask, combine_masks
 from ..variants.grouped_heads import (
-    group_heads,
-    group_mask,
-    hooked_attention_formula,
     multi_head_attention_backward,
     multi_head_attention_formula,
     multi_head_attention_forward,
-    ungroup_heads,
 )
 from ..variants.local import local_window_mask
 from ..core.separate_heads import (
     multi_head_attention_separate_heads_backward,
     multi_head_attention_separate_heads_forward,
 )
-from ..variants.kv_cache import KVCache
+# the decoding step's checks and attention live beside the KV cache (0.3's path, kept):
+from ..variants.kv_cache import KVCache, check_decode_mask, check_new_tokens, decode_attention_formula
+from ..variants.kv_cache import decode_attention_formula as decode_attention  # deprecated since 0.4
 
 __all__ = ["MultiHeadAttention", "check_new_tokens", "decode_attention", "check_decode_mask", "check_block_mask",
            "causal_self_attention_formula"]
-
-
-def check_new_tokens(x_t, cache) -> np.ndarray:
-    """The new tokens of a decoding step as an array: ``x_t`` (..., t, d_model) with ``t >= 1``
-    (a prompt to prefill, or one token), and ``cache`` a :class:`KVCache`."""
-    if not isinstance(cache, KVCache):
-        raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
-    x_t = as_real_array(x_t, "x_t")
-    if x_t.ndim < 2 or x_t.shape[-2] == 0:
-        raise ValueError(f"x_t must have shape (..., t, d_model) with t >= 1 new tokens, got shape {x_t.shape}")
-    return x_t
-
-
-def decode_attention(z, p, num_heads, num_kv_heads, cache: KVCache, *, scale=None, rotary=None, name="x_t",
-                     mask=None, scores=None):
-    """Multi-head attention of the new tokens ``z`` (..., t, D) in a decoding step.
-
-    Projects them to queries, keys and values, rotates the queries and keys when ``rotary``
-    is given (``rotary.forward(q, k) -> (q, k, cache)``, as in the core's multi-head path),
-    appends the keys and values to ``cache`` (once per key/value head) and attends from each
-    new query to every cached position and, causally, to the new ones before it; ``p`` holds
-    validated ``W_q ... W_o`` (biases optional). ``mask``, checked by :func:`check_decode_mask`,
-    is combined with that causal rule (e.g. the padding of left-padded prompts); ``scores``, a
-    hook on the scaled scores as in the grouped-heads path (Gemma 2's cap). Returns
-    ``concat W_o + b_o`` (..., t, D_out).
-    """
-    h, hkv = num_heads, num_kv_heads
-    cache.claim(p["W_k"])  # one cache per layer: another layer's cache is refused before it changes
-    q = split_heads_formula(linear_formula(z, p["W_q"], p.get("b_q"), (name, "W_q", "b_q")), h)  # (..., H, t, Dk)
-    k = split_heads_formula(linear_formula(z, p["W_k"], p.get("b_k"), (name, "W_k", "b_k")), hkv)  # (..., Hkv, t, Dk)
-    v = split_heads_formula(linear_formula(z, p["W_v"], p.get("b_v"), (name, "W_v", "b_v")), hkv)  # (..., Hkv, t, Dv)
-    if rotary is not None:
-        q, k, _ = rotary.forward(q, k)  # each new token at its own position
-    cache.append(k, v)
-    keys = cache.keys[..., None, :, :]  # (..., Hkv, 1, T, Dk)
-    values = cache.values[..., None, :, :]  # (..., Hkv, 1, T, Dv)
-    t = z.shape[-2]  # the new tokens are the last t of the T cached: causal among themselves
-    causal = None if t == 1 else causal_mask(t, cache.length)  # (t, T)
-    if mask is not None:
-        causal = mask if causal is None else combine_masks(mask, causal)  # (..., t, T)
-    if scores is None:
-        o, _ = attention_formula(group_heads(q, hkv), keys, values, group_mask(causal), scale=scale)  # (..., Hkv, G, t, Dv)
-    else:
-        o, _, _ = hooked_attention_formula(group_heads(q, hkv), keys, values, group_mask(causal), scale, scores)
-    heads = ungroup_heads(o)  # (..., H, t, Dv)
-    return linear_formula(merge_heads_formula(heads), p["W_o"], p.get("b_o"), ("heads", "W_o", "b_o"))  # (..., t, D_out)
 
 
 def causal_self_attention_formula(z, p, num_heads, num_kv_heads, *, mask=None, kv: KVCache | None = None,
@@ -88,7 +38,8 @@ def causal_self_attention_formula(z, p, num_heads, num_kv_heads, *, mask=None, k
     ``window`` W, keys ``i - W < j <= i``, when given) and the extra ``mask`` (None or checked,
     (..., N, N)); ``cache`` is the multi-head layer's for the backward. ``kv`` a
     :class:`KVCache`: the t new tokens after the ``kv.length`` cached ones
-    (:func:`decode_attention`; ``mask`` as :func:`check_decode_mask`, (..., t, T + t)); ``cache``
+    (:func:`attention_ref.variants.kv_cache.decode_attention_formula`; ``mask`` as
+    :func:`attention_ref.variants.kv_cache.check_decode_mask`, (..., t, T + t)); ``cache``
     is None. ``rotary`` and ``scores`` are the grouped-heads path's hooks on q and k and on the
     scores; ``p`` the checked ``W_q ... W_o`` (biases optional), ``param_keys`` their names in
     the gradients (default ``tuple(p)``)."""
@@ -102,26 +53,8 @@ def causal_self_attention_formula(z, p, num_heads, num_kv_heads, *, mask=None, k
     if window is not None:  # the t new tokens, last of the T + t, see the keys i - W < j <= i only
         band = local_window_mask(t, window - 1, kv.length + t, causal=True)  # (t, T + t)
         mask = band if mask is None else combine_masks(mask, band)  # (..., t, T + t)
-    return decode_attention(z, p, num_heads, num_kv_heads, kv, scale=scale, rotary=rotary, name=name, mask=mask,
+    return decode_attention_formula(z, p, num_heads, num_kv_heads, kv, scale=scale, rotary=rotary, name=name, mask=mask,
                             scores=scores), None  # (..., t, D)
-
-
-def combine_masks(mask, causal):
-    """An extra mask and the causal one: and-ed (boolean), or ``-inf`` where causal blocks (float)."""
-    if mask.dtype == bool:
-        return mask & causal
-    return np.where(causal, mask, -np.inf).astype(mask.dtype, copy=False)
-
-
-def check_decode_mask(mask, x_t, cache: KVCache, dtype):
-    """A decoding step's extra mask: broadcastable to (..., t, T + t), the new tokens against every
-    key after this step (the cached ones and the new ones); boolean (True = may attend) or float."""
-    mask = as_mask(mask)
-    if mask is None:
-        return None
-    t, total = x_t.shape[-2], cache.length + x_t.shape[-2]
-    check_mask_shape(mask, x_t.shape[:-2] + (t, total), "mask")
-    return cast_mask(mask, dtype)
 
 
 def check_block_mask(mask, x):
@@ -269,5 +202,5 @@ class MultiHeadAttention:
         """
         x_t = check_new_tokens(x_t, cache)
         checked = check_multi_head_inputs(x_t, x_t, x_t, self.params, self.num_heads, num_kv_heads=self.num_kv_heads)
-        return decode_attention(checked.query, checked.params, checked.num_heads, checked.num_kv_heads,
+        return decode_attention_formula(checked.query, checked.params, checked.num_heads, checked.num_kv_heads,
                                 cache)  # (..., t, d_model)

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .._checks import as_upstream
-from .layer_norm import LayerNormCache, _layer_norm_backward, check_norm_inputs, layer_norm_formula
+from .layer_norm import LayerNormCache, layer_norm_backward_formula, check_norm_inputs, layer_norm_formula
 
 __all__ = ["ParallelResidualCache", "parallel_residual_forward", "parallel_residual_backward",
            "parallel_residual_formula", "parallel_residual_backward_formula"]
@@ -120,6 +120,6 @@ def parallel_residual_backward_formula(dy, cache: ParallelResidualCache, attn_ba
     dz_1, extra_1 = attn_backward(dy, cache.sublayer_1)  # (..., D)
     dz_2, extra_2 = mlp_backward(dy, cache.sublayer_2)  # (..., D)
     # 1. the norms, 3. the residual path
-    dx_1, dgamma_1, dbeta_1 = _layer_norm_backward(dz_1, cache.norm_1)  # (..., D)
-    dx_2, dgamma_2, dbeta_2 = _layer_norm_backward(dz_2, cache.norm_2)  # (..., D)
+    dx_1, dgamma_1, dbeta_1 = layer_norm_backward_formula(dz_1, cache.norm_1)  # (..., D)
+    dx_2, dgamma_2, dbeta_2 = layer_norm_backward_formula(dz_2, cache.norm_2)  # (..., D)
     return dy + dx_1 + dx_2, extra_1, extra_2, dgamma_1, dbeta_1, dgamma_2, dbeta_2

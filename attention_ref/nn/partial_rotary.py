@@ -11,6 +11,8 @@ orthogonal, so ``dx = diag(R(p)^T, I) dy``.
 Symbols: ``...`` batch axes, N positions, D head width, r the rotated width (even, <= D).
 
 Forward: 1. split ``x = [x_rot, x_pass]``; 2. ``y_rot = R(p) x_rot``; 3. ``y = [y_rot, x_pass]``.
+
+:class:`PartialRotaryHalf` is the multi-head path's hook that applies it to queries and keys (GPT-NeoX).
 """
 from __future__ import annotations
 
@@ -92,12 +94,34 @@ def partial_rotary_backward(dy, cache: PartialRotaryCache):
     -------
     dx : array (..., n, d), shaped like the forward output
     """
-    return _partial_rotary_backward(as_upstream(dy, cache.x_shape, cache.rope.cos.dtype, "dy"), cache)
+    return partial_rotary_backward_formula(as_upstream(dy, cache.x_shape, cache.rope.cos.dtype, "dy"), cache)
 
 
-def _partial_rotary_backward(dy, cache: PartialRotaryCache):
+def partial_rotary_backward_formula(dy, cache: PartialRotaryCache):
     """Unchecked backward, for the blocks."""
     rope = cache.rope
     r = 2 * rope.cos.shape[-1]
     dx_rot = rotate(dy[..., :r], rope.cos, -rope.sin, rope.layout)  # (..., N, r): R^T dy_rot
     return np.concatenate([dx_rot, dy[..., r:]], axis=-1)  # (..., N, D)
+
+
+# ---------------------------------------------------------------- the rotary hook of the multi-head path
+
+
+class PartialRotaryHalf(NamedTuple):
+    """GPT-NeoX's rotary hook for the multi-head layer: RoPE on the first ``2 len(theta)`` features
+    of each head's query and key (rotate-half within them), the rest passed through; queries at
+    ``q_positions``, keys at ``k_positions``. Backward: ``diag(R(p)^T, I)`` on each."""
+
+    q_positions: np.ndarray  # broadcastable to q's (..., H, Nq)
+    k_positions: np.ndarray  # broadcastable to k's (..., H, Nk)
+    theta: np.ndarray  # (r/2,)
+
+    def forward(self, q, k):
+        q, q_cache = partial_rotary_formula(q, self.theta, self.q_positions)  # (..., H, Nq, Dh)
+        k, k_cache = partial_rotary_formula(k, self.theta, self.k_positions)  # (..., H, Nk, Dh)
+        return q, k, (q_cache, k_cache)
+
+    def backward(self, dq, dk, cache):
+        q_cache, k_cache = cache
+        return partial_rotary_backward_formula(dq, q_cache), partial_rotary_backward_formula(dk, k_cache)

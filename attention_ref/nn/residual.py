@@ -1,4 +1,4 @@
-"""Residual "Add & Norm" in both placements, and the parameter plumbing of the blocks.
+"""Residual "Add & Norm" in both placements.
 
 Document 004 ends its multi-head layer with a residual connection followed by layer
 normalisation ("Add & Norm"), as the original Transformer does after every sub-layer:
@@ -12,21 +12,23 @@ The encoder and decoder blocks (:mod:`attention_ref.nn.encoder_block`,
 :mod:`attention_ref.nn.decoder_block`) are sub-layers wrapped by :func:`residual_forward`.
 Their parameters live in one flat dict keyed by dotted names (``"self_attn.W_q"``,
 ``"ln1.gamma"``, ``"ffn.W_1"``), so :func:`attention_ref.gradcheck` can perturb every
-parameter of a block at once; :func:`split_params` and :func:`join_grads` convert
-between that flat dict and one dict per sub-layer.
+parameter of a block at once; :func:`attention_ref.nn.block_params.split_params` and
+:func:`attention_ref.nn.block_params.join_grads` convert between that flat dict and one dict per
+sub-layer (this module still exports them, their 0.3 path).
 
 Symbols: ``...`` any leading (batch, position) axes, D model width, F hidden width.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from .._checks import as_real_array, as_upstream, unbroadcast
 from ..core.linear import glorot_uniform  # re-exported for the block modules
-from .layer_norm import LayerNormCache, _layer_norm_backward, layer_norm_backward, layer_norm_forward
+from .block_params import OPTIONAL_PARAMS, check_block_params, check_flag, in_group, join_grads, split_params  # noqa: F401 (0.3's path)
+from .layer_norm import LayerNormCache, layer_norm_backward_formula, layer_norm_backward, layer_norm_forward
 
 __all__ = [
     "OPTIONAL_PARAMS",
@@ -45,8 +47,6 @@ __all__ = [
 ]
 
 
-#: Parameters a block may omit (absent or None): the biases.
-OPTIONAL_PARAMS = ("b_q", "b_k", "b_v", "b_o", "b_1", "b_2")
 
 
 class AddNormCache(NamedTuple):
@@ -157,111 +157,21 @@ def residual_backward(dy, cache: ResidualCache, sublayer_backward: Callable):
     dgamma, dbeta : arrays (d,)
     """
     dy = as_upstream(dy, cache.y_shape, cache.y_dtype, "dy")  # a float64 dy keeps float32 float32
-    return _residual_backward(dy, cache, sublayer_backward)
+    return residual_backward_formula(dy, cache, sublayer_backward)
 
 
-def _residual_backward(dy, cache: ResidualCache, sublayer_backward: Callable):
+def residual_backward_formula(dy, cache: ResidualCache, sublayer_backward: Callable):
     """Unchecked backward, for the blocks (they check their own upstream gradient)."""
     if cache.norm_first:
         # y = x + s, s = sublayer(z), z = LN(x)
         dz, extra = sublayer_backward(dy, cache.sublayer)  # (..., D)
-        dx_norm, dgamma, dbeta = _layer_norm_backward(dz, cache.norm)  # (..., D)
+        dx_norm, dgamma, dbeta = layer_norm_backward_formula(dz, cache.norm)  # (..., D)
         dx = unbroadcast(dy, cache.x_shape) + dx_norm  # (..., D)
     else:
         # y = LN(x + s), s = sublayer(x)
-        dsum, dgamma, dbeta = _layer_norm_backward(dy, cache.norm)  # (..., D)
+        dsum, dgamma, dbeta = layer_norm_backward_formula(dy, cache.norm)  # (..., D)
         dz, extra = sublayer_backward(dsum, cache.sublayer)  # (..., D)
         dx = unbroadcast(dsum, cache.x_shape) + dz  # (..., D)
     return dx, extra, dgamma, dbeta
 
 
-def split_params(params, groups: Mapping) -> dict:
-    """Split a flat dict keyed ``"group.name"`` into ``{group: {name: array}}``.
-
-    ``groups`` maps each group to the names it allows. Raises ``ValueError`` naming any
-    key that is not ``"group.name"`` with a known group and name, and any missing
-    parameter other than the optional biases (:data:`OPTIONAL_PARAMS`).
-    """
-    if not isinstance(params, Mapping):
-        raise TypeError(f"params must be a dict keyed by dotted names such as"
-                        f" 'self_attn.W_q', got {type(params).__name__}")
-    out = {g: {} for g in groups}
-    bad = []
-    for key, value in params.items():
-        group, _, name = str(key).partition(".")
-        if group not in groups or name not in groups[group]:
-            bad.append(key)
-        else:
-            out[group][name] = value
-    if bad:
-        allowed = [f"{g}.{n}" for g, names in groups.items() for n in names]
-        raise ValueError(f"params has unknown keys {bad}; allowed keys are {allowed}")
-    missing = [f"{g}.{n}" for g, names in groups.items() for n in names
-               if n not in OPTIONAL_PARAMS and out[g].get(n) is None]
-    if missing:
-        raise ValueError(f"params is missing {missing}")
-    return out
-
-
-def check_block_params(p: Mapping, d_model: int, norms, outputs: Mapping) -> dict:
-    """Check, before any arithmetic, the parameters whose width must be ``d_model``.
-
-    ``p`` is :func:`split_params`'s ``{group: {name: array}}``; ``norms`` lists the layer
-    norm groups (``gamma`` and ``beta`` must be ``(d_model,)``); ``outputs`` maps each
-    sub-layer group to its last linear map ``(weight, bias)`` (the weight must have
-    ``d_model`` columns and the bias shape ``(d_model,)``, so the sub-layer's output can
-    be added to its input). Errors name the dotted key (``ffn.W_2``). Returns ``p`` with
-    those entries as real arrays; the sub-layers check everything else themselves.
-    """
-    out = {g: dict(d) for g, d in p.items()}
-    for g in norms:
-        for n in ("gamma", "beta"):
-            a = as_real_array(out[g][n], f"params['{g}.{n}']")
-            if a.shape != (d_model,):
-                raise ValueError(f"params['{g}.{n}'] must have shape ({d_model},) to match x of"
-                                 f" width d_model = {d_model}, got shape {a.shape}")
-            out[g][n] = a
-    for g, (w, b) in outputs.items():
-        W = as_real_array(out[g][w], f"params['{g}.{w}']")
-        if W.ndim != 2 or W.shape[1] != d_model:
-            raise ValueError(f"params['{g}.{w}'] must have {d_model} columns, shape (k, {d_model}): the {g}"
-                             f" output is added to its input of width d_model = {d_model},"
-                             f" got shape {W.shape}")
-        out[g][w] = W
-        if out[g].get(b) is not None:
-            bias = as_real_array(out[g][b], f"params['{g}.{b}']")
-            if bias.shape != (d_model,):
-                raise ValueError(f"params['{g}.{b}'] must have shape ({d_model},) to match x of"
-                                 f" width d_model = {d_model}, got shape {bias.shape}")
-            out[g][b] = bias
-    return out
-
-
-def check_flag(value, name: str) -> bool:
-    """A block's on/off option (``norm_first``, ``causal``) must be a real bool, not ``"post"``."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be True or False, got {value!r}")
-    return bool(value)
-
-
-def join_grads(grads_by_group: Mapping, param_keys) -> dict:
-    """Flatten ``{group: {name: grad}}`` back to dotted keys, in ``param_keys`` order,
-    followed by any gradient that has no parameter (such as ``"self_attn.head_mask"``)."""
-    flat = {f"{g}.{n}": v for g, d in grads_by_group.items() for n, v in d.items()}
-    ordered = {k: flat[k] for k in param_keys}
-    ordered.update({k: v for k, v in flat.items() if k not in ordered})
-    return ordered
-
-
-def in_group(group: str, sublayer: Callable) -> Callable:
-    """Wrap a sub-layer forward so its input errors name the parameter group.
-
-    ``params['W_q'] ...`` raised inside the self-attention becomes
-    ``self_attn: params['W_q'] ...``, pointing at the dotted key ``self_attn.W_q``.
-    """
-    def wrapped(z):
-        try:
-            return sublayer(z)
-        except (ValueError, TypeError) as exc:
-            raise type(exc)(f"{group}: {exc}") from None
-    return wrapped

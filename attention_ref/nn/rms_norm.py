@@ -8,6 +8,9 @@ Forward, numbered so the backward can walk it in reverse:
 1. ``ms = mean(x^2)`` over the last axis, ``rstd = 1 / sqrt(ms + eps)``
 2. ``x_hat = x * rstd``
 3. ``y = weight * x_hat``
+
+:class:`QKNormRotary` is the multi-head path's hook that RMS-normalises each head's query and key
+(Qwen3, Gemma 3) before a rotary hook.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .._checks import as_upstream, signals_land_here
+from ..variants.rope import RotaryHalf
 from .layer_norm import check_norm_inputs
 
 __all__ = ["RMSNormCache", "rms_norm_forward", "rms_norm_backward"]
@@ -86,10 +90,10 @@ def rms_norm_backward(dy, cache: RMSNormCache):
     dx : array (..., d)
     dweight : array (d,)
     """
-    return _rms_norm_backward(as_upstream(dy, cache.x_hat.shape, cache.x_hat.dtype, "dy"), cache)
+    return rms_norm_backward_formula(as_upstream(dy, cache.x_hat.shape, cache.x_hat.dtype, "dy"), cache)
 
 
-def _rms_norm_backward(dy, cache: RMSNormCache):
+def rms_norm_backward_formula(dy, cache: RMSNormCache):
     """Unchecked backward, for callers that have checked their own upstream gradient."""
     x_hat, rstd, weight = cache
     d = x_hat.shape[-1]
@@ -97,3 +101,38 @@ def _rms_norm_backward(dy, cache: RMSNormCache):
     g = dy * weight  # (..., D)
     dx = rstd * (g - x_hat * (g * x_hat).mean(axis=-1, keepdims=True))  # (..., D)
     return dx, dweight
+
+
+# ---------------------------------------------------------------- the q/k-norm hook of the multi-head path
+
+
+class QKNormRotary(NamedTuple):
+    """Qwen3's step 2b: each head's query and key RMS-normalised over its Dh features (one weight
+    (Dh,) for the queries, one for the keys, shared by the heads), then ``rotary`` (a
+    :class:`RotaryHalf`).
+
+    Forward: ``q_hat = RMSNorm_q(q)``, ``k_hat = RMSNorm_k(k)``, then ``R(p) q_hat``, ``R(p) k_hat``.
+    Backward, in reverse: RoPE's ``R(p)^T``, then RMSNorm's backward on each, whose weight
+    gradients ``dq_norm = sum over batch, heads, positions of dq_hat * x_hat`` are returned as
+    the third value (the grouped-heads backward adds them to the attention's gradients)."""
+
+    rotary: RotaryHalf | None  # None: no rotation (SmolLM3's NoPE layers)
+    q_weight: np.ndarray  # (Dh,)
+    k_weight: np.ndarray  # (Dh,)
+    eps: float
+
+    def forward(self, q, k):
+        q, q_norm = rms_norm_formula(q, self.q_weight, self.eps)  # (..., H, Nq, Dh)
+        k, k_norm = rms_norm_formula(k, self.k_weight, self.eps)  # (..., Hkv, Nk, Dh)
+        rotary_cache = None
+        if self.rotary is not None:
+            q, k, rotary_cache = self.rotary.forward(q, k)
+        return q, k, (q_norm, k_norm, rotary_cache)
+
+    def backward(self, dq, dk, cache):
+        q_norm, k_norm, rotary_cache = cache
+        if self.rotary is not None:
+            dq, dk = self.rotary.backward(dq, dk, rotary_cache)
+        dq, dq_weight = rms_norm_backward_formula(dq, q_norm)  # (..., H, Nq, Dh), (Dh,)
+        dk, dk_weight = rms_norm_backward_formula(dk, k_norm)  # (..., Hkv, Nk, Dh), (Dh,)
+        return dq, dk, {"q_norm.weight": dq_weight, "k_norm.weight": dk_weight}

@@ -119,10 +119,10 @@ def swiglu_backward(dy, cache: SwiGLUCache):
     """
     m = cache.down.x
     dy = as_upstream(dy, m.shape[:-1] + (cache.down.W.shape[1],), m.dtype, "dy")
-    return _swiglu_backward(dy, cache)
+    return swiglu_backward_formula(dy, cache)
 
 
-def _swiglu_backward(dy, cache: SwiGLUCache):
+def swiglu_backward_formula(dy, cache: SwiGLUCache):
     """Unchecked backward, for the blocks."""
     gate, up, down, a, sig, u = cache
     # 3. y = m W_down

@@ -3,8 +3,8 @@ different attention. Each module may import from ``core`` (never from ``nn`` or 
 
 ``blockwise`` (memory-efficient tiles with an online softmax, FlashAttention's algorithm;
 ``causal=`` and ``window=``), ``local`` (sliding-window masks), ``linear_attention``
-(``phi(Q) (phi(K)^T V)``), ``rope`` (rotary position embedding), ``kv_cache`` (the key/value
-cache of autoregressive decoding), ``grouped_heads`` (multi-head attention with grouped-query
+(``phi(Q) (phi(K)^T V)``), ``rope`` (rotary position embedding, and ``RotaryHalf``, the multi-head path's rotary hook),
+``kv_cache`` (the key/value cache of autoregressive decoding, a decoding step's checks and its attention), ``grouped_heads`` (multi-head attention with grouped-query
 heads, a head mask and rotary positions around the core's plain layer: the public
 ``multi_head_attention_forward``), ``rope_multi_head`` (that layer with RoPE on every head's
 queries and keys, in either pairing), ``sink_softmax`` (gpt-oss's softmax with a learned sink logit

@@ -1,5 +1,8 @@
 """The key/value cache of autoregressive decoding: the keys and values of the tokens decoded
-so far, grown as tokens arrive (:meth:`attention_ref.MultiHeadAttention.decode_step` uses it).
+so far, grown as tokens arrive (:meth:`attention_ref.MultiHeadAttention.decode_step` uses it),
+and beside it a decoding step's checks (:func:`check_new_tokens`, :func:`check_decode_mask`,
+:func:`check_decode_positions`) and its attention over the cache (:func:`decode_attention_formula`),
+which every block's decoding step calls.
 
 Symbols: Hkv key/value heads, T tokens decoded so far, Dk/Dv head widths.
 """
@@ -9,9 +12,14 @@ import weakref
 
 import numpy as np
 
-from .._checks import as_real_array, require_ndim
+from .._checks import as_mask, as_real_array, broadcasts_into, cast_mask, check_mask_shape, require_ndim
+from ..core.masks import causal_mask, combine_masks
+from ..fast.core_formulas import merge_heads_formula, split_heads_formula
+from ..fast.dispatch import attention_formula, linear_formula
+from .grouped_heads import group_heads, group_mask, hooked_attention_formula, ungroup_heads
 
-__all__ = ["KVCache"]
+__all__ = ["KVCache", "check_new_tokens", "check_decode_mask", "check_decode_positions",
+           "decode_attention_formula"]
 
 
 class KVCache:
@@ -100,3 +108,74 @@ class KVCache:
         self._k[..., self.length:end, :] = k_new
         self._v[..., self.length:end, :] = v_new
         self.length = end
+
+
+# ---------------------------------------------------------------- a decoding step's checks and attention
+
+
+def check_new_tokens(x_t, cache) -> np.ndarray:
+    """The new tokens of a decoding step as an array: ``x_t`` (..., t, d_model) with ``t >= 1``
+    (a prompt to prefill, or one token), and ``cache`` a :class:`KVCache`."""
+    if not isinstance(cache, KVCache):
+        raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
+    x_t = as_real_array(x_t, "x_t")
+    if x_t.ndim < 2 or x_t.shape[-2] == 0:
+        raise ValueError(f"x_t must have shape (..., t, d_model) with t >= 1 new tokens, got shape {x_t.shape}")
+    return x_t
+
+
+def check_decode_mask(mask, x_t, cache: KVCache, dtype):
+    """A decoding step's extra mask: broadcastable to (..., t, T + t), the new tokens against every
+    key after this step (the cached ones and the new ones); boolean (True = may attend) or float."""
+    mask = as_mask(mask)
+    if mask is None:
+        return None
+    t, total = x_t.shape[-2], cache.length + x_t.shape[-2]
+    check_mask_shape(mask, x_t.shape[:-2] + (t, total), "mask")
+    return cast_mask(mask, dtype)
+
+
+def decode_attention_formula(z, p, num_heads, num_kv_heads, cache: KVCache, *, scale=None, rotary=None, name="x_t",
+                     mask=None, scores=None):
+    """Multi-head attention of the new tokens ``z`` (..., t, D) in a decoding step.
+
+    Projects them to queries, keys and values, rotates the queries and keys when ``rotary``
+    is given (``rotary.forward(q, k) -> (q, k, cache)``, as in the core's multi-head path),
+    appends the keys and values to ``cache`` (once per key/value head) and attends from each
+    new query to every cached position and, causally, to the new ones before it; ``p`` holds
+    validated ``W_q ... W_o`` (biases optional). ``mask``, checked by :func:`check_decode_mask`,
+    is combined with that causal rule (e.g. the padding of left-padded prompts); ``scores``, a
+    hook on the scaled scores as in the grouped-heads path (Gemma 2's cap). Returns
+    ``concat W_o + b_o`` (..., t, D_out).
+    """
+    h, hkv = num_heads, num_kv_heads
+    cache.claim(p["W_k"])  # one cache per layer: another layer's cache is refused before it changes
+    q = split_heads_formula(linear_formula(z, p["W_q"], p.get("b_q"), (name, "W_q", "b_q")), h)  # (..., H, t, Dk)
+    k = split_heads_formula(linear_formula(z, p["W_k"], p.get("b_k"), (name, "W_k", "b_k")), hkv)  # (..., Hkv, t, Dk)
+    v = split_heads_formula(linear_formula(z, p["W_v"], p.get("b_v"), (name, "W_v", "b_v")), hkv)  # (..., Hkv, t, Dv)
+    if rotary is not None:
+        q, k, _ = rotary.forward(q, k)  # each new token at its own position
+    cache.append(k, v)
+    keys = cache.keys[..., None, :, :]  # (..., Hkv, 1, T, Dk)
+    values = cache.values[..., None, :, :]  # (..., Hkv, 1, T, Dv)
+    t = z.shape[-2]  # the new tokens are the last t of the T cached: causal among themselves
+    causal = None if t == 1 else causal_mask(t, cache.length)  # (t, T)
+    if mask is not None:
+        causal = mask if causal is None else combine_masks(mask, causal)  # (..., t, T)
+    if scores is None:
+        o, _ = attention_formula(group_heads(q, hkv), keys, values, group_mask(causal), scale=scale)  # (..., Hkv, G, t, Dv)
+    else:
+        o, _, _ = hooked_attention_formula(group_heads(q, hkv), keys, values, group_mask(causal), scale, scores)
+    heads = ungroup_heads(o)  # (..., H, t, Dv)
+    return linear_formula(merge_heads_formula(heads), p["W_o"], p.get("b_o"), ("heads", "W_o", "b_o"))  # (..., t, D_out)
+
+
+def check_decode_positions(positions, x_t):
+    """The new tokens' positions: integers broadcastable to x_t's (..., t) without growing it."""
+    positions = np.asarray(positions)
+    if positions.dtype.kind not in "iu":
+        raise TypeError(f"positions must be integers, got dtype {positions.dtype}")
+    if not broadcasts_into(positions.shape, x_t.shape[:-1]):
+        raise ValueError(f"positions of shape {positions.shape} must broadcast to the new tokens' {x_t.shape[:-1]}"
+                         " (..., t)")
+    return positions

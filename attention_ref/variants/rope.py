@@ -25,6 +25,9 @@ through the offset ``n - m``: relative position information inside a plain dot p
 Symbols: ``...`` batch axes, N positions, D feature width (even), D/2 pairs.
 
 Forward: 1. angles ``p theta`` (..., N, D/2); 2. rotate each pair.
+
+:class:`RotaryHalf` is the rotary hook the multi-head path takes (``rotary=``: queries and keys
+rotated after the head split), used by the Llama-built blocks and decoding steps.
 """
 from __future__ import annotations
 
@@ -133,3 +136,39 @@ def rope_backward(dy, cache: RopeCache):
     """
     cos, sin, x_shape, layout = cache
     return rotate(as_upstream(dy, x_shape, cos.dtype, "dy"), cos, -sin, layout)
+
+
+# ---------------------------------------------------------------- the rotary hook of the multi-head path
+
+
+class RotaryHalf(NamedTuple):
+    """RoPE on the split heads, as :func:`attention_ref.core.multi_head` expects: queries at
+    ``q_positions``, keys at ``k_positions`` (both ``0..N-1`` in a block forward). ``theta``
+    (Dh/2,), when given, are the frequencies (Llama 3.x's scaled ones, from
+    :func:`attention_ref.nn.rope_scaling.rope_frequencies`); else ``base^(-2i/Dh)``. ``layout``:
+    ``"half"`` (rotate-half, transformers' Llama) or ``"interleaved"`` (Meta's original weights)."""
+
+    q_positions: np.ndarray  # (Nq,)
+    k_positions: np.ndarray  # (Nk,)
+    base: float
+    theta: np.ndarray | None = None  # (Dh/2,)
+    layout: str = "half"
+
+    def forward(self, q, k):
+        if self.theta is None:
+            q, q_cache = rope_forward(q, self.q_positions, self.base, layout=self.layout)  # (..., H, Nq, Dh)
+            k, k_cache = rope_forward(k, self.k_positions, self.base, layout=self.layout)  # (..., Hkv, Nk, Dh)
+        else:
+            q, q_cache = self._rotate(q, self.q_positions)  # (..., H, Nq, Dh)
+            k, k_cache = self._rotate(k, self.k_positions)  # (..., Hkv, Nk, Dh)
+        return q, k, (q_cache, k_cache)
+
+    def _rotate(self, x, positions):
+        """RoPE's rotation by ``p theta_i`` (angles in float64, cos and sin in x's dtype)."""
+        angles = np.asarray(positions, dtype=np.float64)[..., None] * self.theta  # (..., N, Dh/2)
+        cos, sin = np.cos(angles).astype(x.dtype), np.sin(angles).astype(x.dtype)
+        return rotate(x, cos, sin, self.layout), RopeCache(cos, sin, x.shape, self.layout)
+
+    def backward(self, dq, dk, cache):
+        q_cache, k_cache = cache
+        return rope_backward(dq, q_cache), rope_backward(dk, k_cache)
