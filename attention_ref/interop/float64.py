@@ -23,7 +23,16 @@ Gemma 2's RMSNorm, RoPE and      as Gemma 3's (5.x: a float32 ``embed_scale``   
 ``embed_scale``                  buffer; 4.57: ``normalizer`` in the hidden dtype)
 Gemma 2's eager attention        ``softmax(..., dtype=torch.float32)`` (sdpa has    :func:`gemma2_in_float64`: the same
                                  no soft cap: the tests run eager)                  steps with the softmax in the model's dtype
+gpt-oss's RMSNorm                ``hidden_states.to(torch.float32)``                :func:`gpt_oss_in_float64` (same formula)
+gpt-oss's RoPE angles            ``position_ids.float() * inv_freq.float()``        :func:`gpt_oss_in_float64` (same formula,
+                                 (half-width cos and sin times the attention        cos and sin times the same factor)
+                                 factor)
+gpt-oss's YaRN ``inv_freq``      ``_compute_yarn_parameters``: ``torch.float``      :func:`gpt_oss_in_float64` (its own
+                                 powers, a ``torch.float32`` ramp                   function, both read as float64)
 ===============================  =================================================  ========================================
+
+gpt-oss's eager attention (the sink column, the softmax in the logits' dtype), its router's softmax
+(in the logits' dtype) and its experts run in the model's dtype already: nothing to patch there.
 
 :func:`llama_in_float64` is what this package's tests use; it needs torch and transformers,
 which this package never imports otherwise.
@@ -32,7 +41,7 @@ from __future__ import annotations
 
 import contextlib
 
-__all__ = ["llama_in_float64", "gemma3_in_float64", "gemma2_in_float64"]
+__all__ = ["llama_in_float64", "gemma3_in_float64", "gemma2_in_float64", "gpt_oss_in_float64"]
 
 
 @contextlib.contextmanager
@@ -208,4 +217,48 @@ def gemma2_in_float64():
     if hasattr(m, "Gemma2TextScaledWordEmbedding"):  # 5.x; 4.57 casts its normaliser to the hidden dtype already
         patches.append((m.Gemma2TextScaledWordEmbedding, "forward", embed))
     with _patched(patches):
+        yield
+
+
+@contextlib.contextmanager
+def gpt_oss_in_float64():
+    """Inside the ``with`` block, transformers' ``GptOssRMSNorm`` and ``GptOssRotaryEmbedding``
+    compute in the model's dtype with the same formulas: the norm without its float32 cast; the
+    RoPE angles ``position * inv_freq`` in float64, ``inv_freq`` from transformers' own
+    ``ROPE_INIT_FUNCTIONS[rope_type]`` (YaRN's) run with ``torch.float`` and ``torch.float32`` read
+    as float64 (the default type: ``base^(-2i/d)`` in float64), and the half-width ``cos`` and
+    ``sin`` times the module's ``attention_scaling``, as transformers' forward. Both restored on exit."""
+    import torch
+    from transformers import modeling_rope_utils as rope_utils
+    from transformers.models.gpt_oss import modeling_gpt_oss as m
+
+    class TorchFloatIs64:
+        """``torch`` with ``torch.float`` and ``torch.float32`` meaning float64, for the init functions."""
+
+        float = torch.float64
+        float32 = torch.float64
+
+        def __getattr__(self, name):
+            return getattr(torch, name)
+
+    def rms_norm(self, hidden_states):
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        return self.weight * (hidden_states * torch.rsqrt(variance + self.variance_epsilon))
+
+    def rotary(self, x, position_ids):
+        rope_type = getattr(self, "rope_type", None) or "default"
+        if rope_type == "default":
+            dim = getattr(self.config, "head_dim", None) or self.config.hidden_size // self.config.num_attention_heads
+            inv_freq = 1.0 / _rope_theta(self.config) ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+        else:
+            original, rope_utils.torch = rope_utils.torch, TorchFloatIs64()
+            try:
+                inv_freq, _ = rope_utils.ROPE_INIT_FUNCTIONS[rope_type](self.config, None)
+            finally:
+                rope_utils.torch = original
+        freqs = position_ids[..., None].to(torch.float64) * inv_freq.to(torch.float64)  # (B, N, Dh/2)
+        cos, sin = freqs.cos() * self.attention_scaling, freqs.sin() * self.attention_scaling
+        return cos.to(x.dtype), sin.to(x.dtype)
+
+    with _patched([(m.GptOssRMSNorm, "forward", rms_norm), (m.GptOssRotaryEmbedding, "forward", rotary)]):
         yield

@@ -23,6 +23,7 @@ from ..variants.grouped_heads import (
     ungroup_heads,
 )
 from ..variants.local import local_window_mask
+from ..variants.sink_softmax import sink_attention_formula
 from ..core.separate_heads import (
     multi_head_attention_separate_heads_backward,
     multi_head_attention_separate_heads_forward,
@@ -45,7 +46,7 @@ def check_new_tokens(x_t, cache) -> np.ndarray:
 
 
 def decode_attention(z, p, num_heads, num_kv_heads, cache: KVCache, *, scale=None, rotary=None, name="x_t",
-                     mask=None, scores=None):
+                     mask=None, scores=None, sinks=None):
     """Multi-head attention of the new tokens ``z`` (..., t, D) in a decoding step.
 
     Projects them to queries, keys and values, rotates the queries and keys when ``rotary``
@@ -54,7 +55,8 @@ def decode_attention(z, p, num_heads, num_kv_heads, cache: KVCache, *, scale=Non
     new query to every cached position and, causally, to the new ones before it; ``p`` holds
     validated ``W_q ... W_o`` (biases optional). ``mask``, checked by :func:`check_decode_mask`,
     is combined with that causal rule (e.g. the padding of left-padded prompts); ``scores``, a
-    hook on the scaled scores as in the grouped-heads path (Gemma 2's cap). Returns
+    hook on the scaled scores as in the grouped-heads path (Gemma 2's cap); ``sinks`` (H,), a sink
+    logit per head in the softmax's denominator (gpt-oss). Returns
     ``concat W_o + b_o`` (..., t, D_out).
     """
     h, hkv = num_heads, num_kv_heads
@@ -71,7 +73,10 @@ def decode_attention(z, p, num_heads, num_kv_heads, cache: KVCache, *, scale=Non
     causal = None if t == 1 else causal_mask(t, cache.length)  # (t, T)
     if mask is not None:
         causal = mask if causal is None else combine_masks(mask, causal)  # (..., t, T)
-    if scores is None:
+    if sinks is not None:
+        o, _, _ = sink_attention_formula(group_heads(q, hkv), keys, values, group_mask(causal), scale,
+                                         sinks.reshape(hkv, h // hkv, 1, 1))  # (..., Hkv, G, t, Dv)
+    elif scores is None:
         o, _ = attention_formula(group_heads(q, hkv), keys, values, group_mask(causal), scale=scale)  # (..., Hkv, G, t, Dv)
     else:
         o, _, _ = hooked_attention_formula(group_heads(q, hkv), keys, values, group_mask(causal), scale, scores)
@@ -80,7 +85,8 @@ def decode_attention(z, p, num_heads, num_kv_heads, cache: KVCache, *, scale=Non
 
 
 def causal_self_attention_formula(z, p, num_heads, num_kv_heads, *, mask=None, kv: KVCache | None = None,
-                                  window=None, scale=None, rotary=None, scores=None, param_keys=None, name="z"):
+                                  window=None, scale=None, rotary=None, scores=None, param_keys=None, name="z",
+                                  sinks=None):
     """A decoder block's attention step ``a = Attn(z)``, one step for the forward and for decoding
     (the KV cache is an argument, as in tinygrad's one ``__call__``): ``(a, cache)``.
 
@@ -90,7 +96,7 @@ def causal_self_attention_formula(z, p, num_heads, num_kv_heads, *, mask=None, k
     :class:`KVCache`: the t new tokens after the ``kv.length`` cached ones
     (:func:`decode_attention`; ``mask`` as :func:`check_decode_mask`, (..., t, T + t)); ``cache``
     is None. ``rotary`` and ``scores`` are the grouped-heads path's hooks on q and k and on the
-    scores; ``p`` the checked ``W_q ... W_o`` (biases optional), ``param_keys`` their names in
+    scores, ``sinks`` (H,) its sink logit per head (gpt-oss; their gradient is ``grads["sinks"]``); ``p`` the checked ``W_q ... W_o`` (biases optional), ``param_keys`` their names in
     the gradients (default ``tuple(p)``)."""
     t = z.shape[-2]
     if kv is None:
@@ -98,12 +104,12 @@ def causal_self_attention_formula(z, p, num_heads, num_kv_heads, *, mask=None, k
         rule = rule if mask is None else combine_masks(mask, rule)  # (..., N, N)
         inputs = MultiHeadInputs(z, z, z, p, rule, None, num_heads, num_kv_heads)
         return multi_head_attention_formula(inputs, tuple(p) if param_keys is None else param_keys, scale=scale,
-                                            rotary=rotary, scores=scores)  # (..., N, D)
+                                            rotary=rotary, scores=scores, sinks=sinks)  # (..., N, D)
     if window is not None:  # the t new tokens, last of the T + t, see the keys i - W < j <= i only
         band = local_window_mask(t, window - 1, kv.length + t, causal=True)  # (t, T + t)
         mask = band if mask is None else combine_masks(mask, band)  # (..., t, T + t)
     return decode_attention(z, p, num_heads, num_kv_heads, kv, scale=scale, rotary=rotary, name=name, mask=mask,
-                            scores=scores), None  # (..., t, D)
+                            scores=scores, sinks=sinks), None  # (..., t, D)
 
 
 def combine_masks(mask, causal):
