@@ -50,7 +50,7 @@ from ...variants.grouped_heads import multi_head_attention_backward_formula
 from ...variants.rope import RopeCache, rope_backward, rotate
 from ..config import LMConfig, refuse
 from ..family import COMPUTED, NEUTRAL, Features, Tensor, computed, neutral
-from ..trace_steps import SEPARATOR, grouped_attention_steps, linear_output
+from ..trace_steps import SEPARATOR, grouped_attention_steps, linear_output, norm_output
 from .llama import FAMILY as LLAMA, LLAMA_KEYS, rope_spellings, token_id
 
 __all__ = ["FAMILY", "GptOssLayer", "YarnRotary", "GptOssBlockCache", "gpt_oss_block", "gpt_oss_block_backward",
@@ -161,6 +161,7 @@ class GptOssBlockCache(NamedTuple):
     attn: object  # step 2, GroupedMultiHeadCache
     norm2: object  # step 4
     moe: object  # step 5, MoECache
+    m: np.ndarray  # step 5's output (..., N, D) (the trace's ``mlp``)
 
 
 _ATTN = ("W_q", "W_k", "W_v", "W_o", "b_q", "b_k", "b_v", "b_o")
@@ -187,7 +188,7 @@ def gpt_oss_block(x, p, config, layer: GptOssLayer, mask, positions, kv):
                          GPT_OSS_SWIGLU_ALPHA, GPT_OSS_SWIGLU_LIMIT)  # (..., N, D)
     # 6. y = h + m
     y = hidden + m  # (..., N, D)
-    return y, (None if kv is not None else GptOssBlockCache(norm1, attn_cache, norm2, moe))
+    return y, (None if kv is not None else GptOssBlockCache(norm1, attn_cache, norm2, moe, m))
 
 
 def gpt_oss_block_backward(dy, cache: GptOssBlockCache):
@@ -209,18 +210,20 @@ def gpt_oss_block_backward(dy, cache: GptOssBlockCache):
 
 
 def gpt_oss_trace_block(cache, p, config):
-    """The trace of one ``GptOssDecoderLayer`` (after ``model.layers.<i>.``), from its caches: the
-    attention's modules and the norms. The MLP's modules are left out: their outputs differ
-    between releases (the router's first output is 4.57's scattered weights, 5.x's logits; the
-    experts' output is (B, T, D) in 4.57, (B T, D) in 5.x); the block's output follows them."""
-    attn = cache.attn
+    """The trace of one ``GptOssDecoderLayer`` (after ``model.layers.<i>.``), from its caches. The
+    MoE's modules as transformers 5.x records them, on the tokens flattened: ``mlp.router`` its
+    logits (B T, E) (4.57 records the top-k softmax weights scattered into (B T, E) instead), and
+    ``mlp.experts`` the weighted sum (B T, D) (4.57: (B, T, D)); ``mlp`` is (B, T, D) in both."""
+    attn, m = cache.attn, cache.m
     a = linear_output(attn.o_proj, p["self_attn.b_o"])  # (..., T, D)
+    router = linear_output(cache.moe.router.linear, p["mlp.b_router"])  # (B T, E)
     return ([("input_layernorm", attn.q_proj.x),
              ("self_attn.q_proj", linear_output(attn.q_proj, p["self_attn.b_q"])),
              ("self_attn.k_proj", linear_output(attn.k_proj, p["self_attn.b_k"])),
              ("self_attn.v_proj", linear_output(attn.v_proj, p["self_attn.b_v"]))]
             + [(f"self_attn{SEPARATOR}{step}", value) for step, value in grouped_attention_steps(attn)]
-            + [("self_attn.o_proj", a), ("self_attn", a), ("post_attention_layernorm", cache.moe.router.linear.x)])
+            + [("self_attn.o_proj", a), ("self_attn", a), ("post_attention_layernorm", norm_output(cache.norm2)),
+               ("mlp.router", router), ("mlp.experts", m.reshape(-1, m.shape[-1])), ("mlp", m)])
 
 
 def D(c):
