@@ -67,10 +67,9 @@ def _rope(d):
     """``(rope_theta, rope_scaling)``: YaRN by default; any type of :data:`SCALED_ROPE_TYPES`."""
     if "rope_scaling" in d and d["rope_scaling"] is None and not d.get("rope_parameters"):
         refuse("rope_scaling", None, MODEL_TYPE)  # 4.57: plain RoPE; 5.x: its YaRN default
-    given = d.get("rope_scaling") or d.get("rope_parameters")
     rope, theta = rope_spellings(d, MODEL_TYPE, theta_default=150000.0)
-    if not given or set(given) <= {"rope_theta"}:
-        rope = dict(GPT_OSS_YARN)  # no scaling given: transformers' default, YaRN
+    if d.get("rope_scaling") is None and d.get("rope_parameters") is None:
+        rope = dict(GPT_OSS_YARN)  # no RoPE given: transformers' default (4.57 and 5.x), YaRN
     if rope["rope_type"] not in SCALED_ROPE_TYPES:
         refuse("the RoPE scaling rope_type", rope["rope_type"], MODEL_TYPE)
     if rope.get("partial_rotary_factor", 1.0) != 1.0:
@@ -92,7 +91,8 @@ def read(d):
     kinds = d.get("layer_types") or ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers)]
     theta, scaling = _rope(d)
     D, H = d["hidden_size"], d["num_attention_heads"]
-    head_dim = d.get("head_dim") or 64
+    head_dim = d.get("head_dim", 64)  # GptOssConfig's default; null: hidden_size // heads, as transformers
+    head_dim = D // H if head_dim is None else head_dim
     kv_heads = d.get("num_key_value_heads")
     return LMConfig(family=MODEL_TYPE, vocab_size=d["vocab_size"], d_model=D, num_layers=layers, num_heads=H,
                     num_kv_heads=H if kv_heads is None else kv_heads, d_ff=d["intermediate_size"],
