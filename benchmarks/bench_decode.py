@@ -112,6 +112,17 @@ MODELS = {
     "small BLOOM-shaped (ALiBi, 10 heads)": {
         "model_type": "bloom", "vocab_size": 250880, "hidden_size": 640, "n_layer": 12, "n_head": 10,
         "layer_norm_epsilon": 1e-5, "apply_residual_connection_post_layernorm": False, "tie_word_embeddings": True},
+    # gpt-oss's pieces (a sink per head, a 128-token window on every other layer, YaRN as gpt-oss-20b's, biases;
+    # 32 experts, each token takes 4, as gpt-oss-20b) at SmolLM-135M's attention widths, 12 layers, experts 192 wide
+    "gpt-oss-style (sinks, window 128, YaRN, 32 experts top 4) at SmolLM-135M widths, 12 layers": {
+        "model_type": "gpt_oss", "vocab_size": 49152, "hidden_size": 576, "num_hidden_layers": 12,
+        "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64, "intermediate_size": 192,
+        "num_local_experts": 32, "num_experts_per_tok": 4, "sliding_window": 128,
+        "layer_types": ["sliding_attention", "full_attention"] * 6, "max_position_embeddings": 131072,
+        "rms_norm_eps": 1e-5, "rope_theta": 150000.0,
+        "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+                         "original_max_position_embeddings": 4096},
+        "tie_word_embeddings": False, "attention_bias": True},
 }
 QUICK = {
     "tiny GPT-2": {"model_type": "gpt2", "vocab_size": 300, "n_embd": 32, "n_layer": 2, "n_head": 4,

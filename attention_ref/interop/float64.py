@@ -42,7 +42,16 @@ RMSNorm                                                                         
 BLOOM's ALiBi slopes             ``build_alibi_tensor``: the bases and their powers  :func:`bloom_in_float64` (its own code,
                                  in ``torch.float32``                               ``torch.float32`` read as float64)
 BLOOM's attention softmax        ``F.softmax(..., dtype=torch.float32)``            :func:`bloom_in_float64` (the same)
+gpt-oss's RMSNorm                ``hidden_states.to(torch.float32)``                :func:`gpt_oss_in_float64` (same formula)
+gpt-oss's RoPE angles            ``position_ids.float() * inv_freq.float()``        :func:`gpt_oss_in_float64` (same formula,
+                                 (half-width cos and sin times the attention        cos and sin times the same factor)
+                                 factor)
+gpt-oss's YaRN ``inv_freq``      ``_compute_yarn_parameters``: ``torch.float``      :func:`gpt_oss_in_float64` (its own
+                                 powers, a ``torch.float32`` ramp                   function, both read as float64)
 ===============================  =================================================  ========================================
+
+gpt-oss's eager attention (the sink column, the softmax in the logits' dtype), its router's softmax
+(in the logits' dtype) and its experts run in the model's dtype already: nothing to patch there.
 
 :func:`llama_in_float64` is what this package's tests use; it needs torch and transformers,
 which this package never imports otherwise.
@@ -52,7 +61,8 @@ from __future__ import annotations
 import contextlib
 
 __all__ = ["llama_in_float64", "gemma3_in_float64", "gemma2_in_float64", "qwen3_next_in_float64", "moe_models_in_float64",
-           "bloom_in_float64"]
+           "bloom_in_float64",
+           "gpt_oss_in_float64"]
 
 
 @contextlib.contextmanager
@@ -370,4 +380,48 @@ def bloom_in_float64():
             return getattr(torch, name)
 
     with _patched([(m, "torch", TorchFloat32Is64())]):
+        yield
+
+
+@contextlib.contextmanager
+def gpt_oss_in_float64():
+    """Inside the ``with`` block, transformers' ``GptOssRMSNorm`` and ``GptOssRotaryEmbedding``
+    compute in the model's dtype with the same formulas: the norm without its float32 cast; the
+    RoPE angles ``position * inv_freq`` in float64, ``inv_freq`` from transformers' own
+    ``ROPE_INIT_FUNCTIONS[rope_type]`` (YaRN's) run with ``torch.float`` and ``torch.float32`` read
+    as float64 (the default type: ``base^(-2i/d)`` in float64), and the half-width ``cos`` and
+    ``sin`` times the module's ``attention_scaling``, as transformers' forward. Both restored on exit."""
+    import torch
+    from transformers import modeling_rope_utils as rope_utils
+    from transformers.models.gpt_oss import modeling_gpt_oss as m
+
+    class TorchFloatIs64:
+        """``torch`` with ``torch.float`` and ``torch.float32`` meaning float64, for the init functions."""
+
+        float = torch.float64
+        float32 = torch.float64
+
+        def __getattr__(self, name):
+            return getattr(torch, name)
+
+    def rms_norm(self, hidden_states):
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        return self.weight * (hidden_states * torch.rsqrt(variance + self.variance_epsilon))
+
+    def rotary(self, x, position_ids):
+        rope_type = getattr(self, "rope_type", None) or "default"
+        if rope_type == "default":
+            dim = getattr(self.config, "head_dim", None) or self.config.hidden_size // self.config.num_attention_heads
+            inv_freq = 1.0 / _rope_theta(self.config) ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+        else:
+            original, rope_utils.torch = rope_utils.torch, TorchFloatIs64()
+            try:
+                inv_freq, _ = rope_utils.ROPE_INIT_FUNCTIONS[rope_type](self.config, None)
+            finally:
+                rope_utils.torch = original
+        freqs = position_ids[..., None].to(torch.float64) * inv_freq.to(torch.float64)  # (B, N, Dh/2)
+        cos, sin = freqs.cos() * self.attention_scaling, freqs.sin() * self.attention_scaling
+        return cos.to(x.dtype), sin.to(x.dtype)
+
+    with _patched([(m.GptOssRMSNorm, "forward", rms_norm), (m.GptOssRotaryEmbedding, "forward", rotary)]):
         yield

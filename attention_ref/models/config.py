@@ -18,7 +18,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 
-from ..nn.rope_scaling import rope_frequencies
+from ..nn.rope_scaling import rope_frequencies, rope_parameters
 from .family import check_keys
 
 __all__ = ["LMConfig", "FAMILIES", "LAYER_TYPES", "ROPE_LAYOUTS", "register_families", "family_of", "refuse",
@@ -37,7 +37,8 @@ ROPE_LAYOUTS = ("half", "interleaved")
 #: The fields a family sets away from their defaults only when its :attr:`Family.allowed` says so
 _FAMILY_FIELDS = ("head_dim", "sliding_window", "rope_scaling", "rotary_pct", "use_parallel_residual", "layer_types",
                   "rope_local_theta", "query_pre_attn_scalar", "attn_softcap", "final_softcap", "rope_layers",
-                  "rope_layout", "scale_attn_weights", "scale_attn_by_inverse_layer_idx")
+                  "rope_layout", "scale_attn_weights", "scale_attn_by_inverse_layer_idx", "num_experts",
+                  "experts_per_token")
 
 
 def register_families(families) -> tuple:
@@ -154,6 +155,8 @@ class LMConfig:
         None: every layer
     rope_layout : ``"half"`` (transformers' ``rotate_half``, the default) or ``"interleaved"``
         (pairs 2i, 2i + 1: Meta's original Llama weights), honoured by the Llama-style block
+    num_experts, experts_per_token : a mixture of experts in each block's MLP (gpt-oss's
+        ``num_local_experts`` and ``num_experts_per_tok``); None: a dense MLP
     """
 
     family: str
@@ -182,6 +185,8 @@ class LMConfig:
     final_softcap: float | None = None
     rope_layers: tuple | None = None
     rope_layout: str = "half"
+    num_experts: int | None = None
+    experts_per_token: int | None = None
 
     def __post_init__(self):
         if self.family not in _REGISTRY:
@@ -209,7 +214,7 @@ class LMConfig:
 
     def _check_fields(self):
         """Each optional field's type and range, whatever the family (errors name the field)."""
-        for name in ("head_dim", "sliding_window"):
+        for name in ("head_dim", "sliding_window", "num_experts", "experts_per_token"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be None or a positive integer, got {value!r}")
@@ -237,6 +242,10 @@ class LMConfig:
                 raise ValueError(f"rope_layers must be True or False for each of the {self.num_layers} layers,"
                                  f" got {flags!r}")
             object.__setattr__(self, "rope_layers", tuple(flags))
+        if (self.num_experts is None) != (self.experts_per_token is None) or (
+                self.num_experts is not None and self.experts_per_token > self.num_experts):
+            raise ValueError(f"experts_per_token = {self.experts_per_token!r} must be given with num_experts ="
+                             f" {self.num_experts!r} and be at most that many")
         if self.rope_layout not in ROPE_LAYOUTS:
             raise ValueError(f"rope_layout must be one of {ROPE_LAYOUTS}, got {self.rope_layout!r}")
         if self.rope_scaling is not None:
@@ -275,7 +284,15 @@ class LMConfig:
         if not _REGISTRY[self.family].features.rotary:
             return None
         scaling = None if self.rope_scaling is None else dict(self.rope_scaling)
+        if _REGISTRY[self.family].features.rope_attention_factor:  # YaRN's too (its factor: rope_attention_factor)
+            return rope_parameters(self.rotary_dim, self.rope_theta, scaling)[0]
         return rope_frequencies(self.rotary_dim, self.rope_theta, scaling)
+
+    def rope_attention_factor(self) -> float:
+        """What RoPE's ``cos`` and ``sin`` are multiplied by (YaRN's attention factor; 1.0 for every
+        other RoPE, :func:`attention_ref.nn.rope_scaling.rope_parameters`)."""
+        scaling = None if self.rope_scaling is None else dict(self.rope_scaling)
+        return rope_parameters(self.rotary_dim, self.rope_theta, scaling)[1]
 
     @property
     def d_head(self) -> int:

@@ -50,6 +50,8 @@ class Features(NamedTuple):
     fused_projections : q, k, v and the MLP's gate and up stored fused (Phi-3)
     parallel_residual : the config may set ``use_parallel_residual`` (GPT-NeoX)
     rotary : positions enter through RoPE (GPT-2: a learned position table instead)
+    rope_attention_factor : the config's RoPE may be YaRN, whose attention factor multiplies
+        ``cos`` and ``sin`` (:meth:`attention_ref.models.LMConfig.rope_attention_factor`; gpt-oss)
     """
 
     qkv_bias: bool = False
@@ -58,6 +60,7 @@ class Features(NamedTuple):
     fused_projections: bool = False
     parallel_residual: bool = False
     rotary: bool = True
+    rope_attention_factor: bool = False
 
 
 class ConfigFields(NamedTuple):

@@ -30,7 +30,8 @@ __all__ = ["MultiHeadAttention", "check_new_tokens", "decode_attention", "check_
 
 
 def causal_self_attention_formula(z, p, num_heads, num_kv_heads, *, mask=None, kv: KVCache | None = None,
-                                  window=None, scale=None, rotary=None, scores=None, param_keys=None, name="z"):
+                                  window=None, scale=None, rotary=None, scores=None, param_keys=None, name="z",
+                                  sinks=None):
     """A decoder block's attention step ``a = Attn(z)``, one step for the forward and for decoding
     (the KV cache is an argument, as in tinygrad's one ``__call__``): ``(a, cache)``.
 
@@ -41,7 +42,7 @@ def causal_self_attention_formula(z, p, num_heads, num_kv_heads, *, mask=None, k
     (:func:`attention_ref.variants.kv_cache.decode_attention_formula`; ``mask`` as
     :func:`attention_ref.variants.kv_cache.check_decode_mask`, (..., t, T + t)); ``cache``
     is None. ``rotary`` and ``scores`` are the grouped-heads path's hooks on q and k and on the
-    scores; ``p`` the checked ``W_q ... W_o`` (biases optional), ``param_keys`` their names in
+    scores, ``sinks`` (H,) its sink logit per head (gpt-oss; their gradient is ``grads["sinks"]``); ``p`` the checked ``W_q ... W_o`` (biases optional), ``param_keys`` their names in
     the gradients (default ``tuple(p)``)."""
     t = z.shape[-2]
     if kv is None:
@@ -49,12 +50,12 @@ def causal_self_attention_formula(z, p, num_heads, num_kv_heads, *, mask=None, k
         rule = rule if mask is None else combine_masks(mask, rule)  # (..., N, N)
         inputs = MultiHeadInputs(z, z, z, p, rule, None, num_heads, num_kv_heads)
         return multi_head_attention_formula(inputs, tuple(p) if param_keys is None else param_keys, scale=scale,
-                                            rotary=rotary, scores=scores)  # (..., N, D)
+                                            rotary=rotary, scores=scores, sinks=sinks)  # (..., N, D)
     if window is not None:  # the t new tokens, last of the T + t, see the keys i - W < j <= i only
         band = local_window_mask(t, window - 1, kv.length + t, causal=True)  # (t, T + t)
         mask = band if mask is None else combine_masks(mask, band)  # (..., t, T + t)
-    return decode_attention_formula(z, p, num_heads, num_kv_heads, kv, scale=scale, rotary=rotary, name=name, mask=mask,
-                            scores=scores), None  # (..., t, D)
+    return decode_attention_formula(z, p, num_heads, num_kv_heads, kv, scale=scale, rotary=rotary, name=name,
+                                    mask=mask, scores=scores, sinks=sinks), None  # (..., t, D)
 
 
 def check_block_mask(mask, x):

@@ -20,6 +20,10 @@ around the same steps:
   the mask and the softmax, and ``backward(dC, cache) -> dS``, between the softmax's backward and
   the scale's. Step 3 then runs :func:`hooked_attention_formula` (the attention's formulas with
   the hook between steps 1 and 2, unfused: the fast path's row blocks have no place for it).
+* **sinks** (``sinks``, (H,), gpt-oss): one learned logit per head in the softmax's denominator;
+  step 3 then runs :func:`attention_ref.variants.sink_softmax.sink_attention_formula` (each query
+  head's sink, grouped as the query heads), and the backward returns the sinks' gradient as
+  ``grads["sinks"]``.
 
 Forward, numbered so the backward can walk it in reverse (steps 1, 2, 5, 6 are the plain
 layer's):
@@ -62,6 +66,7 @@ from ..fast.dispatch import (
     plain_multi_head_formula,
 )
 from ..fast.softmax import softmax_in_place
+from .sink_softmax import sink_attention_backward_formula, sink_attention_formula
 
 __all__ = ["GroupedMultiHeadCache", "multi_head_attention_forward", "multi_head_attention_backward",
            "hooked_attention_formula", "hooked_attention_backward_formula"]
@@ -82,6 +87,7 @@ class GroupedMultiHeadCache(NamedTuple):
     param_keys: tuple  # the keys of params, so grads mirrors them
     rotary: tuple | None = None  # (rotary, its cache) when positions rotate q and k
     scores: tuple | None = None  # (the scores hook, its cache) when a hook changes the scores
+    sinks: np.ndarray | None = None  # (..., Hkv, G, Nq, 1), the weight each row put on its head's sink
 
     @property
     def weights(self) -> np.ndarray:
@@ -143,7 +149,7 @@ def _project(x, p, w_name, b_name, x_name):
 
 
 def _grouped_forward(query, key, value, p, mask, head_mask, h, hkv, param_keys, *, scale=None, rotary=None,
-                     scores=None):
+                     scores=None, sinks=None):
     """The six steps on the validated arguments :func:`check_multi_head_inputs` returns."""
     # 1. projections
     Q, q_cache = _project(query, p, "W_q", "b_q", "query")  # (..., Nq, H*Dk)
@@ -158,8 +164,11 @@ def _grouped_forward(query, key, value, p, mask, head_mask, h, hkv, param_keys, 
     q = group_heads(q, hkv)  # (..., Hkv, G, Nq, Dk)
     k = k[..., None, :, :]  # (..., Hkv, 1, Nk, Dk)
     v = split_heads_formula(V, hkv)[..., None, :, :]  # (..., Hkv, 1, Nk, Dv)
-    hooked = None
-    if scores is None:
+    hooked = p_sink = None
+    if sinks is not None:  # gpt-oss: each query head's sink in its softmax's denominator
+        o, attn_cache, p_sink = sink_attention_formula(q, k, v, group_mask(mask), scale,
+                                                       sinks.reshape(hkv, h // hkv, 1, 1))  # (..., Hkv, G, Nq, Dv)
+    elif scores is None:
         o, attn_cache = attention_formula(q, k, v, group_mask(mask), SCORE_NAMES, scale)  # (..., Hkv, G, Nq, Dv)
     else:  # the scores through the hook
         o, attn_cache, hook_cache = hooked_attention_formula(q, k, v, group_mask(mask), scale, scores)
@@ -170,7 +179,7 @@ def _grouped_forward(query, key, value, p, mask, head_mask, h, hkv, param_keys, 
     # 5. merge, 6. output projection
     out, o_cache = _project(merge_heads_formula(masked), p, "W_o", "b_o", "concat")  # (..., Nq, Dout)
     return out, GroupedMultiHeadCache(q_cache, k_cache, v_cache, attn_cache, heads, head_mask, o_cache, h, hkv,
-                                      param_keys, rotated, hooked)
+                                      param_keys, rotated, hooked, p_sink)
 
 
 def _grouped_backward(dout, c: GroupedMultiHeadCache):
@@ -185,7 +194,10 @@ def _grouped_backward(dout, c: GroupedMultiHeadCache):
         grads["head_mask"] = (dheads * c.heads).sum(axis=(-2, -1)).reshape(-1, h).sum(axis=0)  # (H,)
         dheads = dheads * c.head_mask[:, None, None]
     # 3. attention: the sum over the broadcast axis adds the G query heads' gradients per key/value head
-    if c.scores is None:
+    if c.sinks is not None:  # the sinks' gradient: each head's rows summed
+        dq, dk, dv, dsink_rows = sink_attention_backward_formula(group_heads(dheads, hkv), c.attention, c.sinks)
+        grads["sinks"] = ungroup_heads(dsink_rows).reshape(-1, h, dsink_rows.shape[-2]).sum(axis=(0, 2))  # (H,)
+    elif c.scores is None:
         dq, dk, dv = attention_backward_formula(group_heads(dheads, hkv), c.attention)
     else:  # the hook's backward between the softmax's and the scale's
         dq, dk, dv = hooked_attention_backward_formula(group_heads(dheads, hkv), c.attention, *c.scores)
@@ -200,22 +212,24 @@ def _grouped_backward(dout, c: GroupedMultiHeadCache):
     dkey, grads["W_k"], grads["b_k"] = linear_backward_formula(merge_heads_formula(dk), c.k_proj)
     dvalue, grads["W_v"], grads["b_v"] = linear_backward_formula(merge_heads_formula(dv), c.v_proj)
     ordered = {n: grads[n] for n in c.param_keys}
-    if "head_mask" in grads:
-        ordered["head_mask"] = grads["head_mask"]
+    for extra in ("head_mask", "sinks"):
+        if extra in grads:
+            ordered[extra] = grads[extra]
     ordered.update(rotary_grads)
     return dquery, dkey, dvalue, ordered
 
 
-def multi_head_attention_formula(inputs: MultiHeadInputs, param_keys, *, scale=None, rotary=None, scores=None):
+def multi_head_attention_formula(inputs: MultiHeadInputs, param_keys, *, scale=None, rotary=None, scores=None,
+                                 sinks=None):
     """:func:`multi_head_attention_forward` on checked inputs (a :class:`MultiHeadInputs`, as
     ``check_multi_head_inputs`` returns it; the blocks of ``nn`` call it): the plain layer when
     nothing is added, else the grouped steps (``rotary`` a hook on q and k, ``scores`` a hook on
-    the scaled scores)."""
+    the scaled scores, ``sinks`` (H,) a sink logit per head, gpt-oss's; not with ``scores``)."""
     query, key, value, p, mask, head_mask, h, hkv = inputs
-    if hkv == h and head_mask is None and rotary is None and scores is None:
+    if hkv == h and head_mask is None and rotary is None and scores is None and sinks is None:
         return plain_multi_head_formula(query, key, value, p, mask, h, param_keys, scale=scale)
     return _grouped_forward(query, key, value, p, mask, head_mask, h, hkv, param_keys, scale=scale, rotary=rotary,
-                            scores=scores)
+                            scores=scores, sinks=sinks)
 
 
 def multi_head_attention_backward_formula(dout, cache):

@@ -17,6 +17,7 @@ from ..core.masks import causal_mask, combine_masks
 from ..fast.core_formulas import merge_heads_formula, split_heads_formula
 from ..fast.dispatch import attention_formula, linear_formula
 from .grouped_heads import group_heads, group_mask, hooked_attention_formula, ungroup_heads
+from .sink_softmax import sink_attention_formula
 
 __all__ = ["KVCache", "check_new_tokens", "check_decode_mask", "check_decode_positions",
            "decode_attention_formula"]
@@ -136,7 +137,7 @@ def check_decode_mask(mask, x_t, cache: KVCache, dtype):
 
 
 def decode_attention_formula(z, p, num_heads, num_kv_heads, cache: KVCache, *, scale=None, rotary=None, name="x_t",
-                     mask=None, scores=None):
+                             mask=None, scores=None, sinks=None):
     """Multi-head attention of the new tokens ``z`` (..., t, D) in a decoding step.
 
     Projects them to queries, keys and values, rotates the queries and keys when ``rotary``
@@ -145,8 +146,8 @@ def decode_attention_formula(z, p, num_heads, num_kv_heads, cache: KVCache, *, s
     new query to every cached position and, causally, to the new ones before it; ``p`` holds
     validated ``W_q ... W_o`` (biases optional). ``mask``, checked by :func:`check_decode_mask`,
     is combined with that causal rule (e.g. the padding of left-padded prompts); ``scores``, a
-    hook on the scaled scores as in the grouped-heads path (Gemma 2's cap). Returns
-    ``concat W_o + b_o`` (..., t, D_out).
+    hook on the scaled scores as in the grouped-heads path (Gemma 2's cap); ``sinks`` (H,), a sink
+    logit per head in the softmax's denominator (gpt-oss). Returns ``concat W_o + b_o`` (..., t, D_out).
     """
     h, hkv = num_heads, num_kv_heads
     cache.claim(p["W_k"])  # one cache per layer: another layer's cache is refused before it changes
@@ -162,7 +163,10 @@ def decode_attention_formula(z, p, num_heads, num_kv_heads, cache: KVCache, *, s
     causal = None if t == 1 else causal_mask(t, cache.length)  # (t, T)
     if mask is not None:
         causal = mask if causal is None else combine_masks(mask, causal)  # (..., t, T)
-    if scores is None:
+    if sinks is not None:
+        o, _, _ = sink_attention_formula(group_heads(q, hkv), keys, values, group_mask(causal), scale,
+                                         sinks.reshape(hkv, h // hkv, 1, 1))  # (..., Hkv, G, t, Dv)
+    elif scores is None:
         o, _ = attention_formula(group_heads(q, hkv), keys, values, group_mask(causal), scale=scale)  # (..., Hkv, G, t, Dv)
     else:
         o, _, _ = hooked_attention_formula(group_heads(q, hkv), keys, values, group_mask(causal), scale, scores)

@@ -23,13 +23,17 @@ zero too. (Plain softmax has no finite entry there; here the sink always is one.
 """
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
 
-from .._checks import as_real_array, as_upstream, common_dtype, require_ndim, signals_land_here
+from .._checks import as_real_array, as_upstream, common_dtype, require_ndim, signals_land_here, unbroadcast
+from ..core.attention import AttentionCache
+from ..core.masks import apply_mask
 
-__all__ = ["SinkSoftmaxCache", "sink_softmax_forward", "sink_softmax_backward"]
+__all__ = ["SinkSoftmaxCache", "sink_softmax_forward", "sink_softmax_backward", "sink_softmax_formula",
+           "sink_softmax_backward_formula", "sink_attention_formula", "sink_attention_backward_formula"]
 
 
 class SinkSoftmaxCache(NamedTuple):
@@ -67,7 +71,15 @@ def sink_softmax_forward(scores, sinks):
     dtype = common_dtype(scores, sinks)
     scores, sinks = scores.astype(dtype, copy=False), sinks.astype(dtype, copy=False)
     # 1. the sink column, the same logit for every query of head h
-    sink = np.broadcast_to(sinks[:, None, None], scores.shape[:-1] + (1,))  # (..., H, Nq, 1)
+    P, p_sink = sink_softmax_formula(scores, sinks[:, None, None])
+    return P.copy(), SinkSoftmaxCache(P, p_sink, sinks.shape)
+
+
+def sink_softmax_formula(scores, sink):
+    """Steps 2-4 of :func:`sink_softmax_forward` on checked inputs: ``(P, p_sink)``, with ``sink``
+    the sink logits broadcastable to ``scores.shape[:-1] + (1,)`` (the grouped heads' layout
+    (Hkv, G, 1, 1) as well as (H, 1, 1)); the multi-head layer's attention with sinks calls it."""
+    sink = np.broadcast_to(sink, scores.shape[:-1] + (1,))  # (..., H, Nq, 1)
     # 2. the row maximum including the sink: finite, so no row is 0 / 0
     m = np.maximum(scores.max(axis=-1, keepdims=True, initial=-np.inf), sink)  # (..., H, Nq, 1)
     with np.errstate(over="ignore", under="ignore"):  # a difference past the range is -inf: exp gives 0, as it should
@@ -79,7 +91,7 @@ def sink_softmax_forward(scores, sinks):
         P = e / denominator  # (..., H, Nq, Nk)
         p_sink = e_sink / denominator  # (..., H, Nq, 1)
         signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
-    return P.copy(), SinkSoftmaxCache(P, p_sink, sinks.shape)
+    return P, p_sink
 
 
 def sink_softmax_backward(dP, cache: SinkSoftmaxCache):
@@ -107,10 +119,50 @@ def sink_softmax_backward(dP, cache: SinkSoftmaxCache):
     """
     P, p_sink, _ = cache
     dP = as_upstream(dP, P.shape, P.dtype, "dP")
+    dscores, dsink_rows = sink_softmax_backward_formula(dP, P, p_sink)
+    axes = tuple(range(P.ndim - 3)) + (P.ndim - 2, P.ndim - 1)  # every axis but H
+    return dscores, dsink_rows.sum(axis=axes)  # (..., H, Nq, Nk) and (H,)
+
+
+def sink_softmax_backward_formula(dP, P, p_sink):
+    """Steps 4.-1. of :func:`sink_softmax_backward` on a checked ``dP``: ``(dscores, dsink_rows)``,
+    ``dsink_rows`` (..., Nq, 1) each row's share of its head's sink gradient (the caller sums it
+    over the rows of each head)."""
     with np.errstate(under="ignore"):  # a tiny weight times dP rounds to 0, as it should
         c = (P * dP).sum(axis=-1, keepdims=True)  # (..., H, Nq, 1)
         dscores = P * (dP - c)  # (..., H, Nq, Nk)
         dsink_rows = -p_sink * c  # (..., H, Nq, 1)
         signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
-    axes = tuple(range(P.ndim - 3)) + (P.ndim - 2, P.ndim - 1)  # every axis but H
-    return dscores, dsink_rows.sum(axis=axes)  # (..., H, Nq, Nk) and (H,)
+    return dscores, dsink_rows
+
+
+def sink_attention_formula(q, k, v, mask, scale, sink):
+    """Scaled dot-product attention whose softmax has a sink per head, on checked inputs (the
+    multi-head layer's step 3 with ``sinks``: gpt-oss): ``(out, cache, p_sink)``.
+
+    1. ``S = (q scale) k^T``; 2. the mask; 3. ``P = sink_softmax(S)`` (:func:`sink_softmax_formula`,
+    ``sink`` broadcastable to (..., Nq, 1)); 4. ``out = P v``. ``scale`` None is ``1 / sqrt(Dk)``;
+    ``cache`` an :class:`attention_ref.core.attention.AttentionCache`, ``p_sink`` (..., Nq, 1) the
+    weight each row put on its sink."""
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale  # a Python float: float32 stays float32
+    with np.errstate(under="ignore"):
+        S = (q * scale) @ k.swapaxes(-1, -2)  # 1. (..., Nq, Nk)
+        P, p_sink = sink_softmax_formula(apply_mask(S, mask), sink)  # 2.-3. (..., Nq, Nk), (..., Nq, 1)
+        out = P @ v  # 4. (..., Nq, Dv)
+        signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
+    return out, AttentionCache(q, k, v, P, out, scale), p_sink
+
+
+def sink_attention_backward_formula(dout, cache: AttentionCache, p_sink):
+    """:func:`sink_attention_formula`'s steps in reverse: ``(dq, dk, dv, dsink_rows)``, the first
+    three summed over the axes their input broadcast over, ``dsink_rows`` (..., Nq, 1) as
+    :func:`sink_softmax_backward_formula` gives it (the caller sums each head's rows)."""
+    q, k, v, P, out, scale = cache
+    with np.errstate(under="ignore"):
+        dv = P.swapaxes(-1, -2) @ dout  # 4. dv = P^T dout
+        dP = dout @ v.swapaxes(-1, -2)  # 4. dP = dout v^T
+        dS, dsink_rows = sink_softmax_backward_formula(dP, P, p_sink)  # 3. the sink softmax; 2. the mask passes
+        dq = dS @ k * scale  # 1. S = (q scale) k^T
+        dk = dS.swapaxes(-1, -2) @ q * scale
+        signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
+    return unbroadcast(dq, q.shape), unbroadcast(dk, k.shape), unbroadcast(dv, v.shape), dsink_rows

@@ -26,7 +26,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import attention_ref as ar  # noqa: E402
-from attention_ref.interop import gemma2_in_float64, gemma3_in_float64, llama_in_float64, load_pretrained  # noqa: E402
+from attention_ref.interop import (gemma2_in_float64, gemma3_in_float64, gpt_oss_in_float64, llama_in_float64,  # noqa: E402
+                                   load_pretrained)
 from attention_ref.interop.float64 import bloom_in_float64  # noqa: E402
 from attention_ref.models.config import family_of  # noqa: E402
 from attention_ref.models.families import FAMILIES  # noqa: E402
@@ -73,11 +74,48 @@ BUILD = {
     "bloom": ("BloomConfig", "BloomForCausalLM",
               dict(vocab_size=41, hidden_size=16, n_layer=2, n_head=4, pad_token_id=0, bos_token_id=None,
                    eos_token_id=None, attn_implementation="eager"), bloom_in_float64),
+    # gpt-oss: eager attention (its sinks), the experts' loop (5.x's grouped_mm refuses float64), YaRN
+    "gpt_oss": ("GptOssConfig", "GptOssForCausalLM",
+                dict(SMALL, head_dim=8, num_local_experts=4, num_experts_per_tok=2, sliding_window=3,
+                     attn_implementation="eager", **({"experts_implementation": "eager"} if FIVE else {}),
+                     **({"rope_parameters": {"rope_type": "yarn", "rope_theta": 500.0, "factor": 4.0,
+                                             "original_max_position_embeddings": 16, "truncate": False}} if FIVE
+                        else {"rope_theta": 500.0, "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                                                                    "original_max_position_embeddings": 16,
+                                                                    "truncate": False}})),
+                gpt_oss_in_float64),
 }
 #: transformers 4.57's Gemma 2 scales the embedding after its plain ``nn.Embedding`` (5.x: inside
 #: ``Gemma2TextScaledWordEmbedding``): its ``model.embed_tokens`` hook records the unscaled lookup, compared
 #: here with the token table's rows (docs/whole_models.md, the trace's 4.x names)
 UNSCALED_4X = {"gemma2": "model.embed_tokens"}
+#: transformers 4.57's gpt-oss records other MoE outputs than 5.x (the trace's): ``mlp.router``'s first output is
+#: the top-k softmax weights scattered into (B T, E) (5.x: the logits), ``mlp.experts`` is (B, T, D) (5.x: (B T, D));
+#: compared here with the same formulas on the trace's logits and outputs
+def _no_near_tie(trace, config):
+    """gpt-oss's routing has no near tie (the k-th and (k+1)-th router logits of every token apart by
+    1e-6 of their scale), so both implementations choose the same experts."""
+    k = config.experts_per_token
+    for name in [n for n in trace if n.endswith("mlp.router")]:
+        top = np.sort(trace[name], axis=-1)  # (B T, E)
+        assert (top[:, -k] - top[:, -k - 1]).min() > 1e-6 * np.abs(top).max(), f"a near tie in {name}: draw again"
+
+
+def _gpt_oss_4x(ours, config):
+    k = config.experts_per_token
+    for name in [n for n in ours if n.endswith("mlp.router")]:
+        logits = ours[name]  # (B T, E)
+        idx = np.argsort(-logits, axis=-1, kind="stable")[:, :k]
+        top = np.take_along_axis(logits, idx, axis=-1)
+        w = np.exp(top - top.max(axis=-1, keepdims=True))
+        scattered = np.zeros_like(logits)
+        np.put_along_axis(scattered, idx, w / w.sum(axis=-1, keepdims=True), axis=-1)
+        ours[name] = scattered
+        experts = name[:-len("router")] + "experts"
+        mlp = ours[name[:-len(".router")]]
+        ours[experts] = mlp  # (B, T, D)
+
+
 #: modules whose output is not an activation: left out of the trace (and of this comparison)
 SKIPPED = ("Dropout", "RotaryEmbedding", "ModuleList")
 
@@ -145,6 +183,10 @@ def test_every_hooked_module_in_hook_order(family_run):
     ours = {to_4x.get(name, name): value for name, value in trace.items()}
     if not FIVE and family in UNSCALED_4X:
         ours[UNSCALED_4X[family]] = params[family_of(config).token_table][ids]
+    if family == "gpt_oss":
+        _no_near_tie(trace, config)
+    if not FIVE and family == "gpt_oss":
+        _gpt_oss_4x(ours, config)
     order = [name for name in ours if ":" not in name]
     positions = []
     worst = 0.0
@@ -176,6 +218,10 @@ def test_left_padded_real_positions(family_run):
         fired = dict(_hooked(model, ids, mask))
     trace = ar.lm_trace(ids, params, config, attention_mask=mask)
     to_4x = ar.trace_names_4x(config) if not FIVE else {}
+    if family == "gpt_oss":
+        _no_near_tie(trace, config)
+    if not FIVE and family == "gpt_oss":
+        _gpt_oss_4x(trace, config)
     for name, value in trace.items():
         name = to_4x.get(name, name)
         if name not in fired or (not FIVE and UNSCALED_4X.get(family) == name) or fired[name].ndim < 3 or fired[name].shape[:2] != ids.shape:

@@ -25,6 +25,10 @@ CONFIGS = {
     "smollm3": ar.LMConfig(**LLAMA, family="smollm3", rope_layers=(True, False)),
     "bloom": ar.LMConfig(family="bloom", vocab_size=11, d_model=8, num_layers=2, num_heads=2, num_kv_heads=2, d_ff=32,
                          max_positions=1 << 30, eps=1e-5),
+    "gpt_oss": ar.LMConfig(**{**LLAMA, "d_ff": 6}, family="gpt_oss", head_dim=4, sliding_window=2, num_experts=4,
+                           experts_per_token=2, layer_types=("sliding_attention", "full_attention"),
+                           rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
+                                         "truncate": False}),
     **{f: ar.LMConfig(**LLAMA, family=f) for f in ("llama", "qwen2", "qwen3", "mistral", "phi3", "olmo2")},
 }
 IDS = np.array([[1, 5, 2, 7, 3], [4, 4, 9, 1, 2]])
@@ -79,19 +83,23 @@ def test_names_and_the_logits(family):
 
 @pytest.mark.parametrize("family", sorted(CONFIGS))
 def test_scores_and_probabilities(family):
-    config, _, trace = _run(family)
+    config, params, trace = _run(family)
     fam = family_of(config)
     attention = [n.split(":")[0] for n in trace if n.endswith(":probs")][0]
     q, k = trace[attention + ":q_rope"], trace[attention + ":k_rope"]  # (B, H, T, Dh), (B, Hkv, T, Dh)
     scores, probs = trace[attention + ":scores"], trace[attention + ":probs"]
     H, T = q.shape[1], q.shape[2]
     assert scores.shape == probs.shape == (2, H, T, T)
-    # the softmax of the scores, row by row (masked keys -inf: probability 0)
+    # the softmax of the scores, row by row (masked keys -inf: probability 0); gpt-oss: each head's
+    # sink logit in the denominator too
+    sinks = params.get(f"{fam.layer_prefix}.0.self_attn.sinks", np.full(H, -np.inf))
     for b in range(2):
         for h in range(H):
             for i in range(T):
-                row = np.exp(scores[b, h, i] - scores[b, h, i].max())
-                np.testing.assert_allclose(probs[b, h, i], row / row.sum(), rtol=1e-12, atol=1e-15)
+                m = max(scores[b, h, i].max(), sinks[h])
+                row = np.exp(scores[b, h, i] - m)
+                np.testing.assert_allclose(probs[b, h, i], row / (row.sum() + np.exp(sinks[h] - m)), rtol=1e-12,
+                                           atol=1e-15)
     # causal: no key after the query
     assert np.all(np.isneginf(scores[..., np.triu_indices(T, 1)[0], np.triu_indices(T, 1)[1]]))
     # visible scores: one factor times q . k, query head h on key/value head h // G (Gemma 2: then capped)

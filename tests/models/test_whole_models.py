@@ -51,6 +51,13 @@ CONFIGS = {
     "olmo2": ar.LMConfig(**{**LLAMA.to_dict(), "family": "olmo2"}),
     # SmolLM3: layer 1 without RoPE (no_rope_layers [1, 0])
     "smollm3": ar.LMConfig(**{**LLAMA.to_dict(), "family": "smollm3", "rope_layers": (True, False)}),
+    # gpt-oss: sinks, biases on every projection, a sliding layer (window 2) and a full one, YaRN (factor 4 over
+    # 16 positions), 3 experts of width 4 of which each token takes 2 (models/families/gpt_oss.py)
+    "gpt_oss": ar.LMConfig(**{**LLAMA.to_dict(), "family": "gpt_oss", "d_ff": 4, "head_dim": 4, "sliding_window": 2,
+                              "layer_types": ("sliding_attention", "full_attention"), "num_experts": 3,
+                              "experts_per_token": 2, "rope_scaling": {
+                                  "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
+                                  "truncate": False}}),
     # Llama with Meta's interleaved RoPE pairs (config.rope_layout)
     "llama-interleaved": ar.LMConfig(**{**LLAMA.to_dict(), "rope_layout": "interleaved", "head_dim": 4}),
 }
@@ -81,6 +88,12 @@ def test_every_gradient_of_a_tiny_model_against_finite_differences(name):
         grads = ar.lm_backward(dlogits, cache)
         return {k: grads[k] for k in keys}
 
+    if config.num_experts is not None:  # no near tie in the routing: a finite difference must not change the experts
+        for layer, block in enumerate(forward({})[1].blocks):
+            router = block.moe.router.linear  # the router's input (T, D) and weight (D, E)
+            top = np.sort(router.x @ router.W + params[f"layers.{layer}.mlp.b_router"], axis=-1)  # (T, E)
+            gap = top[:, -config.experts_per_token] - top[:, -config.experts_per_token - 1]
+            assert gap.min() > 1e-3 * np.abs(top).max(), (layer, gap.min())
     report = ar.gradcheck(forward, backward, {k: params[k] for k in keys}, atol=1e-7, rtol=1e-5)
     report.raise_if_failed()
     grads = ar.lm_backward(np.ones((2, 5, config.vocab_size)), forward({})[1])

@@ -107,3 +107,66 @@ def test_bad_arguments_are_named():
     _, cache = sink_softmax_forward(np.zeros((1, 2, 3)), np.zeros(1))
     with pytest.raises(ValueError, match=r"^dP must have shape \(1, 2, 3\) \(the forward output's\), got \(2, 3\)$"):
         sink_softmax_backward(np.zeros((2, 3)), cache)
+
+
+# ---- the multi-head layer's sinks= (gpt-oss's attention: grouped heads, a sink per query head)
+
+def _attention_with_sinks(x, p, sinks, kv=None, window=None):
+    from attention_ref.nn.multi_head_attention import causal_self_attention_formula
+
+    return causal_self_attention_formula(x, p, 4, 2, kv=kv, window=window, sinks=sinks)
+
+
+def _params(rng, D=6, Dh=3):
+    return {"W_q": rng.standard_normal((D, 4 * Dh)), "W_k": rng.standard_normal((D, 2 * Dh)),
+            "W_v": rng.standard_normal((D, 2 * Dh)), "W_o": rng.standard_normal((4 * Dh, D)),
+            "b_q": rng.standard_normal(4 * Dh), "b_o": rng.standard_normal(D)}
+
+
+@pytest.mark.parametrize("window", [None, 2])
+def test_grouped_heads_with_sinks_match_a_loop_over_heads(window):
+    """Query head h uses key/value head h // 2 and sink h: the plain per-head computation with
+    sink_softmax_forward, a causal (windowed) mask, then W_o."""
+    rng = np.random.default_rng(5)
+    x, p, sinks = rng.standard_normal((2, 5, 6)), _params(rng), rng.standard_normal(4)
+    out, _ = _attention_with_sinks(x, p, sinks, window=window)
+    q = (x @ p["W_q"] + p["b_q"]).reshape(2, 5, 4, 3).transpose(0, 2, 1, 3)
+    k = (x @ p["W_k"]).reshape(2, 5, 2, 3).transpose(0, 2, 1, 3)
+    v = (x @ p["W_v"]).reshape(2, 5, 2, 3).transpose(0, 2, 1, 3)
+    i, j = np.indices((5, 5))
+    visible = (j <= i) & (True if window is None else j > i - window)
+    heads = []
+    for h in range(4):
+        scores = np.where(visible, q[:, h] @ k[:, h // 2].swapaxes(-1, -2) / math.sqrt(3), -np.inf)
+        P, _ = sink_softmax_forward(scores[:, None], sinks[h:h + 1])
+        heads.append(P[:, 0] @ v[:, h // 2])
+    expected = np.concatenate(heads, axis=-1) @ p["W_o"] + p["b_o"]
+    assert_close(out, expected, what="grouped heads with sinks")
+
+
+def test_grouped_heads_with_sinks_gradcheck():
+    from attention_ref.variants.grouped_heads import multi_head_attention_backward_formula
+
+    rng = np.random.default_rng(6)
+    x, p, sinks = rng.standard_normal((2, 5, 6)), _params(rng), rng.standard_normal(4)
+
+    def forward(x, p, sinks):
+        return _attention_with_sinks(x, p, sinks, window=3)
+
+    def backward(dout, cache):
+        dq, dk, dv, grads = multi_head_attention_backward_formula(dout, cache)
+        return dq + dk + dv, {n: grads[n] for n in p}, grads["sinks"]
+
+    check_gradients(forward, backward, x, p, sinks, names=["x", "params", "sinks"])
+
+
+def test_decoding_with_sinks_gives_the_forward_rows():
+    from attention_ref.variants.kv_cache import KVCache
+
+    rng = np.random.default_rng(7)
+    x, p, sinks = rng.standard_normal((2, 5, 6)), _params(rng), rng.standard_normal(4)
+    full, _ = _attention_with_sinks(x, p, sinks, window=2)
+    kv = KVCache()
+    steps = [_attention_with_sinks(x[:, :3], p, sinks, kv=kv, window=2)[0]]
+    steps += [_attention_with_sinks(x[:, t:t + 1], p, sinks, kv=kv, window=2)[0] for t in (3, 4)]
+    assert_close(np.concatenate(steps, axis=1), full, what="decoded rows")
