@@ -30,8 +30,8 @@ from ..core.linear import LinearCache
 from ..fast.core_formulas import merge_heads_formula, split_heads_formula
 from ..fast.dispatch import attention_backward_formula, attention_formula, linear_backward_formula, linear_formula
 from .gemma_rms_norm import gemma_rms_norm_formula
-from .partial_rotary import _partial_rotary_backward, partial_rotary_formula
-from .rms_norm import _rms_norm_backward
+from .partial_rotary import partial_rotary_backward_formula, partial_rotary_formula
+from .rms_norm import rms_norm_backward_formula
 from .rope_scaling import rope_frequencies
 from .sigmoid_gate import SigmoidGateCache
 from .swiglu import _sigmoid
@@ -181,11 +181,11 @@ def gated_attention_backward(dy, cache: GatedAttentionCache):
     group = lambda t: t.reshape(t.shape[:-3] + (hkv, h // hkv) + t.shape[-2:]).sum(axis=-3)  # noqa: E731
     dk, dv = group(dk)[..., cache.past:, :], group(dv)[..., cache.past:, :]  # (..., Hkv, T, Dh): new tokens only
     # 3. RoPE back, time before heads
-    dq = np.swapaxes(_partial_rotary_backward(dq, cache.q_rope), -2, -3)  # (..., T, H, Dh)
-    dk = np.swapaxes(_partial_rotary_backward(dk, cache.k_rope), -2, -3)  # (..., T, Hkv, Dh)
+    dq = np.swapaxes(partial_rotary_backward_formula(dq, cache.q_rope), -2, -3)  # (..., T, H, Dh)
+    dk = np.swapaxes(partial_rotary_backward_formula(dk, cache.k_rope), -2, -3)  # (..., T, Hkv, Dh)
     # 2. the norms
-    dq, g["q_norm.weight"] = _rms_norm_backward(dq, cache.q_norm)
-    dk, g["k_norm.weight"] = _rms_norm_backward(dk, cache.k_norm)
+    dq, g["q_norm.weight"] = rms_norm_backward_formula(dq, cache.q_norm)
+    dk, g["k_norm.weight"] = rms_norm_backward_formula(dk, cache.k_norm)
     # 1. projections
     dq_gate = np.concatenate([dq, dgate.reshape(dq.shape)], axis=-1).reshape(x.shape[:-1] + (2 * h * dh,))
     dx_q, g["W_q"], _ = linear_backward_formula(dq_gate, cache.q_proj)

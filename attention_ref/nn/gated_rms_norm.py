@@ -18,7 +18,7 @@ import numpy as np
 
 from .._checks import as_real_array, as_upstream, signals_land_here
 from .layer_norm import check_norm_inputs
-from .rms_norm import RMSNormCache, _rms_norm_backward, rms_norm_formula
+from .rms_norm import RMSNormCache, rms_norm_backward_formula, rms_norm_formula
 from .swiglu import _sigmoid
 
 __all__ = ["GatedRMSNormCache", "gated_rms_norm_forward", "gated_rms_norm_backward", "gated_rms_norm_formula"]
@@ -77,5 +77,5 @@ def gated_rms_norm_backward(dy, cache: GatedRMSNormCache):
     with np.errstate(over="ignore"):
         dz = dy * h * s * (1.0 + z * (1.0 - s))  # (..., D)
         signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
-    dx, dweight = _rms_norm_backward(dy * (z * s), cache.norm)
+    dx, dweight = rms_norm_backward_formula(dy * (z * s), cache.norm)
     return dx, dz, dweight

@@ -19,7 +19,7 @@ from .._checks import as_upstream
 from .._pair_checks import check_linear_inputs
 from ..core.linear import LinearCache
 from ..fast.dispatch import linear_backward_formula, linear_formula
-from .swiglu import SwiGLUCache, _sigmoid, _swiglu_backward, swiglu_formula
+from .swiglu import SwiGLUCache, _sigmoid, swiglu_backward_formula, swiglu_formula
 
 __all__ = ["SharedExpertCache", "gated_shared_expert_forward", "gated_shared_expert_backward",
            "gated_shared_expert_formula"]
@@ -80,5 +80,5 @@ def gated_shared_expert_backward(dy, cache: SharedExpertCache):
     dy = as_upstream(dy, m.shape, m.dtype, "dy")
     dlogit = (dy * m).sum(axis=-1, keepdims=True) * s * (1.0 - s)  # (..., 1)
     dx_gate, dw_gate, _ = linear_backward_formula(dlogit, cache.gate)
-    dx, dW_gate, dW_up, dW_down = _swiglu_backward(dy * s, cache.mlp)
+    dx, dW_gate, dW_up, dW_down = swiglu_backward_formula(dy * s, cache.mlp)
     return dx + dx_gate, dW_gate, dW_up, dW_down, dw_gate
