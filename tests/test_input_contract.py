@@ -248,6 +248,49 @@ def _shared_expert(rng):
     return y, lambda d: ar.gated_shared_expert_backward(d, cache), "dy"
 
 
+def _swiglu_moe(rng):
+    y, cache = ar.swiglu_moe_forward(rng.standard_normal((3, 4)), rng.standard_normal((4, 3)),
+                                     rng.standard_normal((3, 4, 5)), rng.standard_normal((3, 4, 5)),
+                                     rng.standard_normal((3, 5, 4)), ar.Routing(2))
+    return y, lambda d: ar.swiglu_moe_backward(d, cache), "dy"
+
+
+_MLA = ar.MLAShape(2, None, 3, 2, 2, 3)  # heads, no query compression, latent 3, rope 2, nope 2, value 3
+
+
+def _mla_params(rng, d):
+    return {f"self_attn.{n}" if d else n: 1.0 + rng.random(s) if n.endswith("norm.weight") else rng.standard_normal(s)
+            for n, s in ar.mla_param_shapes(4, _MLA).items()}
+
+
+def _mla(rng):
+    y, cache = ar.mla_forward(rng.standard_normal((2, 3, 4)), _mla_params(rng, False), _MLA, np.array([0.5]),
+                              np.arange(3))
+    return y, lambda d: ar.mla_backward(d, cache), "dy"
+
+
+def _dense_mlp(rng):
+    return {"input_norm.weight": rng.random(4) + 1, "post_attention_norm.weight": rng.random(4) + 1,
+            "mlp.W_gate": rng.standard_normal((4, 5)), "mlp.W_up": rng.standard_normal((4, 5)),
+            "mlp.W_down": rng.standard_normal((5, 4))}
+
+
+def _deepseek_block(rng):
+    p = {**_mla_params(rng, True), **_dense_mlp(rng)}
+    y, cache = ar.deepseek_block_forward(rng.standard_normal((1, 3, 4)), p, ar.DeepSeekLayer(_MLA, 1e-6, None),
+                                         np.array([0.5]), np.arange(3))
+    return y, lambda d: ar.deepseek_block_backward(d, cache), "dy"
+
+
+def _qwen3_moe_block(rng):
+    p = {"self_attn.q_norm.weight": rng.random(2) + 1, "self_attn.k_norm.weight": rng.random(2) + 1,
+         "self_attn.W_q": rng.standard_normal((4, 4)), "self_attn.W_k": rng.standard_normal((4, 2)),
+         "self_attn.W_v": rng.standard_normal((4, 2)), "self_attn.W_o": rng.standard_normal((4, 4)), **_dense_mlp(rng)}
+    y, cache = ar.qwen3_moe_block_forward(rng.standard_normal((1, 3, 4)), p,
+                                          ar.Qwen3MoeLayer(2, 1, 1e-6, np.array([0.5]), None))
+    return y, lambda d: ar.qwen3_moe_block_backward(d, cache), "dy"
+
+
 def _load_balancing(rng):
     loss, cache = ar.load_balancing_loss_forward(rng.standard_normal((6, 4)), 2)
     return loss, lambda d: ar.load_balancing_loss_backward(d, cache), "dloss"
@@ -323,6 +366,8 @@ BACKWARDS = {
     "gated_rms_norm_backward": _gated_rms_norm, "sigmoid_gate_backward": _sigmoid_gate,
     "gated_delta_net_backward": _gated_delta_net, "gated_attention_backward": _gated_attention,
     "gated_shared_expert_backward": _shared_expert,
+    "swiglu_moe_backward": _swiglu_moe, "mla_backward": _mla, "deepseek_block_backward": _deepseek_block,
+    "qwen3_moe_block_backward": _qwen3_moe_block,
     "alibi_backward": _alibi, "t5_bias_backward": _t5_bias, "relative_xl_scores_backward": _relative_xl,
 }
 #: The two without a cache (a split and a merge are permutations): tested on their own below.

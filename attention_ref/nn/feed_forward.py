@@ -147,10 +147,11 @@ def gelu_backward(da, cache):
     forward; exact form: ``dh = da * (Phi(h) + h phi(h))``, ``phi(h) = exp(-h^2 / 2) / sqrt(2 pi)``.
     ``cache`` is the forward's GeluCache (a bare ``h`` array means the tanh form, as before).
     """
-    cache = cache if isinstance(cache, GeluCache) else GeluCache(cache, "tanh")
-    h = cache.h
+    h = cache.h if isinstance(cache, GeluCache) else cache
     da = as_upstream(da, h.shape, h.dtype, "da")  # a float64 da keeps float32 float32
-    return _gelu_exact_backward(da, h, cache.Phi) if cache.approximate == "none" else gelu_backward_formula(da, h)
+    if isinstance(cache, GeluCache) and cache.approximate == "none":
+        return _gelu_exact_backward(da, h, cache.Phi)
+    return gelu_backward_formula(da, h)
 
 
 def gelu_backward_formula(da, h):

@@ -235,10 +235,10 @@ def mla_backward(dy, cache: MLACache):
     """
     shape = cache.shape
     cos, sin = cache.rope
-    layout = _layout(shape)
-    dn, H = shape.qk_nope_head_dim, shape.num_heads
     merged = cache.o.x
     dy = as_upstream(dy, merged.shape[:-1] + cache.o.W.shape[1:], merged.dtype, "dy")
+    layout = _layout(shape)
+    dn, H = shape.qk_nope_head_dim, shape.num_heads
     g = {}
     # 6. y = o W_o
     dmerged, g["W_o"], _ = linear_backward_formula(dy, cache.o)  # (..., N, H dv)

@@ -43,7 +43,7 @@ import numpy as np
 from .._checks import as_real_array, as_upstream, check_positive_int, common_dtype, require_ndim, \
     signals_land_here, unbroadcast
 
-__all__ = ["RelativeXLCache", "relative_xl_positions", "relative_shift", "relative_shift_backward",
+__all__ = ["RelativeXLCache", "relative_xl_positions", "relative_shift", "relative_shift_backward_formula",
            "relative_xl_scores_forward", "relative_xl_scores_backward"]
 
 
@@ -75,7 +75,7 @@ def relative_shift(x):
     return padded.reshape(x.shape[:-2] + (n + 1, n))[..., 1:, :]  # (..., N, N)
 
 
-def relative_shift_backward(dy):
+def relative_shift_backward_formula(dy):
     """The transpose of :func:`relative_shift`: put a zero row on top, read as (..., N, N + 1),
     drop the pad column."""
     n = dy.shape[-1]
@@ -132,7 +132,7 @@ def relative_xl_scores_backward(dA, cache: RelativeXLCache):
     dA = as_upstream(dA, qu.shape[:-1] + (n,), qu.dtype, "dA")
     with np.errstate(under="ignore"):
         dS = np.where(np.tri(n, dtype=bool), dA, 0.0)  # 5. dAC = dBD = dA below the diagonal
-        dBD_raw = relative_shift_backward(dS)  # 4. each entry back to where the shift took it from
+        dBD_raw = relative_shift_backward_formula(dS)  # 4. each entry back to where the shift took it from
         dqv = dBD_raw @ r_desc  # 3. (..., H, N, Dh)
         dr_desc = (dBD_raw.swapaxes(-1, -2) @ qv).reshape((-1,) + r_desc.shape).sum(axis=0)  # (H, N, Dh)
         dqu = dS @ k  # 2. (..., H, N, Dh)
