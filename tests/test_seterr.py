@@ -41,7 +41,7 @@ def _raise_on_everything():
 @pytest.mark.parametrize("case", sorted(BACKWARDS))
 def test_every_public_pair_runs_on_extreme_inputs_under_seterr_raise(case):
     out, backward, _ = BACKWARDS[case](_Scaled(1))
-    assert np.all(np.isfinite(out))
+    assert np.all(np.isfinite(out) | (out == -np.inf))  # -inf: a masked score (Transformer-XL's future keys)
     grads = backward(np.ones_like(out))
     leaves = grads.values() if isinstance(grads, dict) else grads if isinstance(grads, tuple) else (grads,)
     for g in leaves:

@@ -88,7 +88,8 @@ class GatedDeltaNetCache(NamedTuple):
 
 def _softplus(x):
     """torch's ``softplus``: ``log(1 + exp(x))``, and ``x`` itself above the threshold."""
-    with np.errstate(over="ignore"):  # exp of a large x is not used: the threshold picks x
+    with np.errstate(over="ignore", under="ignore"):  # exp of a large x is unused (the threshold picks x);
+        # a very negative x underflows to log1p(0) = 0, as torch gives
         out = np.where(x > SOFTPLUS_THRESHOLD, x, np.log1p(np.exp(np.minimum(x, SOFTPLUS_THRESHOLD))))
         signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
     return out

@@ -137,7 +137,8 @@ def gated_delta_rule_formula(q, k, v, g, beta, initial_state, scale, qk_l2norm=T
     """:func:`gated_delta_rule_forward` on checked inputs of one dtype (the blocks and decoding call it;
     a decoding step is this with t = 1 and the previous ``final_state``)."""
     shapes = (q.shape, k.shape, v.shape, g.shape, beta.shape, initial_state.shape)
-    with np.errstate(over="ignore", invalid="ignore"):  # an overflowing state is reported by the caller
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):  # an overflowing state is reported by the
+        # caller; a decay exp(g) far below 1 underflows to 0 (the state forgotten), as it should
         # 0. normalise q and k, scale q
         q_rnorm = k_rnorm = None
         if qk_l2norm:
