@@ -51,8 +51,9 @@ from ...nn.layer_norm import layer_norm_backward, layer_norm_formula
 from ...nn.multi_head_attention import causal_self_attention_formula
 from ...variants.alibi import AlibiScores, alibi_slopes
 from ..config import LMConfig, refuse
-from ..family import BASE_KEYS, DROPOUT, NEUTRAL, ConfigFields, Family, Features, Tensor, computed, top_tensor
+from ..family import BASE_KEYS, DROPOUT, NEUTRAL, ConfigFields, Family, Features, computed, top_tensor
 from ..trace_steps import SEPARATOR, grouped_attention_steps, linear_output
+from .gpt_neox import BLOCK as NEOX_BLOCK
 
 __all__ = ["FAMILY", "BloomBlockCache", "bloom_block"]
 
@@ -101,22 +102,9 @@ FINAL = (
     top_tensor("lm_head.W", "lm_head.weight", "transpose", lambda c: (c.d_model, c.vocab_size), optional=True,
                when=lambda c: not c.tie_word_embeddings),  # tied (the default): absent
 )
-#: our names are GPT-NeoX's block names (the same tensors; its backward serves this block)
-BLOCK = (
-    Tensor(("input_layernorm.gamma",), "input_layernorm.weight", "as is", D, "ones"),
-    Tensor(("input_layernorm.beta",), "input_layernorm.bias", "as is", D, "zeros"),
-    Tensor(("attention.W_qkv",), "self_attention.query_key_value.weight", "transpose",  # per-head order kept
-           lambda c: (c.d_model, 3 * c.d_model)),
-    Tensor(("attention.b_qkv",), "self_attention.query_key_value.bias", "as is", lambda c: (3 * c.d_model,), "zeros"),
-    Tensor(("attention.W_dense",), "self_attention.dense.weight", "transpose", lambda c: (c.d_model, c.d_model)),
-    Tensor(("attention.b_dense",), "self_attention.dense.bias", "as is", D, "zeros"),
-    Tensor(("post_attention_layernorm.gamma",), "post_attention_layernorm.weight", "as is", D, "ones"),
-    Tensor(("post_attention_layernorm.beta",), "post_attention_layernorm.bias", "as is", D, "zeros"),
-    Tensor(("mlp.W_1",), "mlp.dense_h_to_4h.weight", "transpose", lambda c: (c.d_model, c.d_ff)),
-    Tensor(("mlp.b_1",), "mlp.dense_h_to_4h.bias", "as is", lambda c: (c.d_ff,), "zeros"),
-    Tensor(("mlp.W_2",), "mlp.dense_4h_to_h.weight", "transpose", lambda c: (c.d_ff, c.d_model)),
-    Tensor(("mlp.b_2",), "mlp.dense_4h_to_h.bias", "as is", D, "zeros"),
-)
+#: GPT-NeoX's block table (the same tensors, our names; its backward serves this block) under BLOOM's module
+#: name ``self_attention`` for GPT-NeoX's ``attention``
+BLOCK = tuple(t._replace(theirs="self_" + t.theirs) if t.theirs.startswith("attention.") else t for t in NEOX_BLOCK)
 assert tuple(t.ours[0] for t in BLOCK) == GPT_NEOX_PARAM_NAMES
 
 
