@@ -313,10 +313,13 @@ def main(argv=None, save_figures=None) -> int:
         description="Walk through the documents' two-head example, the claims table and the"
                     " gradient checks.",
         epilog="Exercises: python -m attention_ref exercise list | start NAME [PATH] | hint NAME [N] |"
-               " check PATH (see python -m attention_ref exercise --help).")
+               " check PATH (see python -m attention_ref exercise --help). The lessons as a website:"
+               " python -m attention_ref book [OUT]. Your own port against the reference: python -m"
+               " attention_ref compare FOLDER FILE.py:FUNCTION (see its --help).")
     parser.add_argument("--section", choices=SECTIONS + ("all",), default=None,
-                        help="print one section only, or all four (default: the example, the claims one"
-                             " line each and the gradient checks)")
+                        help="print one section only, or all four: the example, the claims one line each,"
+                             " the claims with their notes (claims) and the gradient checks (default: all"
+                             " but the claims with their notes)")
     parser.add_argument("--plots", metavar="DIR", help="also write the figures (PNG) into DIR")
     args = parser.parse_args(argv)
     if args.plots:  # the folder made (or refused, by name) before any work
