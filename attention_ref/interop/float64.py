@@ -79,6 +79,20 @@ def _patched(patches):
             setattr(owner, name, old)
 
 
+class _TorchReadingFloat64:
+    """``torch`` with each of ``names`` (``"float32"``, ``"float"``) meaning ``torch.float64``: put in
+    place of a transformers module's global ``torch``, its float32 steps run in float64 with its own
+    code (everything else is ``torch``'s)."""
+
+    def __init__(self, torch, *names):
+        self._torch = torch
+        for name in names:
+            setattr(self, name, torch.float64)
+
+    def __getattr__(self, name):  # only for names not set above
+        return getattr(self._torch, name)
+
+
 def _rope_theta(config) -> float:
     """transformers 4.x: ``config.rope_theta``; 5.x: ``config.rope_parameters["rope_theta"]``."""
     theta = getattr(config, "rope_theta", None)
@@ -99,17 +113,10 @@ def llama_in_float64():
     float64; any other type raises ``ValueError`` in its forward rather than being changed."""
     import torch
     from transformers import modeling_rope_utils as rope_utils
-    class TorchFloatIs64:
-        """``torch`` with ``torch.float`` meaning float64, for the init functions' module."""
-
-        float = torch.float64
-
-        def __getattr__(self, name):
-            return getattr(torch, name)
 
     def scaled_inv_freq(self, rope_type):
         init = rope_utils.ROPE_INIT_FUNCTIONS[rope_type]
-        original, rope_utils.torch = rope_utils.torch, TorchFloatIs64()
+        original, rope_utils.torch = rope_utils.torch, _TorchReadingFloat64(torch, "float")
         try:
             inv_freq, attention_factor = init(self.config, None)
         finally:
@@ -331,15 +338,6 @@ def qwen3_next_in_float64():
     import torch
     from transformers.models.qwen3_next import modeling_qwen3_next as m
 
-    class TorchFloat32Is64:
-        """``torch`` with ``torch.float32`` and ``torch.float`` meaning float64, for the module's globals."""
-
-        float32 = torch.float64
-        float = torch.float64
-
-        def __getattr__(self, name):
-            return getattr(torch, name)
-
     original_float = torch.Tensor.float
 
     def tensor_float(self, *args, **kwargs):
@@ -357,7 +355,8 @@ def qwen3_next_in_float64():
         emb = torch.cat((freqs, freqs), dim=-1)  # (B, N, r): rotate-half layout
         return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
 
-    with _patched([(m, "torch", TorchFloat32Is64()), (torch.Tensor, "float", tensor_float),
+    proxy = _TorchReadingFloat64(torch, "float32", "float")
+    with _patched([(m, "torch", proxy), (torch.Tensor, "float", tensor_float),
                    (m.Qwen3NextRotaryEmbedding, "forward", rotary)]):
         yield
 
@@ -371,15 +370,7 @@ def bloom_in_float64():
     import torch
     from transformers.models.bloom import modeling_bloom as m
 
-    class TorchFloat32Is64:
-        """``torch`` with ``torch.float32`` meaning float64, for BLOOM's module."""
-
-        float32 = torch.float64
-
-        def __getattr__(self, name):
-            return getattr(torch, name)
-
-    with _patched([(m, "torch", TorchFloat32Is64())]):
+    with _patched([(m, "torch", _TorchReadingFloat64(torch, "float32"))]):
         yield
 
 
@@ -395,15 +386,6 @@ def gpt_oss_in_float64():
     from transformers import modeling_rope_utils as rope_utils
     from transformers.models.gpt_oss import modeling_gpt_oss as m
 
-    class TorchFloatIs64:
-        """``torch`` with ``torch.float`` and ``torch.float32`` meaning float64, for the init functions."""
-
-        float = torch.float64
-        float32 = torch.float64
-
-        def __getattr__(self, name):
-            return getattr(torch, name)
-
     def rms_norm(self, hidden_states):
         variance = hidden_states.pow(2).mean(-1, keepdim=True)
         return self.weight * (hidden_states * torch.rsqrt(variance + self.variance_epsilon))
@@ -414,7 +396,7 @@ def gpt_oss_in_float64():
             dim = getattr(self.config, "head_dim", None) or self.config.hidden_size // self.config.num_attention_heads
             inv_freq = 1.0 / _rope_theta(self.config) ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
         else:
-            original, rope_utils.torch = rope_utils.torch, TorchFloatIs64()
+            original, rope_utils.torch = rope_utils.torch, _TorchReadingFloat64(torch, "float", "float32")
             try:
                 inv_freq, _ = rope_utils.ROPE_INIT_FUNCTIONS[rope_type](self.config, None)
             finally:
