@@ -44,12 +44,13 @@ def _tensor(state, key):
     return np.asarray(state[key])
 
 
-def _apply(model, state, prefix, copy=True):
+def _apply(model, state, prefix, copy=True, rules=None):
     """Apply one table of :data:`MAPPINGS` to ``state`` (keys ``prefix + theirs``); ``copy=False``
-    returns views (for a state that is already ours)."""
+    returns views (for a state that is already ours); ``rules``: those of the table to apply (a
+    block's that its layer has; None: all)."""
     state = load_state(state)
     out = {}
-    for rule in MAPPINGS[model]:
+    for rule in MAPPINGS[model] if rules is None else rules:
         key = prefix + rule.theirs
         if rule.optional and key not in state:
             out.update({name: None for name in rule.ours})

@@ -15,6 +15,7 @@ import numpy as np
 
 from .._checks import check_float_dtype
 from ..models.config import LMConfig, family_of
+from ..models.family import block_tensors
 from ..models.params import LAYER_PREFIX, TOKEN_TABLE, param_names
 from .converters import _apply
 from .mappings import MAPPINGS, WHOLE_MODELS
@@ -63,11 +64,11 @@ def load_pretrained(path, dtype=None):
 
 def _check_shapes(params, config, state, sources, folder):
     """Each tensor against the shape config.json implies, named by its file and its own name."""
-    table, layer_prefix, block_table = WHOLE_MODELS[config.family]
+    table, layer_prefix, _ = WHOLE_MODELS[config.family]
     theirs = {ours: rule.theirs for rule in MAPPINGS[table] for ours in rule.ours}
     for i in range(config.num_layers):
         theirs.update({f"{LAYER_PREFIX[config.family]}.{i}.{ours}": layer_prefix.format(i=i) + rule.theirs
-                       for rule in MAPPINGS[block_table] for ours in rule.ours})
+                       for rule in _layer_rules(config, i) for ours in rule.ours})
     base = family_of(config).base
     for name, shape in expected_shapes(config).items():
         if name not in params:
@@ -84,6 +85,17 @@ def _check_shapes(params, config, state, sources, folder):
                              f" vocab_size={config.vocab_size}, d_model={config.d_model}, d_ff={config.d_ff},"
                              f" num_heads={config.num_heads}, num_kv_heads={config.num_kv_heads},"
                              f" max_positions={config.max_positions}) makes it {shape} as our {name!r}")
+
+
+def _layer_rules(config, i):
+    """The rules of the family's block table that block ``i`` of ``config``'s model has (a row's
+    ``in_layer``: a dense MLP on some layers, a mixture of experts on others)."""
+    family = family_of(config)
+    rules = MAPPINGS[family.block_title]
+    if all(t.in_layer is None for t in family.block):
+        return rules
+    has = {t.theirs for t in block_tensors(family, config, i)}
+    return [rule for rule in rules if rule.theirs in has]
 
 
 def _strip_base(state, family):
@@ -124,14 +136,14 @@ def _params_from_state(state, config, dtype, copy):
     elif "lm_head.W" not in params:
         raise KeyError("the config says tie_word_embeddings = False but the state has no 'lm_head.weight'")
     for i in range(config.num_layers):
-        block = _apply(block_table, state, layer_prefix.format(i=i), copy=copy)
+        block = _apply(block_table, state, layer_prefix.format(i=i), copy=copy, rules=_layer_rules(config, i))
         params.update({f"{LAYER_PREFIX[config.family]}.{i}.{k}": v for k, v in block.items() if v is not None})
     start = layer_prefix.split("{")[0]
     indices = {k: k[len(start):].split(".")[0] for k in state if k.startswith(start)}
     extra = [k for k, i in indices.items() if not i.isdigit() or int(i) >= config.num_layers]
     if extra:
         raise ValueError(f"the state has layers past the config's num_layers = {config.num_layers}: {extra[:3]}")
-    _refuse_unread(state, config, table, block_table, layer_prefix)
+    _refuse_unread(state, config, table, layer_prefix)
     out = {}
     for name in param_names(config):
         if name in params:
@@ -144,14 +156,14 @@ def _params_from_state(state, config, dtype, copy):
     return out
 
 
-def _refuse_unread(state, config, table, block_table, layer_prefix):
+def _refuse_unread(state, config, table, layer_prefix):
     """A tensor of ``state`` that no step reads is refused by name (a config of another family under this
     ``model_type``: Granite's, ERNIE 4.5's, HunYuan's extra weights). The buffers transformers computes
     from the config and never loads (the family's ``buffers``: old files' ``rotary_emb.inv_freq``,
     GPT-2's causal ``attn.bias`` / ``attn.masked_bias``) are left unread here too."""
     read = {rule.theirs for rule in MAPPINGS[table]}
     for i in range(config.num_layers):
-        read.update(layer_prefix.format(i=i) + rule.theirs for rule in MAPPINGS[block_table])
+        read.update(layer_prefix.format(i=i) + rule.theirs for rule in _layer_rules(config, i))
     buffers = family_of(config).buffers
     unread = [k for k in state if k not in read and not any(k == b or k.endswith("." + b) for b in buffers)]
     if unread:
@@ -183,10 +195,10 @@ def to_transformers(tree, config: LMConfig, version=None) -> dict:
     if not isinstance(config, LMConfig):
         raise TypeError(f"config must be an LMConfig, got {type(config).__name__}")
     major = _major_version(version)
-    table, layer_prefix, block_table = WHOLE_MODELS[config.family]
+    table, layer_prefix, _ = WHOLE_MODELS[config.family]
     out = _reverse(MAPPINGS[table], tree, "", "")
     for i in range(config.num_layers):
-        out.update(_reverse(MAPPINGS[block_table], tree, f"{LAYER_PREFIX[config.family]}.{i}.",
+        out.update(_reverse(_layer_rules(config, i), tree, f"{LAYER_PREFIX[config.family]}.{i}.",
                             layer_prefix.format(i=i)))
     return _state_dict_names(out, tree, config, major)
 

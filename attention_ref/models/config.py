@@ -38,7 +38,7 @@ ROPE_LAYOUTS = ("half", "interleaved")
 _FAMILY_FIELDS = ("head_dim", "sliding_window", "rope_scaling", "rotary_pct", "use_parallel_residual", "layer_types",
                   "rope_local_theta", "query_pre_attn_scalar", "attn_softcap", "final_softcap", "rope_layers",
                   "rope_layout", "scale_attn_weights", "scale_attn_by_inverse_layer_idx", "num_experts",
-                  "experts_per_token")
+                  "experts_per_token", "settings")
 
 
 def register_families(families) -> tuple:
@@ -157,6 +157,10 @@ class LMConfig:
         (pairs 2i, 2i + 1: Meta's original Llama weights), honoured by the Llama-style block
     num_experts, experts_per_token : a mixture of experts in each block's MLP (gpt-oss's
         ``num_local_experts`` and ``num_experts_per_tok``); None: a dense MLP
+    settings : a family's own constants that no other family has, as sorted ``(name, value)``
+        pairs (a mapping given here is stored so; a list value as a tuple), read by that family's
+        module only (:meth:`setting`) and checked by its ``check``: MLA's ranks, a mixture of
+        experts' per-layer plan, a linear-attention layer's sizes
     """
 
     family: str
@@ -187,6 +191,7 @@ class LMConfig:
     rope_layout: str = "half"
     num_experts: int | None = None
     experts_per_token: int | None = None
+    settings: tuple = ()
 
     def __post_init__(self):
         if self.family not in _REGISTRY:
@@ -246,6 +251,14 @@ class LMConfig:
                 self.num_experts is not None and self.experts_per_token > self.num_experts):
             raise ValueError(f"experts_per_token = {self.experts_per_token!r} must be given with num_experts ="
                              f" {self.num_experts!r} and be at most that many")
+        settings = self.settings
+        if isinstance(settings, Mapping):
+            settings = sorted(settings.items())
+        if not isinstance(settings, (tuple, list)) or any(
+                not isinstance(pair, (tuple, list)) or len(pair) != 2 or not isinstance(pair[0], str) for pair in settings):
+            raise ValueError(f"settings must be a mapping of names to values (or its (name, value) pairs), got {settings!r}")
+        object.__setattr__(self, "settings", tuple(sorted((name, tuple(v) if isinstance(v, list) else v)
+                                                          for name, v in settings)))
         if self.rope_layout not in ROPE_LAYOUTS:
             raise ValueError(f"rope_layout must be one of {ROPE_LAYOUTS}, got {self.rope_layout!r}")
         if self.rope_scaling is not None:
@@ -257,6 +270,10 @@ class LMConfig:
                 raise ValueError("rope_scaling holds the scaling's type and parameters only: rope_theta is the"
                                  " config's own field, and a partial_rotary_factor is not Llama's")
             self.rope_frequencies()  # refuses an unknown type or a missing parameter, by name
+
+    def setting(self, name: str, default=None):
+        """The family's own constant ``name`` (:attr:`settings`), or ``default``."""
+        return dict(self.settings).get(name, default)
 
     @property
     def features(self):

@@ -28,7 +28,10 @@ class Tensor(NamedTuple):
     :data:`attention_ref.interop.mappings.HOW`); ``shape``: ``config -> shape`` of each of ours;
     ``init``: ``"normal"`` (std 0.02, transformers' ``initializer_range``), ``"ones"`` or
     ``"zeros"``; ``optional``: may be absent from a checkpoint (GPT-2's biases; a tied head);
-    ``when``: ``config -> bool``, whether this config's model has the tensor (None: always)."""
+    ``when``: ``config -> bool``, whether this config's model has the tensor (None: always);
+    ``in_layer``: ``(config, i) -> bool``, whether block ``i`` has it (a block row only; None: every
+    block), for families whose layers differ in their tensors (a dense MLP on some layers, a mixture
+    of experts on the others)."""
 
     ours: tuple
     theirs: str
@@ -37,6 +40,7 @@ class Tensor(NamedTuple):
     init: str = "normal"
     optional: bool = False
     when: Callable | None = None
+    in_layer: Callable | None = None
 
 
 class Features(NamedTuple):
@@ -127,6 +131,7 @@ class Family(NamedTuple):
     init_block: Callable | None = None  # (config, seed, dtype) -> a block's params; None: from the table
     float32_steps: tuple = ()  # transformers' (module, class prefix) whose RMSNorm/RoPE run in float32
     block_order: tuple | None = None  # our block names in the order of the params, when not the table's
+    new_cache: Callable | None = None  # (config, i) -> layer i's empty decoding cache; None: KVCache()
     keys: dict | None = None  # config.json key -> NEUTRAL, COMPUTED, DROPOUT or its neutral values (check_keys)
     buffers: tuple = ()  # checkpoint names' endings transformers computes from the config and never reads
     # the trace (issue 38, :func:`attention_ref.models.lm_trace`): transformers' module names of this family
@@ -143,9 +148,11 @@ def top_tensor(ours, theirs, how, shape, init="normal", optional=False, when=Non
     return Tensor((ours,), theirs, how, shape, init, optional, when)
 
 
-def block_tensors(family: Family, config) -> tuple:
-    """The rows of ``family``'s block table that ``config``'s model has."""
-    return tuple(t for t in family.block if t.when is None or t.when(config))
+def block_tensors(family: Family, config, layer: int | None = None) -> tuple:
+    """The rows of ``family``'s block table that ``config``'s model has (in block ``layer``, when given:
+    a row's ``in_layer`` says which blocks have it)."""
+    return tuple(t for t in family.block if (t.when is None or t.when(config))
+                 and (layer is None or t.in_layer is None or t.in_layer(config, layer)))
 
 
 # ---- the config.json keys a family knows (issue 41): computed, neutral, or refused by name ----

@@ -34,7 +34,7 @@ class LMDecoder:
 
     Attributes
     ----------
-    caches : list of KVCache, one per layer
+    caches : list of KVCache, one per layer (a family's own decoding state where its ``new_cache`` says)
     keys_mask : bool (B, T_seen), which of the tokens seen so far are real (not padding)
     positions : int (B,), the position of each row's last token
     """
@@ -44,7 +44,8 @@ class LMDecoder:
         self.config = config
         self.blocks = prepared_blocks(self.params, config)  # fused weights split once, not at every step
         self.layers = family_of(config).layers(config)  # each layer's RoPE frequencies, window, scale: once
-        self.caches = [KVCache() for _ in range(config.num_layers)]
+        new_cache = family_of(config).new_cache  # a family's own decoding state (None: keys and values)
+        self.caches = [KVCache() if new_cache is None else new_cache(config, i) for i in range(config.num_layers)]
         self.keys_mask = None
         self.positions = None
 

@@ -40,27 +40,32 @@ LAYER_PREFIX = {name: f.layer_prefix for name, f in FAMILY.items()}
 _STD = {"normal": 0.02, "normal/2": 0.01}  # transformers' initializer_range; GPT-2's position table half of it
 
 
-def _ours(tensors, config):
-    """``(our name, Tensor)`` of each of ``tensors`` that ``config``'s model has."""
-    return [(n, t) for t in tensors if t.when is None or t.when(config) for n in t.ours]
+def _ours(tensors, config, layer=None):
+    """``(our name, Tensor)`` of each of ``tensors`` that ``config``'s model has (in block ``layer``, when given)."""
+    return [(n, t) for t in tensors if (t.when is None or t.when(config))
+            and (layer is None or t.in_layer is None or t.in_layer(config, layer)) for n in t.ours]
+
+
+def _block_names(family, config, layer):
+    """Block ``layer``'s names (without its prefix), in the order of the params."""
+    block = [n for n, _ in _ours(family.block, config, layer)]
+    return block if family.block_order is None else sorted(block, key=family.block_order.index)
 
 
 def param_names(config: LMConfig) -> tuple:
     """Every key of a model's params, in the order of the forward (the family's parameter table:
     the tables, each layer's block, then the final norm and the head)."""
     family = family_of(config)
-    block = [n for n, _ in _ours(family.block, config)]
-    if family.block_order is not None:
-        block = sorted(block, key=family.block_order.index)
-    layers = [f"{family.layer_prefix}.{i}.{n}" for i in range(config.num_layers) for n in block]
+    layers = [f"{family.layer_prefix}.{i}.{n}" for i in range(config.num_layers)
+              for n in _block_names(family, config, i)]
     return tuple([n for n, _ in _ours(family.top, config)] + layers + [n for n, _ in _ours(family.final, config)])
 
 
 def optional_names(config: LMConfig) -> set:
     """The block names a model's params may lack (GPT-2's biases)."""
     family = family_of(config)
-    block = {n for n, t in _ours(family.block, config) if t.optional}
-    return {f"{family.layer_prefix}.{i}.{n}" for i in range(config.num_layers) for n in block}
+    return {f"{family.layer_prefix}.{i}.{n}" for i in range(config.num_layers)
+            for n, t in _ours(family.block, config, i) if t.optional}
 
 
 def block_params(params: dict, config: LMConfig, layer: int) -> dict:
@@ -74,8 +79,8 @@ def tensor_shapes(config: LMConfig) -> dict:
     family's parameter table)."""
     family = family_of(config)
     shapes = {n: t.shape(config) for n, t in _ours(family.top + family.final, config)}
-    block = {n: t.shape(config) for n, t in _ours(family.block, config)}
-    shapes.update({f"{family.layer_prefix}.{i}.{n}": s for i in range(config.num_layers) for n, s in block.items()})
+    shapes.update({f"{family.layer_prefix}.{i}.{n}": t.shape(config) for i in range(config.num_layers)
+                   for n, t in _ours(family.block, config, i)})
     return {n: shapes[n] for n in param_names(config)}
 
 
@@ -159,7 +164,7 @@ def init_lm_params(config: LMConfig, *, seed=None, dtype=np.float64) -> dict:
             block = family.init_block(config, seed_i, dtype)
         else:
             block_rng = np.random.default_rng(seed_i)
-            block = {n: draw(t, block_rng) for n, t in _ours(family.block, config)}
+            block = {n: draw(t, block_rng) for n, t in _ours(family.block, config, i)}
         params.update({f"{family.layer_prefix}.{i}.{k}": v for k, v in block.items()})
     params.update({n: draw(t, rng) for n, t in _ours(family.final, config)})  # the final norm, the head
     return {name: params[name] for name in param_names(config) if name in params}

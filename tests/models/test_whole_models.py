@@ -425,3 +425,21 @@ def test_each_step_is_named_by_its_transformers_module():
     assert step_modules(CONFIGS["olmo2"]) == {"embed": "model.embed_tokens", "block": ["model.layers.0", "model.layers.1"],
                                               "final_norm": "model.norm", "head": "lm_head"}
     assert step_modules(CONFIGS["gpt_neox"])["final_norm"] == "gpt_neox.final_layer_norm"
+
+
+def test_settings_are_a_family_s_own_constants_stored_as_sorted_pairs():
+    LMConfig = ar.LMConfig
+    """``LMConfig.settings``: a mapping is stored as sorted pairs (lists as tuples), read by
+    ``setting``; refused by name for a family that has none; a malformed value named."""
+    from attention_ref.models.families import FAMILY
+    allowed = [name for name, f in FAMILY.items() if "settings" in f.allowed]
+    small = dict(vocab_size=8, d_model=8, num_layers=1, num_heads=2, num_kv_heads=2, d_ff=8, max_positions=8, eps=1e-5)
+    with pytest.raises(ValueError, match="settings"):
+        LMConfig(family="llama", settings={"q_lora_rank": 4}, **small)
+    assert LMConfig(family="llama", **small).setting("anything", 3) == 3
+    for name in allowed:  # a family with its own constants (DeepSeek-V3, Qwen3-Next) stores them sorted
+        config = LMConfig.from_dict({"model_type": name, **FAMILY[name].example})
+        assert list(config.settings) == sorted(config.settings)
+        assert all(not isinstance(v, list) for _, v in config.settings)
+        with pytest.raises(ValueError, match="settings must be a mapping"):
+            LMConfig(**{**config.to_dict(), "settings": [("a",)]})
