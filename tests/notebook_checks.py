@@ -351,6 +351,70 @@ assert np.allclose(w_b[0], 2.5 * s[0, [3, 4]] / s[0, [3, 4]].sum(), rtol=1e-14) 
         "m1a00010": """\
 assert routing_report.ok
 """,
+        # issue 47: the gated delta rule (section 5): what the state stores, the correction, the gate, the backward, the cost
+        "d1900002": """\
+assert np.allclose(keys @ keys.T, np.eye(3), atol=1e-14) and np.allclose(keys @ U, values, atol=1e-14)
+_blend = sum(_v * (_k @ k_mid) for _k, _v in zip(keys, values))                 # U^T k = sum_j v_j (k_j . k)
+assert np.allclose(U.T @ k_mid, _blend, atol=1e-14) and np.allclose(_blend, (values[0] + values[1]) / np.sqrt(2), atol=1e-14)
+""",
+        "d1900004": """\
+_loss = lambda _U: 0.5 * np.sum((_U.T @ k0 - v_new) ** 2)
+assert np.allclose(grad, ar.numerical_gradient(_loss, U_prev), atol=1e-8)       # the gradient the text derives
+assert np.abs(one.final_state - (U_prev - eta * grad)).max() < 1e-14
+assert np.allclose(U_plain.T @ k0, v_old + v_new, atol=1e-14) and np.allclose(two.final_state.T @ k0, v_new, atol=1e-14)
+assert np.allclose(two.final_state, np.outer(k0, v_new), atol=1e-14)
+""",
+        "d1900006": """\
+_err = np.array([np.linalg.norm(reg.states[t] - W_true) for t in range(T_reg + 1)])
+assert _err[200] < 1e-9 and _err[50] < 1e-2 and _err[10] < 1 and np.all(_err[20::20] < _err[:-20:20])   # falls steadily
+_sums = np.linalg.norm(U_sum - W_true, axis=(1, 2))
+assert np.all(np.diff(_sums[9::10]) > 0) and 0.8 < _sums[-1] / (200 / 4 * np.linalg.norm(W_true)) < 1.2   # ~ (t / d_k) |W|
+assert abs(_err[200] - 5.0e-11) < 5e-12 and abs(_sums[-1] - 199.25) < 0.005                               # as printed
+""",
+        "d1900008": """\
+assert np.allclose(keys @ U3, values, atol=1e-14)
+_e = keys @ edit.final_state
+assert np.allclose(_e[0], 0, atol=1e-14) and np.allclose(_e[1:], values[1:], atol=1e-14)    # one direction changed
+assert np.allclose(keys @ gate.final_state, 0.1 * values, rtol=1e-13, atol=1e-15)            # every direction scaled
+_a, _eta, _k, _v = 0.7, 0.4, keys[1], rng_d.standard_normal(d_v)                             # the next cell's formula
+_, _c = ar.gated_delta_rule_forward(_k[None], _k[None], _v[None], np.log([_a]), np.array([_eta]), U3, qk_l2norm=False)
+assert np.allclose(_c.final_state, _a * (np.eye(d_k) - _eta * np.outer(_k, _k)) @ U3 + _eta * np.outer(_k, _v), atol=1e-14)
+""",
+        "d1900010": """\
+assert delta_report.ok and max(r.max_abs_err for r in delta_report.rows) < 1e-7
+# the lesson's backward steps 5..1, as written, against the package's backward (unit keys, no normalisation)
+_kn = k_g / np.linalg.norm(k_g, axis=-1, keepdims=True)
+_qn = q_g / np.linalg.norm(q_g, axis=-1, keepdims=True) / np.sqrt(d_k)
+_o, _c = ar.gated_delta_rule_forward(_qn, _kn, v_g, g_g, eta_g, U0_g, scale=1.0, qk_l2norm=False)
+_do = rng_d.standard_normal(_o.shape)
+_ref = ar.gated_delta_rule_backward(_do, _c)
+for _b in range(2):
+    _dU, _a = np.zeros((d_k, d_v)), np.exp(g_g[_b])
+    _dq, _dk, _dv, _dg, _deta = np.zeros((T_g, d_k)), np.zeros((T_g, d_k)), np.zeros((T_g, d_v)), np.zeros(T_g), np.zeros(T_g)
+    for _t in reversed(range(T_g)):
+        _Uprev, _Ut, _k, _q = _c.states[_b, _t], _c.states[_b, _t + 1], _kn[_b, _t], _qn[_b, _t]
+        _Ubar = _a[_t] * _Uprev
+        _delta = v_g[_b, _t] - _Ubar.T @ _k
+        _dU = _dU + np.outer(_q, _do[_b, _t]); _dq[_t] = _Ut @ _do[_b, _t]                        # 5. read
+        _dUbar = _dU; _dk[_t] = eta_g[_b, _t] * _dU @ _delta                                      # 4. write
+        _ddelta = eta_g[_b, _t] * _dU.T @ _k; _deta[_t] = _k @ _dU @ _delta
+        _dv[_t] = _ddelta; _dvhat = -_ddelta                                                      # 3. error
+        _dUbar = _dUbar + np.outer(_k, _dvhat); _dk[_t] += _Ubar @ _dvhat                        # 2. recall
+        _dg[_t] = _a[_t] * np.sum(_dUbar * _Uprev); _dU = _a[_t] * _dUbar                        # 1. decay
+    for _mine, _theirs in zip((_dq, _dk, _dv, _dg, _deta, _dU), _ref):
+        assert np.allclose(_mine, _theirs[_b], rtol=1e-12, atol=1e-14)
+""",
+        "d1900012": """\
+assert d == 128 and np.allclose(costs["3 delta + 1 softmax (per layer)"], (3 * 4 * d * d + 2 * n * d) / 4)
+_s, _l = costs["softmax attention"], costs["delta rule"]
+assert np.all(_s[n < 255] < _l[n < 255]) and np.all(_s[n > 257] > _l[n > 257])              # crossover at n = 2d = 256
+_ms, _ml = memory["softmax attention"], memory["delta rule"]
+assert np.all(_ms[n < 63] < _ml[n < 63]) and np.all(_ms[n > 65] > _ml[n > 65])              # the state smaller from d/2 = 64
+for _n, _ratio in ((64, 0.25), (256, 1.0), (4096, 16.0), (262144, 1024.0)):
+    assert 2 * _n * d / (4 * d * d) == _ratio == _n / (2 * d)
+assert decoded.final_state.shape == (d, d) and decoded.final_state.size == 16384 == d * d
+assert ax_c.get_xlabel() and ax_c.get_ylabel() and ax_m.get_ylabel() and len(ax_c.lines) == 4 and len(ax_m.lines) == 3
+""",
         "1f82b371": """\
 assert np.allclose(P[0, 0, :3], e[:3] / e.sum(), rtol=1e-14) and abs(cache.p_sink[0, 0, 0] - e[3] / e.sum()) < 1e-15
 for _sink, _on_keys, _on_sink in ((-4.0, 0.9984, 0.0016), (0.0, 0.9216, 0.0784), (2.0, 0.6141, 0.3859)):

@@ -207,6 +207,11 @@ LESSONS = [p for p in NOTEBOOKS if not p.name.startswith("17_")]
 ANSWERS = Path(__file__).resolve().parent.parent / "docs" / "answers.md"
 
 
+#: Lessons allowed more than four questions: 19 is five sections on as many 2025-26 models (sinks, YaRN, experts,
+#: latent attention, the delta rule), asked about section by section; the questions for the delta rule (issue 47) are 5-8
+MOST_QUESTIONS = {"19": 8}
+
+
 def _numbered(text: str) -> int:
     return len(re.findall(r"^\d+\. ", text, flags=re.M))
 
@@ -222,7 +227,8 @@ def test_lesson_links_the_notation_and_ends_with_summary_questions_exercises(pat
     for head in ("## Summary", "## Check your understanding", "## Exercises"):
         assert head in heads, f"{path.name} has no '{head}' section"
     questions = next(t for t in prose if t.startswith("## Check your understanding"))
-    assert 3 <= _numbered(questions) <= 4, f"{path.name}: {_numbered(questions)} questions, want 3-4"
+    most = MOST_QUESTIONS.get(path.name[:2], 4)
+    assert 3 <= _numbered(questions) <= most, f"{path.name}: {_numbered(questions)} questions, want 3-{most}"
     sections = re.split(r"^## ", ANSWERS.read_text(encoding="utf-8"), flags=re.M)
     answers = next((s for s in sections if s.startswith(f"{path.name[:2]} · ")), None)
     assert answers is not None, f"docs/answers.md has no section '## {path.name[:2]} · ...'"
