@@ -118,7 +118,7 @@ def test_bad_input_is_refused_by_name(change, message):
 
 
 def test_a_second_write_to_the_same_key_replaces_and_the_gate_scales_everything():
-    """The lesson's two claims (docs/drafts/delta_rule_section.md): writing v_new over v_old under one unit key
+    """Two claims of lesson 19, section 5: writing v_new over v_old under one unit key
     recalls v_new (plain linear attention would recall the sum); a decay exp(g) with no write (beta = 0)
     scales every recall by exp(g)."""
     rng = np.random.default_rng(8)
