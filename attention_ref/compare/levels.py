@@ -26,8 +26,8 @@ from ..models.config import LMConfig
 from ..models.lm import step_modules
 from ..models.trace import trace_names_4x
 from .judge import _deviation, _separating, _user_line
-from .layers import (KINDS, block_reference, config_of, drawn_state, layer_variants, model_reference, model_variants,
-                     module_names, read_params, transformers_state)
+from .layers import (KINDS, block_reference, config_of, drawn_state, embedding_scale, layer_variants, model_reference,
+                     model_variants, module_names, read_params, stored_in_out, transformers_state)
 from .verdict import Comparison
 
 __all__ = ["module", "model", "MODULE_RTOL"]
@@ -299,8 +299,8 @@ def _load(torch, user, theirs, config, subject):
                 n.endswith("bias") and any(p in n for p in ("q_proj", "k_proj", "v_proj", "qkv", "c_attn",
                                                             "query_key_value")) for n in missing):
             mistake = "qkv_bias_missing"
-        elif shapes and config.family == "gpt2" and all(
-                tuple(own[n].shape) == theirs[n].shape[::-1] for n in shapes):
+        elif shapes and all(tuple(own[n].shape) == theirs[n].shape[::-1] and any(
+                stored.endswith(n) for stored in stored_in_out(config)) for n in shapes):
             mistake = "conv1d_transpose"
         elif shapes and config.head_dim is not None and _head_dim_shapes(own, theirs, shapes, config):
             mistake = "head_dim"
@@ -519,7 +519,7 @@ def _sub_layer(key, config):
 
 
 def _embed_scaled(config):
-    return config.family.startswith("gemma")
+    return embedding_scale(config) != 1.0
 
 
 def _divergences(config, ref, records, logits, keep):
