@@ -9,11 +9,13 @@ NaN and infinity. torch is imported only when these are called.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import json
 import math
 import os
+import sys
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -136,10 +138,33 @@ class _Recorder:
             h.remove()
 
 
+@contextlib.contextmanager
+def transformers_in_float64():
+    """While the user's code runs: when it has imported transformers, transformers' own float32 steps
+    in a float64 model (RMSNorms, RoPE angles, BLOOM's ALiBi slopes and softmax, routers: the table
+    of :mod:`attention_ref.interop.float64`) computed in float64 with the same formulas, so that a
+    model built from transformers' classes is judged at the float64 tolerance. The patches act at
+    forward time: one a loader entered and left before returning the model no longer applies.
+    A patch whose transformers module this installation lacks is skipped (no such model can run)."""
+    if "transformers" not in sys.modules:
+        yield
+        return
+    from ..interop import float64 as f64
+    with contextlib.ExitStack() as stack:
+        for patch in (f64.llama_in_float64, f64.gemma3_in_float64, f64.gemma2_in_float64, f64.bloom_in_float64,
+                      f64.gpt_oss_in_float64, f64.moe_models_in_float64, f64.qwen3_next_in_float64):
+            try:
+                stack.enter_context(patch())
+            except (ImportError, AttributeError):  # this transformers has no such model
+                continue
+        yield
+
+
 def _run(torch, fn):
-    """Call the user's code in float64 with no gradient; its exception becomes :class:`_Raised`."""
+    """Call the user's code in float64 with no gradient (transformers' own float32 steps in float64:
+    :func:`transformers_in_float64`); its exception becomes :class:`_Raised`."""
     try:
-        with torch.no_grad(), warnings.catch_warnings(), np.errstate(all="ignore"):
+        with torch.no_grad(), transformers_in_float64(), warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
             out = fn()
             signals_land_here()
