@@ -84,14 +84,14 @@ def transformers_state(params, config) -> dict:
     return {k: np.asarray(v, np.float64) for k, v in state.items()}
 
 
-def read_params(state, cfg):
-    """Our params of ``(state, cfg)``, float64."""
-    return _params(state, cfg)[0]
+def read_params(state, cfg, dtype=np.float64):
+    """Our params of ``(state, cfg)``, in ``dtype`` (float64; float32 for a port's lower precision)."""
+    return _params(state, cfg, dtype)[0]
 
 
-def _params(state, cfg):
+def _params(state, cfg, dtype=np.float64):
     config = config_of(cfg)
-    return from_transformers_state(state, config, np.float64), config
+    return from_transformers_state(state, config, dtype), config
 
 
 def module_names(cfg: dict, state=None) -> dict:
@@ -120,8 +120,9 @@ def _one_block(cfg, state=None):
 def block_reference(state, cfg, x, positions, keep, params=None) -> dict:
     """Layer 0's trace (names after the layer's prefix; ``""`` is the layer's output) for the block
     input ``x`` (B, T, D), ``positions`` (B, T) and ``keep`` (B, T) booleans or None, one batch row
-    at a time (each row with its own positions); ``params`` the state read already, or None."""
-    params, config = _params(state, cfg) if params is None else (params, config_of(cfg))
+    at a time (each row with its own positions); ``params`` the state read already (in ``x``'s
+    dtype), or None (read in ``x``'s dtype)."""
+    params, config = _params(state, cfg, x.dtype) if params is None else (params, config_of(cfg))
     family = family_of(config)
     p = family.prepare(block_params(params, config, 0), config)
     layer = family.layers(config)[0]
@@ -133,9 +134,10 @@ def block_reference(state, cfg, x, positions, keep, params=None) -> dict:
     return {k: np.concatenate([r[k] for r in rows], axis=0) for k in rows[0]}
 
 
-def model_reference(state, cfg, ids, attention_mask) -> dict:
-    """:func:`lm_trace` of the model ``(state, cfg)`` (float64)."""
-    params, config = _params(state, cfg)
+def model_reference(state, cfg, ids, attention_mask, dtype=np.float64) -> dict:
+    """:func:`lm_trace` of the model ``(state, cfg)`` in ``dtype`` (float64; float32 for a port's
+    lower precision)."""
+    params, config = _params(state, cfg, dtype)
     return lm_trace(ids, params, config, attention_mask)
 
 
