@@ -148,3 +148,15 @@ def test_a_bloom_port_splitting_per_head_qkv_as_blocks_is_named(tmp_path):
     assert right.ok, str(right)
     assert not wrong.ok and wrong.mistake == "fused_qkv_split", str(wrong)
     assert wrong.where == "transformer.h.0.self_attention", str(wrong)
+
+
+def test_a_reference_of_zeros_is_judged_without_overflow():
+    """A variant whose reference is all zeros at a module (Gemma's final norm weights w - 1 = 0 when the
+    folder's are 0): any difference is infinite, none is 0, and no overflow warning escapes (it made a
+    model-level test fail when the user's logits passed about 4, their size over float64's tiny)."""
+    from attention_ref.compare.levels import _compare
+
+    zeros = np.zeros((2, 3, 4))
+    assert _compare(np.full((2, 3, 4), 5.0), zeros, None, 1e-10) == (np.inf, False)
+    assert _compare(zeros, zeros, None, 1e-10) == (0.0, False)
+    assert _compare(np.full((2, 3, 4), 1.0), np.full((2, 3, 4), 1.25), None, 1e-10)[0] == pytest.approx(0.2)

@@ -56,7 +56,8 @@ def test_the_command_on_transformers_own_llama_matches(llama, tmp_path, capsys):
 def test_transformers_float32_steps_are_what_differed(llama, monkeypatch):
     """The difference the command showed is transformers' float32 RMSNorm and RoPE: with the patches
     off (compare's own hook replaced by a no-op) the same model differs by about 1e-7 at layer 0's
-    input norm, and with them on it matches at 1e-10 (and the patches are gone afterwards)."""
+    input norm, named low_precision (the reference run in float32 differs by as much there and at the
+    logits), and with them on it matches at 1e-10 (and the patches are gone afterwards)."""
     import contextlib
 
     from attention_ref.compare import levels
@@ -68,5 +69,14 @@ def test_transformers_float32_steps_are_what_differed(llama, monkeypatch):
         patch.setattr(levels, "transformers_in_float64", contextlib.nullcontext)
         off = compare.model(model, llama)
     assert not off.ok and off.where == "model.layers.0.input_layernorm" and 1e-9 < off.error < 1e-5, str(off)
+    # a float64 model with float32 steps: the reference run in float32 reproduces the error's size
+    assert off.mistake == "low_precision" and "float32" in off.detail, str(off)
+    # eager attention without the patches: a left-padded row's fully masked queries give NaN (float32's
+    # softmax of float64's minimum), which reach the real positions: not precision, located only
+    eager = transformers.AutoModelForCausalLM.from_pretrained(llama, attn_implementation="eager")
+    with monkeypatch.context() as patch:
+        patch.setattr(levels, "transformers_in_float64", contextlib.nullcontext)
+        nan = compare.model(eager, llama)
+    assert not nan.ok and nan.mistake is None, str(nan)
     from transformers.models.llama import modeling_llama
     assert modeling_llama.LlamaRMSNorm.forward.__module__ == "transformers.models.llama.modeling_llama"
