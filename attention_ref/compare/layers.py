@@ -337,8 +337,14 @@ def embedding_scale(config) -> float:
     """The factor by which step 1 multiplies the token table's rows (1.0: none, or not a pure
     factor: GPT-2 adds the positions' rows, BLOOM a layer norm), found by running the family's
     ``embed`` on one token of a one-row table."""
-    key = (config.family, config.d_model, config.max_positions)
+    key = config  # the whole config: a family's factor may read any field
+    try:
+        hash(key)
+    except TypeError:  # a config holding an unhashable value: probed every time
+        key = object()
     if key not in _SCALES:
+        if len(_SCALES) > 256:
+            _SCALES.clear()
         family = family_of(config)
         rng = np.random.default_rng(0)
         params = {}
