@@ -80,3 +80,39 @@ def test_transformers_float32_steps_are_what_differed(llama, monkeypatch):
     assert not nan.ok and nan.mistake is None, str(nan)
     from transformers.models.llama import modeling_llama
     assert modeling_llama.LlamaRMSNorm.forward.__module__ == "transformers.models.llama.modeling_llama"
+
+
+def test_transformers_own_decoder_layer_without_the_patches_is_low_precision(monkeypatch):
+    """The module level's float64 fallback: transformers' LlamaDecoderLayer (behind the wrapper of
+    docs/compare.md) with compare's patches off computes its RMSNorm and RoPE angles in float32: its
+    error is the size of the reference run in float32 on every case (low_precision); with them on it
+    matches."""
+    import contextlib
+
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+
+    from attention_ref.compare import levels
+    from attention_ref.interop import random_model_config
+
+    class Layer(LlamaDecoderLayer):
+        def __init__(self, config):
+            super().__init__(config, layer_idx=0)
+            self.rotary = LlamaRotaryEmbedding(config)
+
+        def forward(self, x, positions, attention_mask=None):
+            T = x.shape[1]
+            allowed = torch.ones(T, T, dtype=torch.bool).tril()[None, None]
+            if attention_mask is not None:
+                allowed = allowed & attention_mask[:, None, None, :].bool()
+            mask = torch.zeros(allowed.shape, dtype=x.dtype).masked_fill(~allowed, torch.finfo(x.dtype).min)
+            out = super().forward(x, position_embeddings=self.rotary(x, positions), attention_mask=mask)
+            return out[0] if isinstance(out, tuple) else out
+
+    config = LlamaConfig(**random_model_config("llama"))
+    config._attn_implementation = "sdpa"
+    assert compare.module(Layer(config), config, "decoder_layer").ok
+    with monkeypatch.context() as patch:
+        patch.setattr(levels, "transformers_in_float64", contextlib.nullcontext)
+        off = compare.module(Layer(config), config, "decoder_layer")
+    assert not off.ok and off.mistake == "low_precision" and "float32" in off.detail, str(off)
