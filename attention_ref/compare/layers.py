@@ -84,14 +84,14 @@ def transformers_state(params, config) -> dict:
     return {k: np.asarray(v, np.float64) for k, v in state.items()}
 
 
-def read_params(state, cfg):
-    """Our params of ``(state, cfg)``, float64."""
-    return _params(state, cfg)[0]
+def read_params(state, cfg, dtype=np.float64):
+    """Our params of ``(state, cfg)``, in ``dtype`` (float64; float32 for a port's lower precision)."""
+    return _params(state, cfg, dtype)[0]
 
 
-def _params(state, cfg):
+def _params(state, cfg, dtype=np.float64):
     config = config_of(cfg)
-    return from_transformers_state(state, config, np.float64), config
+    return from_transformers_state(state, config, dtype), config
 
 
 def module_names(cfg: dict, state=None) -> dict:
@@ -120,8 +120,9 @@ def _one_block(cfg, state=None):
 def block_reference(state, cfg, x, positions, keep, params=None) -> dict:
     """Layer 0's trace (names after the layer's prefix; ``""`` is the layer's output) for the block
     input ``x`` (B, T, D), ``positions`` (B, T) and ``keep`` (B, T) booleans or None, one batch row
-    at a time (each row with its own positions); ``params`` the state read already, or None."""
-    params, config = _params(state, cfg) if params is None else (params, config_of(cfg))
+    at a time (each row with its own positions); ``params`` the state read already (in ``x``'s
+    dtype), or None (read in ``x``'s dtype)."""
+    params, config = _params(state, cfg, x.dtype) if params is None else (params, config_of(cfg))
     family = family_of(config)
     p = family.prepare(block_params(params, config, 0), config)
     layer = family.layers(config)[0]
@@ -133,9 +134,10 @@ def block_reference(state, cfg, x, positions, keep, params=None) -> dict:
     return {k: np.concatenate([r[k] for r in rows], axis=0) for k in rows[0]}
 
 
-def model_reference(state, cfg, ids, attention_mask) -> dict:
-    """:func:`lm_trace` of the model ``(state, cfg)`` (float64)."""
-    params, config = _params(state, cfg)
+def model_reference(state, cfg, ids, attention_mask, dtype=np.float64) -> dict:
+    """:func:`lm_trace` of the model ``(state, cfg)`` in ``dtype`` (float64; float32 for a port's
+    lower precision)."""
+    params, config = _params(state, cfg, dtype)
     return lm_trace(ids, params, config, attention_mask)
 
 
@@ -151,7 +153,7 @@ class Variant(NamedTuple):
     compute: Callable | None = None  # (state, cfg, trace, x, prefix) -> {name: output} over layer 0's trace
 
 
-def _gelu_compute(approximate, gpt2):
+def _gelu_compute(approximate):
     """GELU ``approximate`` in place of the MLP's activation, on layer 0's trace: the activation's
     output, then the down projection's (linear in it) and the MLP's."""
     def compute(state, cfg, trace, x, prefix):
@@ -167,8 +169,10 @@ def _gelu_compute(approximate, gpt2):
         gate, up = (pre[..., :F], pre[..., F:]) if pre.shape[-1] == 2 * F else (pre, trace.get(mlp + ".up_proj"))
         new_act, _ = gelu_forward(gate, approximate)
         term = new_act - trace[act] if up is None else (new_act - trace[act]) * up
-        W = state[family_of(config_of(cfg)).their_layer.format(i=0) + down[len(prefix):] + ".weight"]
-        delta = term @ (W if gpt2 else W.T)  # GPT-2's Conv1D (in, out); Linear (out, in)
+        config = config_of(cfg)
+        theirs = down[len(prefix):] + ".weight"
+        W = state[family_of(config).their_layer.format(i=0) + theirs]
+        delta = term @ (W if theirs in stored_in_out(config) else W.T)  # a Conv1D's (in, out); a Linear's (out, in)
         return {act: new_act, down: trace[down] + delta, mlp: trace[mlp] + delta}
     return compute
 
@@ -191,28 +195,59 @@ def _with(cfg, **fields):
     return out
 
 
-def _layout(state, config):
-    """Where the query, key and value features sit in the attention's weights: a list of
-    ``(name suffix, axis, {"q": (H, Dh), "k": (Hkv, Dh), "v": (Hkv, Dh)} indices)`` for the weights
-    and biases, and ``(name suffix, axis, (H, Dh) indices)`` of the output projection's inputs."""
+#: our names of the q, k, v projections' weights and biases (fused or apart), and of the output projection's
+_QKV_LEAVES = {"W_q": "q", "W_k": "k", "W_v": "v", "b_q": "q", "b_k": "k", "b_v": "v", "W_qkv": "qkv", "b_qkv": "qkv"}
+_OUT_LEAVES = ("W_o", "W_dense")
+#: the table's ``how`` of a weight that transformers stores (out, in) (a Linear's); the others keep (in, out)
+_OUT_IN = ("transpose", "split rows, transpose")
+
+
+def _leaf(name):
+    return name.rsplit(".", 1)[-1]
+
+
+def stored_in_out(config) -> set:
+    """transformers' names (after the layer prefix) of the block's matrices stored (in, out), as a
+    Conv1D stores them (GPT-2's), read from the family's table (its rows' ``how``)."""
+    rows = family_of(config).block
+    return {t.theirs for t in rows if t.how not in _OUT_IN and len(t.shape(config)) == 2 and _leaf(t.ours[0])[0] == "W"}
+
+
+def qkv_layouts(config) -> dict:
+    """The fused layout's q, k, v feature indices, ``{"per_head": ..., "blocks": ...}``: each a dict
+    ``{"q": (H, Dh), "k": (Hkv, Dh), "v": (Hkv, Dh)}`` of indices into the fused axis
+    (:mod:`attention_ref.nn.fused_qkv`; ``"per_head"`` only when ``Hkv = H``)."""
     H, Hkv, Dh = config.num_heads, config.num_kv_heads, config.d_head
-    names = " ".join(state)
-    blocks = {"q": np.arange(H * Dh).reshape(H, Dh), "k": H * Dh + np.arange(Hkv * Dh).reshape(Hkv, Dh),
-              "v": (H + Hkv) * Dh + np.arange(Hkv * Dh).reshape(Hkv, Dh)}
-    heads = np.arange(H * Dh).reshape(H, Dh)
-    if "self_attn.q_proj.weight" in names:
-        parts = [(f"self_attn.{n}_proj.{w}", 0, {n: np.arange(s * Dh).reshape(s, Dh)})
-                 for n, s in (("q", H), ("k", Hkv), ("v", Hkv)) for w in ("weight", "bias")]
-        return parts, ("self_attn.o_proj.weight", 1, heads)
-    if "self_attn.qkv_proj.weight" in names:  # Phi-3: [q | k | v]
-        return [("self_attn.qkv_proj.weight", 0, blocks)], ("self_attn.o_proj.weight", 1, heads)
-    if "attention.query_key_value.weight" in names:  # GPT-NeoX: per head [q_h | k_h | v_h]
-        per_head = {n: np.arange(H)[:, None] * 3 * Dh + i * Dh + np.arange(Dh) for i, n in enumerate("qkv")}
-        return [(f"attention.query_key_value.{w}", 0, per_head) for w in ("weight", "bias")], \
-            ("attention.dense.weight", 1, heads)
-    if "attn.c_attn.weight" in names:  # GPT-2: Conv1D (in, out), [q | k | v]
-        return [("attn.c_attn.weight", 1, blocks), ("attn.c_attn.bias", 0, blocks)], ("attn.c_proj.weight", 0, heads)
-    return [], None
+    out = {"blocks": {"q": np.arange(H * Dh).reshape(H, Dh), "k": H * Dh + np.arange(Hkv * Dh).reshape(Hkv, Dh),
+                      "v": (H + Hkv) * Dh + np.arange(Hkv * Dh).reshape(Hkv, Dh)}}
+    if H == Hkv:
+        out["per_head"] = {n: np.arange(H)[:, None] * 3 * Dh + i * Dh + np.arange(Dh) for i, n in enumerate("qkv")}
+    return out
+
+
+def _layout(state, config):
+    """Where the query, key and value features sit in the attention's weights, read from the
+    family's table (our names and ``how`` of each row) and ``Features.fused_qkv``: a list of
+    ``(name suffix, axis, {"q": (H, Dh), "k": (Hkv, Dh), "v": (Hkv, Dh)} indices)`` for the weights
+    and biases, and ``(name suffix, axis, (H, Dh) indices)`` of the output projection's inputs
+    (None when the table has none)."""
+    H, Hkv, Dh = config.num_heads, config.num_kv_heads, config.d_head
+    apart = {"q": np.arange(H * Dh).reshape(H, Dh), "k": np.arange(Hkv * Dh).reshape(Hkv, Dh),
+             "v": np.arange(Hkv * Dh).reshape(Hkv, Dh)}
+    fused = config.features.fused_qkv
+    parts, out = [], None
+    for row in family_of(config).block:
+        leaves = [_leaf(n) for n in row.ours]
+        if all(leaf in _QKV_LEAVES for leaf in leaves):
+            axis = 0 if leaves[0][0] == "b" or row.how in _OUT_IN else 1  # the features' axis in theirs
+            if len(leaves) == 1 and leaves[0] in _QKV_LEAVES and _QKV_LEAVES[leaves[0]] != "qkv":
+                n = _QKV_LEAVES[leaves[0]]
+                parts.append((row.theirs, axis, {n: apart[n]}))
+            elif fused is not None:  # one tensor holding the three, in the family's layout
+                parts.append((row.theirs, axis, qkv_layouts(config)[fused]))
+        elif len(leaves) == 1 and leaves[0] in _OUT_LEAVES and out is None:
+            out = (row.theirs, 1 if row.how in _OUT_IN else 0, np.arange(H * Dh).reshape(H, Dh))
+    return parts, out
 
 
 def _reindexed(state, suffix, axis, moves):
@@ -292,8 +327,44 @@ def _norm_names(state):
     return [n for n in state if n.endswith("norm.weight") or n.endswith("layernorm.weight")]
 
 
-def _gemma_norms(config):
-    return config.family.startswith("gemma")
+def offset_norms(config) -> bool:
+    """The norms are ``(1 + w)`` ones storing ``w``: the family's table initialises their weights at 0."""
+    return any(t.init == "zeros" and _leaf(t.ours[0]) == "weight" and "norm" in t.theirs
+               for t in family_of(config).block)
+
+
+def embedding_scale(config) -> float:
+    """The factor by which step 1 multiplies the token table's rows (1.0: none, or not a pure
+    factor: GPT-2 adds the positions' rows, BLOOM a layer norm), found by running the family's
+    ``embed`` on one token of a one-row table."""
+    key = config  # the whole config: a family's factor may read any field
+    try:
+        hash(key)
+    except TypeError:  # a config holding an unhashable value: probed every time
+        key = object()
+    if key not in _SCALES:
+        if len(_SCALES) > 256:
+            _SCALES.clear()
+        family = family_of(config)
+        rng = np.random.default_rng(0)
+        params = {}
+        for t in family.top:
+            shape = t.shape(config)
+            shape = (1,) + tuple(shape[1:]) if t.ours[0] == family.token_table else tuple(shape)
+            params[t.ours[0]] = rng.uniform(0.5, 1.5, shape) * rng.choice((-1.0, 1.0), shape)
+        row = params[family.token_table][0]
+        try:
+            x, _ = family.embed(np.zeros((1, 1), np.int64), np.zeros(1, np.int64), params, config)
+            ratio = np.asarray(x, np.float64).reshape(-1) / row
+            _SCALES[key] = float(ratio[0]) if np.allclose(ratio, ratio[0], rtol=1e-12, atol=0) else 1.0
+        except Exception:  # a step 1 that reads more than the top rows: no pure factor claimed
+            _SCALES[key] = 1.0
+    return _SCALES[key]
+
+
+_SCALES = {}
+
+
 
 
 def layer_variants(cfg: dict, kind: str, state: dict) -> list:
@@ -394,40 +465,32 @@ def layer_variants(cfg: dict, kind: str, state: dict) -> list:
                                 out_[name] = value
                 return out_, cfg
             out.append(Variant("qkv_bias_missing", "q, k, v biases left out", unbiased))
-        if config.family == "gpt_neox":  # per head, read as [q | k | v]
-            blocks = {"q": np.arange(H * Dh).reshape(H, Dh), "k": H * Dh + np.arange(H * Dh).reshape(H, Dh),
-                      "v": 2 * H * Dh + np.arange(H * Dh).reshape(H, Dh)}
-
-            def as_blocks(state, cfg):
-                for suffix, axis, idx in _layout(state, config)[0]:
-                    state = _reindexed(state, suffix, axis, [(idx[n], blocks[n]) for n in "qkv"])
-                return state, cfg
-            out.append(Variant("fused_qkv_split", "query_key_value split as [q | k | v]", as_blocks))
-        elif family.features.fused_projections or config.family == "gpt2":
-            if H == Hkv:  # [q | k | v] read per head
-                per_head = {n: np.arange(H)[:, None] * 3 * Dh + i * Dh + np.arange(Dh) for i, n in enumerate("qkv")}
-
-                def as_heads(state, cfg):
+        fused = config.features.fused_qkv
+        for wrong, layout in qkv_layouts(config).items():  # the fused weight read in the other layout
+            if fused is not None and wrong != fused:
+                def misread(state, cfg, layout=layout):
                     for suffix, axis, idx in _layout(state, config)[0]:
-                        state = _reindexed(state, suffix, axis, [(idx[n], per_head[n]) for n in "qkv"])
+                        if set(idx) == {"q", "k", "v"}:
+                            state = _reindexed(state, suffix, axis, [(idx[n], layout[n]) for n in "qkv"])
                     return state, cfg
-                out.append(Variant("fused_qkv_split", "[q | k | v] split per head", as_heads))
-    if config.family == "gpt2":
+                label = "split as [q | k | v]" if wrong == "blocks" else "split per head [q_h | k_h | v_h]"
+                out.append(Variant("fused_qkv_split", f"the fused q, k, v {label}", misread))
+    in_out = stored_in_out(config)
+    if in_out:  # a square one loads either way round
         def transposed(state, cfg):
             out_ = dict(state)
             for name, value in state.items():
-                if name.endswith(".weight") and value.ndim == 2 and value.shape[0] == value.shape[1] and (
-                        ".attn." in name or ".mlp." in name):
+                if any(name.endswith(n) for n in in_out) and value.ndim == 2 and value.shape[0] == value.shape[1]:
                     out_[name] = value.T.copy()
             return out_, cfg
-        out.append(Variant("conv1d_transpose", "square Conv1D weights not transposed", transposed))
+        out.append(Variant("conv1d_transpose", "square (in, out) weights used as (out, in)", transposed))
     if mlp:
         act = _field(family, "act", cfg)
         now = None if act is None else cfg.get(act, family.example.get(act) if family.example else None)
         if isinstance(now, str) and now.startswith("gelu"):
             other = "tanh" if now == "gelu" else "none"
             out.append(Variant("gelu_variant", "the exact GELU" if other == "none" else "GELU's tanh approximation",
-                               compute=_gelu_compute(other, config.family == "gpt2")))
+                               compute=_gelu_compute(other)))
 
         def swapped(state, cfg):
             out_ = dict(state)
@@ -448,15 +511,15 @@ def layer_variants(cfg: dict, kind: str, state: dict) -> list:
                 if eps != config.eps:
                     out.append(Variant("rms_norm_eps", f"eps {eps:g}",
                                        lambda s, c, e=eps, k=eps_key: (s, _with(c, **{k: e}))))
-        if any("rms" in n for n in family.fields.numbers) or _gemma_norms(config):  # RMSNorm families
-            shift = -1.0 if _gemma_norms(config) else 1.0
+        if any("rms" in n for n in family.fields.numbers) or offset_norms(config):  # RMSNorm families
+            shift = -1.0 if offset_norms(config) else 1.0
 
             def offset(state, cfg, shift=shift):
                 return {k: (v + shift if k in _norm_names(state) else v) for k, v in state.items()}, cfg
             out.append(Variant("norm_offset", "norm weights w" if shift < 0 else "norm weights 1 + w", offset))
-        if _gemma_norms(config) and config.features.norm_placement == "sandwich":
+        if offset_norms(config) and config.features.norm_placement == "sandwich":  # Gemma's GeGLU block
             out.append(Variant("post_norm_missing", "no post-norms", compute=_without_post_norms))
-        if config.family == "gpt_neox":
+        if config.features.parallel_residual:
             out.append(Variant("parallel_residual", "residual " + ("sequential" if config.use_parallel_residual else
                                                                     "parallel"),
                                lambda s, c: (s, _with(c, use_parallel_residual=not config.use_parallel_residual))))
@@ -473,7 +536,7 @@ def model_variants(cfg: dict, state: dict, their_head=None) -> list:
     out.append(Variant("padding_ignored", "the attention mask left out", case=lambda ids, keep: (ids, None)))
     table = family.top[0].theirs
     factor = math.sqrt(config.d_model)
-    if _gemma_norms(config):
+    if embedding_scale(config) != 1.0:
         out.append(Variant("embedding_scale", "embeddings not scaled by sqrt(D)",
                            lambda s, c: ({**s, table: s[table] / factor}, c)))
     else:

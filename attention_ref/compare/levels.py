@@ -5,15 +5,22 @@ variant of the reference (:mod:`attention_ref.compare.layers`) reproduces it on 
 Both run in float64 (a copy of the user's module converted with ``.double()``) and judge
 ``max |user - reference| <= rtol * max |reference|`` with ``rtol`` = 1e-10 (:data:`MODULE_RTOL`) on
 the real positions; padded positions (a query whose keys are all padding) are judged only for
-NaN and infinity. torch is imported only when these are called.
+NaN and infinity. transformers' own float32 steps run in float64 while the user's code runs
+(:func:`transformers_in_float64`). A port whose output is float32 (or float16) is judged against
+the reference run in that precision too: ``low_precision`` when every module is within
+:data:`attention_ref.compare.PRECISION_FACTOR` times that run's own error, else the first module
+beyond it, named by a mistaken variant run in that precision (docs/compare.md). torch is imported
+only when these are called.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import json
 import math
 import os
+import sys
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,9 +32,9 @@ from ..interop.pretrained import load_pretrained
 from ..models.config import LMConfig
 from ..models.lm import step_modules
 from ..models.trace import trace_names_4x
-from .judge import _deviation, _separating, _user_line
-from .layers import (KINDS, block_reference, config_of, drawn_state, layer_variants, model_reference, model_variants,
-                     module_names, read_params, transformers_state)
+from .judge import PRECISION_FACTOR, _deviation, _separating, _user_line
+from .layers import (KINDS, block_reference, config_of, drawn_state, embedding_scale, layer_variants, model_reference,
+                     model_variants, module_names, read_params, stored_in_out, transformers_state)
 from .verdict import Comparison
 
 __all__ = ["module", "model", "MODULE_RTOL"]
@@ -100,6 +107,28 @@ class _Raised(Exception):
 def _to_numpy(out):
     """A module's output as float64 NumPy: a tensor, the first item of a tuple, a ModelOutput's
     ``logits`` or ``last_hidden_state``; None when there is no tensor."""
+    out = _tensor_of(out)
+    return None if out is None else out.double().numpy()
+
+
+#: the lower precisions a port may compute in whose reference this package runs (bfloat16 has none)
+_LOWER = {"torch.float32": np.dtype(np.float32), "torch.float16": np.dtype(np.float16)}
+
+
+def _precision(out):
+    """The dtype of the user's output (``None``: float64, or a dtype with no reference run here)."""
+    tensor = _tensor_of(out)
+    return None if tensor is None else _LOWER.get(str(tensor.dtype))
+
+
+def _lowest(dtypes):
+    """The lowest of the outputs' precisions (None: they are all float64)."""
+    found = [d for d in dtypes if d is not None]
+    return min(found, key=lambda d: np.finfo(d).bits) if found else None
+
+
+def _tensor_of(out):
+    """The floating tensor of a module's output (see :func:`_to_numpy`), on the CPU, or None."""
     for attr in ("logits", "last_hidden_state"):
         if not isinstance(out, (tuple, list)) and getattr(out, attr, None) is not None:
             out = getattr(out, attr)
@@ -109,9 +138,7 @@ def _to_numpy(out):
     if out is None or not (hasattr(out, "detach") and hasattr(out, "cpu")):
         return None
     out = out.detach().cpu()
-    if not out.is_floating_point():
-        return None
-    return out.double().numpy()
+    return out if out.is_floating_point() else None
 
 
 class _Recorder:
@@ -136,10 +163,36 @@ class _Recorder:
             h.remove()
 
 
+@contextlib.contextmanager
+def transformers_in_float64():
+    """While the user's code runs: when it has imported transformers, transformers' own float32 steps
+    in a float64 model (RMSNorms, RoPE angles, BLOOM's ALiBi slopes and softmax, routers: the table
+    of :mod:`attention_ref.interop.float64`) computed in float64 with the same formulas, so that a
+    model built from transformers' classes is judged at the float64 tolerance. The patches act at
+    forward time: one a loader entered and left before returning the model no longer applies.
+    A patch whose transformers module this installation lacks is skipped (no such model can run).
+    Only patches of transformers' own modules and classes: ``qwen3_next_in_float64`` also makes
+    ``torch.Tensor.float`` keep float64 for every caller (a port's own float32 steps too), so it is
+    left to the user to enter around the call."""
+    if "transformers" not in sys.modules:
+        yield
+        return
+    from ..interop import float64 as f64
+    with contextlib.ExitStack() as stack:
+        for patch in (f64.llama_in_float64, f64.gemma3_in_float64, f64.gemma2_in_float64, f64.bloom_in_float64,
+                      f64.gpt_oss_in_float64, f64.moe_models_in_float64):
+            try:
+                stack.enter_context(patch())
+            except (ImportError, AttributeError):  # this transformers has no such model
+                continue
+        yield
+
+
 def _run(torch, fn):
-    """Call the user's code in float64 with no gradient; its exception becomes :class:`_Raised`."""
+    """Call the user's code in float64 with no gradient (transformers' own float32 steps in float64:
+    :func:`transformers_in_float64`); its exception becomes :class:`_Raised`."""
     try:
-        with torch.no_grad(), warnings.catch_warnings(), np.errstate(all="ignore"):
+        with torch.no_grad(), transformers_in_float64(), warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
             out = fn()
             signals_land_here()
@@ -178,9 +231,14 @@ def _compare(user, ref, keep, rtol):
         user = np.swapaxes(user, 1, 2)  # a q/k norm's output per head (B, H, T, Dh) against transformers' (B, T, H, Dh)
     user = user.reshape(ref.shape)
     skip = _keep_rows(ref, keep)
-    size = max(_deviation(ref, 0 * ref, skip), np.finfo(np.float64).tiny)
+    size = _deviation(ref, 0 * ref, skip)
     nan = bool(skip is not None and not np.all(np.isfinite(user[skip])))
-    return _deviation(user, ref, skip) / size, nan
+    deviation = _deviation(user, ref, skip)
+    if deviation == 0:
+        return 0.0, nan
+    if not deviation / 1e300 < size:  # a reference of zeros (a variant's norm weights all 0): no ratio overflows
+        return math.inf, nan
+    return deviation / size, nan
 
 
 # ---------------------------------------------------------------- compare.module
@@ -229,6 +287,7 @@ def module(module, config, kind) -> Comparison:
         next(i for i, n in enumerate(entries) if n.startswith(inner + ".") or n.startswith(inner + ":")) - 1]
     cases = _module_cases(lm_config, np.random.default_rng(_SEED))
     recorder = _Recorder(user)
+    dtypes = []
     try:
         results = []
         for case in cases:
@@ -245,9 +304,10 @@ def module(module, config, kind) -> Comparison:
             if value is None:
                 raise TypeError(f"the {kind} returned {type(out).__name__}; a tensor (B, T, D) is expected")
             results.append((case, ref, given, value, list(recorder.records)))
+            dtypes.append(_precision(out))
     finally:
         recorder.close()
-    return _module_verdict(subject, cfg, kind, inner, input_key, state, results)
+    return _module_verdict(subject, cfg, kind, inner, input_key, state, results, _lowest(dtypes))
 
 
 def _call_module(torch, user, kind, x, case):
@@ -299,8 +359,8 @@ def _load(torch, user, theirs, config, subject):
                 n.endswith("bias") and any(p in n for p in ("q_proj", "k_proj", "v_proj", "qkv", "c_attn",
                                                             "query_key_value")) for n in missing):
             mistake = "qkv_bias_missing"
-        elif shapes and config.family == "gpt2" and all(
-                tuple(own[n].shape) == theirs[n].shape[::-1] for n in shapes):
+        elif shapes and all(tuple(own[n].shape) == theirs[n].shape[::-1] and any(
+                stored.endswith(n) for stored in stored_in_out(config)) for n in shapes):
             mistake = "conv1d_transpose"
         elif shapes and config.head_dim is not None and _head_dim_shapes(own, theirs, shapes, config):
             mistake = "head_dim"
@@ -331,7 +391,7 @@ def _head_dim_shapes(own, theirs, shapes, config):
     return True
 
 
-def _module_verdict(subject, cfg, kind, inner, input_key, state, results):
+def _module_verdict(subject, cfg, kind, inner, input_key, state, results, low=None):
     out_key = inner
     judged = []
     for case, ref, given, value, records in results:
@@ -352,14 +412,98 @@ def _module_verdict(subject, cfg, kind, inner, input_key, state, results):
         return Comparison(False, None, "the output's shape", inputs, subject, n, len(wrong), math.inf,
                           detail=f"It returned shape {value.shape} where the reference has {ref[out_key].shape}.")
     where = _first_divergent(records, ref, inner, case.keep) or (inner or "the decoder layer's output")
+    if low is not None:  # the port computes in a lower precision: the reference is run in it too
+        return _module_low_verdict(subject, cfg, kind, inner, input_key, state, judged, low, where, inputs, error)
     variant = _name_module(cfg, kind, inner, input_key, state, judged)
     if variant is not None:
         return Comparison(False, variant.mistake, where, inputs, subject, n, len(wrong), error,
                           detail=f"Reproduced by the reference with {variant.label} on every case, within"
                                  " the tolerance.")
+    if _module_in_size(cfg, inner, state, judged, np.dtype(np.float32)):  # a float64 port with float32 steps
+        return Comparison(False, "low_precision", where, inputs, subject, n, len(wrong), error,
+                          detail="Reproduced in size (within a factor of 10 on every case) by the reference run in"
+                                 " float32: a step computed in float32; no mistake of the catalogue reproduces it.")
     return Comparison(False, None, where, inputs, subject, n, len(wrong), error,
                       detail=f"Largest relative error {error:.3g} ({len(wrong)} of {n} cases differ); no mistake of"
                              " the catalogue reproduces it on every case.")
+
+
+def _in_size(user, own):
+    """The user's error and the reference's own error in the lower precision are the same size:
+    within :data:`PRECISION_FACTOR` of each other (both at least the tolerance), the rule of the
+    operation level's ``low_precision`` (STYLE item 28: precision named only when so measured)."""
+    user, own = max(user, MODULE_RTOL), max(own, MODULE_RTOL)
+    return 1 / PRECISION_FACTOR <= user / own <= PRECISION_FACTOR
+
+
+def _within_noise(error, noise, low):
+    """An error within :data:`PRECISION_FACTOR` of the reference's own rounding in ``low`` (at least
+    ``low``'s resolution): what a port computing in ``low`` cannot do better than."""
+    return error <= PRECISION_FACTOR * max(noise, float(np.finfo(low).eps))
+
+
+def _module_in_size(cfg, inner, state, judged, low):
+    """Whether the reference of layer 0 run in ``low`` differs from the float64 one by the size of
+    the user's error, on every case."""
+    for j in judged:
+        case, ref = j[0], j[1]
+        try:
+            own = block_reference(state, cfg, case.x.astype(low), case.positions, case.keep)[inner]
+        except Exception:  # a reference this precision cannot run reproduces nothing
+            return False
+        noise, _ = _compare(own.astype(np.float64), ref[inner], case.keep, MODULE_RTOL)
+        if not _in_size(j[5], noise):
+            return False
+    return True
+
+
+def _module_low_verdict(subject, cfg, kind, inner, input_key, state, judged, low, where, inputs, error):
+    """A port computing in ``low``: ``low_precision`` when the reference run in ``low`` reproduces its
+    error in size on every case; else a mistaken variant run in ``low`` whose float64 output the user's
+    is within that precision's noise of, on every case; else located only."""
+    n, wrong = len(judged), sum(1 for j in judged if not j[5] <= MODULE_RTOL)
+    name = np.dtype(low).name
+    if _module_in_size(cfg, inner, state, judged, low):
+        return Comparison(False, "low_precision", where, inputs, subject, n, wrong, error,
+                          detail=f"Your module computes in {name}: reproduced in size (within a factor of 10 on every"
+                                 f" case) by the reference run in {name}; no other difference.")
+    order = sorted(judged, key=lambda j: j[5] <= MODULE_RTOL)
+    for variant in layer_variants(cfg, kind, state):
+        try:
+            s, c = variant.edit(state, cfg) if variant.edit is not None else (state, cfg)
+            params, params_low = read_params(s, c), read_params(s, c, low)
+        except Exception:  # a variant this config refuses reproduces nothing
+            continue
+        if all(_reproduces_module_low(variant, s, c, params, params_low, inner, input_key, j, low) for j in order):
+            return Comparison(False, variant.mistake, where, inputs, subject, n, wrong, error,
+                              detail=f"Your module computes in {name}: reproduced by the reference with {variant.label}"
+                                     f" on every case, within {PRECISION_FACTOR:g} times that reference's own error"
+                                     f" in {name}.")
+    return Comparison(False, None, where, inputs, subject, n, wrong, error,
+                      detail=f"Your module computes in {name}; largest relative error {error:.3g}, beyond the"
+                             f" reference's own error in {name}; no mistake of the catalogue reproduces it.")
+
+
+def _reproduces_module_low(variant, s, c, params, params_low, inner, input_key, j, low):
+    case, value = j[0], j[3]
+    try:
+        positions, keep = variant.case(case.positions, case.keep) if variant.case is not None else (
+            case.positions, case.keep)
+        theirs = block_reference(s, c, case.x, positions, keep, params)
+        x_low = case.x.astype(low)
+        own = block_reference(s, c, x_low, positions, keep, params_low)
+        if variant.compute is not None:
+            theirs = {**theirs, **(variant.compute(s, c, theirs, case.x, "") or {})}
+            own = {**own, **(variant.compute(s, c, own, x_low, "") or {})}
+    except Exception:  # a variant this config refuses reproduces nothing
+        return False
+    if input_key is not None:  # the variant must leave the module's input as it was
+        moved, _ = _compare(theirs[input_key], j[2], None, MODULE_RTOL)
+        if not moved <= MODULE_RTOL:
+            return False
+    error, _ = _compare(value, theirs[inner], case.keep, MODULE_RTOL)
+    noise, _ = _compare(np.asarray(own[inner], np.float64), theirs[inner], case.keep, MODULE_RTOL)
+    return _within_noise(error, noise, low)
 
 
 def _first_divergent(records, ref, inner, keep):
@@ -440,7 +584,7 @@ def model(model, folder, names=None) -> Comparison:
     mapping = _mapping(names, config)
     runs = _model_runs(config, user, np.random.default_rng(_SEED))
     recorder = _Recorder(user) if isinstance(user, torch.nn.Module) else None
-    results = []
+    results, dtypes = [], []
     try:
         for ids, mask, features in runs:
             if recorder is not None:
@@ -458,11 +602,12 @@ def model(model, folder, names=None) -> Comparison:
                                 " .logits is expected")
             records = [] if recorder is None else [(mapping(n), v) for n, v in recorder.records]
             results.append((ids, mask, features, logits, records))
+            dtypes.append(_precision(out))
     finally:
         if recorder is not None:
             recorder.close()
     their_head = _their_head(user, mapping) if isinstance(user, torch.nn.Module) else None
-    return _model_verdict(subject, cfg, config, state, results, their_head)
+    return _model_verdict(subject, cfg, config, state, results, their_head, _lowest(dtypes))
 
 
 def _mapping(names, config):
@@ -519,13 +664,22 @@ def _sub_layer(key, config):
 
 
 def _embed_scaled(config):
-    return config.family.startswith("gemma")
+    return embedding_scale(config) != 1.0
 
 
-def _divergences(config, ref, records, logits, keep):
-    """The names of the modules whose output differs, in hook order, then ``""`` for the logits."""
+def _divergences(config, ref, records, logits, keep, own=None, low=None):
+    """The names of the modules whose output differs, in hook order, then ``""`` for the logits, each
+    ``(name, output, error)``. With ``own`` (the reference run in ``low``, the port's precision), a
+    module differs when its error is beyond :data:`PRECISION_FACTOR` times that reference's own
+    error there (the list empty when none is, though the logits differ beyond the tolerance)."""
     out, compared, largest = [], 0, 0.0
     embed = step_modules(config)["embed"]
+
+    def differs(name, value, error):
+        if own is None:
+            return not error <= LOCATE_RTOL
+        noise, _ = _compare(np.asarray(own[name], np.float64), ref[name], keep, MODULE_RTOL)
+        return not _within_noise(error, noise, low)
     for name, value in records:
         if name not in ref or name == "":
             continue
@@ -534,21 +688,23 @@ def _divergences(config, ref, records, logits, keep):
         if not error <= MODULE_RTOL and name == embed and _embed_scaled(config):  # 4.57 scales after the module
             error, _ = _compare(value, ref[name] / math.sqrt(config.d_model), keep, MODULE_RTOL)
         largest = max(largest, error)
-        if not error <= LOCATE_RTOL:
+        if differs(name, value, error):
             out.append((name, value, error))
     error, _ = _compare(logits, ref[""], keep, MODULE_RTOL)
-    if not error <= LOCATE_RTOL:
+    if differs("", logits, error):
         out.append(("", logits, error))
-    if not any(not e <= MODULE_RTOL for _, _, e in out):
+    if own is None and not any(not e <= MODULE_RTOL for _, _, e in out):
         out = []  # nothing beyond the tolerance: it matches
     return out, compared, max(largest, error)
 
 
-def _model_verdict(subject, cfg, config, state, results, their_head):
-    judged, compared, largest = [], 0, 0.0
+def _model_verdict(subject, cfg, config, state, results, their_head, low=None):
+    judged, compared, largest, refs = [], 0, 0.0, []
     for ids, mask, features, logits, records in results:
         ref = model_reference(state, cfg, ids, mask)
-        diverging, n, error = _divergences(config, ref, records, logits, mask)
+        refs.append(ref)
+        own = None if low is None else model_reference(state, cfg, ids, mask, low)
+        diverging, n, error = _divergences(config, ref, records, logits, mask, own, low)
         compared, largest = max(compared, n), max(largest, error)
         _, nan = _compare(logits, ref[""], mask, MODULE_RTOL)
         judged.append((ids, mask, features, logits, dict(records), diverging, nan))
@@ -557,6 +713,8 @@ def _model_verdict(subject, cfg, config, state, results, their_head):
     error = largest
     wrong = [j for j in judged if j[5]]
     n = len(judged)
+    if low is not None and not wrong and not largest <= MODULE_RTOL:
+        return _model_in_low_precision(subject, config, results, refs, low, error, note)
     if not wrong:
         if any(j[6] for j in judged):
             return Comparison(False, "masked_row_nan", "softmax", ("left padding",), subject, n, 1, math.inf,
@@ -577,14 +735,86 @@ def _model_verdict(subject, cfg, config, state, results, their_head):
     # (a loader's mistake in one tensor, the final norm's own eps or offset)
     variants += [v._replace(edit=_only_under(v.edit, where + "."), label=f"{v.label} in {where} alone")
                  for v in variants if v.edit is not None and where not in ("logits", "lm_head")]
+    name = None if low is None else np.dtype(low).name
     for variant in variants:
-        if all(_reproduces_model(variant, cfg, state, key, j) for j in judged):
+        if low is not None and all(_reproduces_model_low(variant, cfg, state, key, j, low) for j in judged):
+            return Comparison(False, variant.mistake, where, inputs, subject, n, len(wrong), error,
+                              detail=f"Your model computes in {name}: reproduced at {key or 'the logits'} by the"
+                                     f" reference with {variant.label} on every batch, within {PRECISION_FACTOR:g}"
+                                     f" times that reference's own error in {name}.{note}")
+        if low is None and all(_reproduces_model(variant, cfg, state, key, j) for j in judged):
             return Comparison(False, variant.mistake, where, inputs, subject, n, len(wrong), error,
                               detail=f"Reproduced at {key or 'the logits'} by the reference with {variant.label} on"
                                      f" every batch.{note}")
+    if low is None and all(_model_in_size(cfg, state, key, j, np.dtype(np.float32)) for j in judged):
+        return Comparison(False, "low_precision", where, inputs, subject, n, len(wrong), error,
+                          detail=f"Reproduced in size at {key or 'the logits'} and the logits (within a factor of 10 on every batch)"
+                                 f" by the reference run in float32: a step computed in float32; no mistake of the"
+                                 f" catalogue reproduces it.{note}")
+    if low is not None:
+        inside += f"; your model computes in {name}, and this is beyond the reference's own error in it"
     return Comparison(False, None, where, inputs, subject, n, len(wrong), error,
                       detail=f"Largest relative error {error:.3g}{inside}; no mistake of the catalogue reproduces it"
                              f" on every batch.{note}")
+
+
+def _model_in_low_precision(subject, config, results, refs, low, error, note):
+    """Every module of a port computing in ``low`` within the reference's own error in ``low`` on
+    every batch: ``low_precision``, located at the first module beyond the float64 tolerance."""
+    name = np.dtype(low).name
+    differing = [i for i, (r, ref) in enumerate(zip(results, refs))
+                 if not _compare(r[3], ref[""], r[1], MODULE_RTOL)[0] <= MODULE_RTOL]
+    ids, mask, features, logits, records = results[differing[0]]
+    ref = refs[differing[0]]
+    where = next((_sub_layer(key, config) for key, value in records if key in ref and key != ""
+                  and not _compare(value, ref[key], mask, MODULE_RTOL)[0] <= MODULE_RTOL), "logits")
+    return Comparison(False, "low_precision", where, (), subject, len(results), len(differing), error,
+                      detail=f"Your model computes in {name}: every module and the logits are within"
+                             f" {PRECISION_FACTOR:g} times the reference's own error in {name} on every batch"
+                             f" (reproduced in size by the reference run in {name}).{note}")
+
+
+def _model_in_size(cfg, state, key, j, low):
+    """Whether the reference run in ``low`` differs from the float64 one by the size of the user's
+    error at ``key`` and at the logits (a float64 port with a step in float32)."""
+    ids, mask, features, logits, records = j[:5]
+    try:
+        ref = model_reference(state, cfg, ids, mask)
+        own = model_reference(state, cfg, ids, mask, low)
+    except Exception:  # a reference this precision cannot run reproduces nothing
+        return False
+    for name, value in ((key, logits if key == "" else records.get(key)), ("", logits)):
+        if value is None:
+            continue  # this batch did not reach the module (recorded on the others)
+        user, _ = _compare(value, ref[name], mask, MODULE_RTOL)
+        noise, _ = _compare(np.asarray(own[name], np.float64), ref[name], mask, MODULE_RTOL)
+        if not _in_size(user, noise):
+            return False
+    return True
+
+
+def _reproduces_model_low(variant, cfg, state, key, j, low):
+    """A variant run in float64 and in ``low``: the user's output at ``key`` within
+    :data:`PRECISION_FACTOR` times the low run's own error of the float64 one, on this batch."""
+    ids, mask, features, logits, records = j[:5]
+    value = logits if key == "" else records.get(key)
+    if value is None:
+        return True
+    try:
+        s, c = variant.edit(state, cfg) if variant.edit is not None else (state, cfg)
+        _, keep = variant.case(ids, mask) if variant.case is not None else (ids, mask)
+        theirs = model_reference(s, c, ids, keep)
+        own = model_reference(s, c, ids, keep, low)
+        if variant.compute is not None:  # on layer 0, whose input is the embedding's output
+            modules = step_modules(config_of(c))
+            prefix = modules["block"][0] + "."
+            theirs = {**theirs, **(variant.compute(s, c, theirs, theirs[modules["embed"]], prefix) or {})}
+            own = {**own, **(variant.compute(s, c, own, own[modules["embed"]], prefix) or {})}
+    except Exception:  # a variant this config refuses reproduces nothing
+        return False
+    error, _ = _compare(value, theirs[key], mask, MODULE_RTOL)
+    noise, _ = _compare(np.asarray(own[key], np.float64), theirs[key], mask, MODULE_RTOL)
+    return _within_noise(error, noise, low)
 
 
 def _only_under(edit, prefix):

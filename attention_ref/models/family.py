@@ -56,6 +56,10 @@ class Features(NamedTuple):
     rotary : positions enter through RoPE (GPT-2: a learned position table instead)
     rope_attention_factor : the config's RoPE may be YaRN, whose attention factor multiplies
         ``cos`` and ``sin`` (:meth:`attention_ref.models.LMConfig.rope_attention_factor`; gpt-oss)
+    fused_qkv : how transformers' checkpoint stores a fused q/k/v projection: None (q, k, v apart),
+        ``"per_head"`` (``[q_0 k_0 v_0 q_1 ...]``: GPT-NeoX, BLOOM) or ``"blocks"`` (``[q | k | v]``:
+        Phi-3, GPT-2's ``c_attn``), the layouts of :mod:`attention_ref.nn.fused_qkv` (the family's
+        split and :mod:`attention_ref.compare` both read it)
     """
 
     qkv_bias: bool = False
@@ -65,6 +69,7 @@ class Features(NamedTuple):
     parallel_residual: bool = False
     rotary: bool = True
     rope_attention_factor: bool = False
+    fused_qkv: str | None = None
 
 
 class ConfigFields(NamedTuple):

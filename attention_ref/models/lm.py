@@ -153,9 +153,15 @@ def lm_backward(dlogits, cache):
 def lm_loss(ids, params, config: LMConfig, attention_mask=None):
     """Next-token loss and every gradient: ``(loss, grads, logits)``.
 
-    The loss of transformers' ``model(ids, labels=ids)`` (padding left out when an
-    ``attention_mask`` is given): the mean cross-entropy of the logits at position n against
-    the token at n + 1. ``grads`` is keyed like ``params``.
+    The loss of transformers' ``model(ids, labels=ids)``, and with an ``attention_mask`` of
+    ``model(ids, attention_mask=mask, labels=ids where mask else -100)``: the mean cross-entropy
+    of the logits at position n against the token at n + 1, over the positions n whose next token
+    is real (:func:`attention_ref.nn.cross_entropy.next_token_targets`). On a left-padded row the
+    last pad position predicts the first real token, as in transformers; that query has no real
+    key, and this package gives it zero attention weights (as transformers' sdpa path), where
+    transformers' eager path (BLOOM, Gemma 2 eager) averages every key's value, future ones
+    included: the two losses differ by that term alone (tests/interop/test_lm_loss_left_padding.py).
+    ``grads`` is keyed like ``params``.
     """
     logits, cache = lm_forward(ids, params, config, attention_mask)  # (..., T, V)
     targets = next_token_targets(ids, attention_mask)  # (..., T): the next token, or ignored

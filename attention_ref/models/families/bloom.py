@@ -237,7 +237,7 @@ KEYS = {
 
 _POSITIVE = ("vocab_size", "n_layer", "n_head")
 FAMILY = Family(
-    model_type=MODEL_TYPE, read=read, features=Features(rotary=False),
+    model_type=MODEL_TYPE, read=read, features=Features(rotary=False, fused_qkv="per_head"),
     fields=ConfigFields(positive=_POSITIVE, optional_positive=("hidden_size", "n_embed"),
                         flags=("tie_word_embeddings", "apply_residual_connection_post_layernorm"),
                         numbers=("layer_norm_epsilon",), width_heads=None),

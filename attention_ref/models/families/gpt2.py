@@ -173,7 +173,7 @@ KEYS = {
 }
 
 FAMILY = Family(
-    model_type=MODEL_TYPE, read=read, features=Features(rotary=False),
+    model_type=MODEL_TYPE, read=read, features=Features(rotary=False, fused_qkv="blocks"),
     fields=ConfigFields(positive=("vocab_size", "n_embd", "n_layer", "n_head", "n_positions"),
                         optional_positive=("n_inner",),
                         flags=("tie_word_embeddings", "scale_attn_weights", "scale_attn_by_inverse_layer_idx",

@@ -168,7 +168,7 @@ KEYS = {
 
 _POSITIVE = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 FAMILY = Family(
-    model_type=MODEL_TYPE, read=read, features=Features(parallel_residual=True),
+    model_type=MODEL_TYPE, read=read, features=Features(parallel_residual=True, fused_qkv="per_head"),
     fields=ConfigFields(positive=_POSITIVE, optional_positive=("max_position_embeddings",),
                         flags=("tie_word_embeddings", "attention_bias", "use_parallel_residual"),
                         numbers=("layer_norm_eps", "rotary_emb_base", "rope_theta", "rotary_pct",

@@ -72,7 +72,7 @@ def phi3_block_as_llama(p, config):
     """Step 2.0's splits: a Phi-3 block's params under Llama's block names (``W_q``, ``W_k``, ``W_v``
     from ``W_qkv``, ``W_gate``, ``W_up`` from ``W_gate_up``), and the QKV split's cache."""
     (W_q, W_k, W_v), qkv = fused_qkv_split_formula(p["self_attn.W_qkv"], config.num_heads, config.num_kv_heads,
-                                                   "blocks")  # (D, H Dh), (D, Hkv Dh), (D, Hkv Dh)
+                                                   config.features.fused_qkv)  # (D, H Dh), (D, Hkv Dh), (D, Hkv Dh)
     W_gate, W_up = np.split(p["mlp.W_gate_up"], 2, axis=-1)  # (D, F) each
     return {"input_norm.weight": p["input_norm.weight"], "self_attn.W_q": W_q, "self_attn.W_k": W_k,
             "self_attn.W_v": W_v, "self_attn.W_o": p["self_attn.W_o"],
@@ -130,7 +130,7 @@ KEYS = {**LLAMA.keys, "embd_pdrop": DROPOUT, "resid_pdrop": DROPOUT, "sliding_wi
         "partial_rotary_factor": COMPUTED, "original_max_position_embeddings": NEUTRAL}
 
 FAMILY = LLAMA._replace(
-    model_type=MODEL_TYPE, read=read, keys=KEYS, features=Features(fused_projections=True),
+    model_type=MODEL_TYPE, read=read, keys=KEYS, features=Features(fused_projections=True, fused_qkv="blocks"),
     fields=LLAMA.fields._replace(flags=("tie_word_embeddings",), numbers=("rms_norm_eps", "rope_theta",
                                                                           "partial_rotary_factor")),
     allowed=LLAMA.allowed + ("sliding_window",), block=BLOCK,
