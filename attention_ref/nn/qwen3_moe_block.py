@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._checks import as_real_array
+from .._checks import as_real_array, check_positive_int
 from ..variants.grouped_heads import multi_head_attention_backward_formula
 from .llama_block import QKNormRotary, RotaryHalf
 from .moe import swiglu_moe_backward, swiglu_moe_formula
@@ -42,13 +42,15 @@ _DENSE = ("mlp.W_gate", "mlp.W_up", "mlp.W_down")
 
 
 class Qwen3MoeLayer(NamedTuple):
-    """One layer's constants: heads, the norms' epsilon, RoPE's frequencies (Dh/2,) and the routing (None: dense)."""
+    """One layer's constants: heads, the norms' epsilon, RoPE's frequencies (Dh/2,), the routing (None: dense) and
+    the attention's window (None: every earlier key; ``use_sliding_window``: the last ``window`` keys)."""
 
     num_heads: int
     num_kv_heads: int
     eps: float
     theta: np.ndarray
     routing: Routing | None = None
+    window: int | None = None
 
 
 class Qwen3MoeBlockCache(NamedTuple):
@@ -63,6 +65,8 @@ class Qwen3MoeBlockCache(NamedTuple):
 def _check(x, p, layer):
     if not isinstance(layer, Qwen3MoeLayer):
         raise TypeError(f"layer must be an attention_ref.nn.Qwen3MoeLayer, got {type(layer).__name__}")
+    if layer.window is not None:
+        check_positive_int(layer.window, "layer.window")
     mlp = _DENSE if layer.routing is None else ("mlp.W_router",) + _EXPERTS
     names = ("input_norm.weight", "post_attention_norm.weight", "self_attn.q_norm.weight", "self_attn.k_norm.weight",
              *(f"self_attn.{n}" for n in _ATTN), *mlp)
@@ -111,7 +115,8 @@ def qwen3_moe_block_formula(x, p, layer: Qwen3MoeLayer, positions=None, mask=Non
     z, norm_1 = rms_norm_formula(x, p["input_norm.weight"], layer.eps)
     # 2. a = Attn(z): per-head q/k norms, RoPE, causal grouped heads (decoding: the cached keys too)
     a, attn = causal_self_attention_formula(z, {n: p[f"self_attn.{n}"] for n in _ATTN}, layer.num_heads,
-                                            layer.num_kv_heads, mask=mask, kv=kv, rotary=hook)  # (..., N, D)
+                                            layer.num_kv_heads, mask=mask, kv=kv, window=layer.window,
+                                            rotary=hook)  # (..., N, D)
     # 3. h = x + a
     h = x + a
     # 4. u = RMSNorm_2(h)

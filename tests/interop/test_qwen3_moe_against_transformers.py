@@ -19,7 +19,7 @@ transformers' float32 steps inside a float64 model, run here as the same formula
   (4.57: ``Qwen3MoeSparseMoeBlock.forward``, its router lines and its loop over the experts; 5.x:
   ``Qwen3MoeTopKRouter.forward``).
 The attention is SDPA (float64 throughout); 5.x's experts run their eager loop (its default grouped_mm refuses
-float64; 4.57 has only the loop). The ``labels=`` loss (``logits.float()``) is compared at 1e-6; the float64 loss
+float64; 4.57 has only the loop). One test switches ``use_sliding_window`` on (a window of 3 on every layer). The ``labels=`` loss (``logits.float()``) is compared at 1e-6; the float64 loss
 is the same shifted cross-entropy on the float64 logits. transformers' loss is the language-modelling loss alone
 (``output_router_logits`` False), as ``lm_loss``'s.
 """
@@ -237,8 +237,39 @@ def test_plain_top_k_and_a_sparse_step(tmp_path):
     _close(logits, theirs, "logits")
 
 
+def test_a_sliding_window_on_every_layer(tmp_path):
+    """``use_sliding_window`` with a window of 3 keys, shorter than the prompts: the logits of a left-padded
+    batch, and ``generate`` token for token (decoding: the window over the cache)."""
+    with in_float64():
+        torch.manual_seed(5)
+        model = _model(use_sliding_window=True, sliding_window=3)
+        model.save_pretrained(tmp_path)
+        params, config = load_pretrained(tmp_path)
+        assert config.sliding_window == 3
+
+        def draw(g):
+            ids = torch.randint(1, config.vocab_size, (2, 8), generator=g)
+            mask = torch.ones_like(ids)
+            mask[1, :2] = 0
+            ids = ids.masked_fill(mask == 0, 0)
+            with torch.no_grad():
+                full = model.generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False, pad_token_id=0)
+            return ids, mask, full
+
+        ids, mask, full = _draw(model, draw)
+        with torch.no_grad():
+            theirs = model(ids, attention_mask=mask).logits
+    logits, _ = ar.lm_forward(ids.numpy(), params, config, attention_mask=mask.numpy())
+    real = mask.numpy().astype(bool)
+    _close(logits[real], theirs[mask.bool()], "logits")
+    np.testing.assert_array_equal(ar.generate(ids.numpy(), params, config, 6, attention_mask=mask.numpy()), full.numpy())
+    without = ar.LMConfig.from_dict({**ar.models.families.FAMILY["qwen3_moe"].example, "model_type": "qwen3_moe",
+                                     "sliding_window": 3})
+    assert without.sliding_window is None  # the window is read only when use_sliding_window is true
+
+
 @pytest.mark.parametrize("field, value, match", [
-    ("use_sliding_window", True, "use_sliding_window = True is not supported"),
+    ("use_sliding_window", "yes", "field 'use_sliding_window' must be a JSON boolean"),
     ("attention_bias", True, "attention_bias = True is not supported"),
     ("hidden_act", "gelu", "hidden_act = 'gelu' is not supported"),
     ("num_local_experts", 8, "num_experts = 4 and num_local_experts = 8"),

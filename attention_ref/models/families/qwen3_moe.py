@@ -10,11 +10,11 @@ when it is not in ``mlp_only_layers`` and ``(i + 1) % decoder_sparse_step == 0``
 is :mod:`attention_ref.nn.qwen3_moe_block`'s six steps (one definition; its backward holds each token's
 chosen experts fixed, as autograd does).
 
-Reader: Qwen3's fields (:func:`.llama.read_llama`: RoPE as Qwen3, ``head_dim``, ``use_sliding_window``
-refused on) with Qwen3MoeConfig's defaults (``num_key_value_heads`` 4, ``max_position_embeddings``
+Reader: Qwen3's fields (:func:`.llama.read_llama`: RoPE as Qwen3, ``head_dim``) with Qwen3MoeConfig's defaults (``num_key_value_heads`` 4, ``max_position_embeddings``
 32768), and ``num_experts`` (4.57's name; 5.x writes ``num_local_experts``) 128, ``num_experts_per_tok``
 8, ``moe_intermediate_size`` 768, ``norm_topk_prob`` False, ``decoder_sparse_step`` 1,
-``mlp_only_layers`` []. The per-layer plan and the experts' width are the config's ``settings``:
+``mlp_only_layers`` [], and ``use_sliding_window`` (False; when true every layer attends to its last
+``sliding_window`` keys, 4096 by default, as transformers' sliding mask). The per-layer plan and the experts' width are the config's ``settings``:
 ``sparse_layers`` (a bool per layer), ``moe_d_ff``, ``norm_topk_prob``. ``router_aux_loss_coef`` and
 ``output_router_logits`` only concern the auxiliary loss, which :func:`attention_ref.lm_loss` leaves
 out (transformers' language-modelling loss; the auxiliary term is
@@ -61,7 +61,13 @@ def read(d):
         refuse("norm_topk_prob", d["norm_topk_prob"], MODEL_TYPE)
     settings = {"sparse_layers": sparse_layers(d, d["num_hidden_layers"]),
                 "moe_d_ff": d.get("moe_intermediate_size", 768), "norm_topk_prob": d.get("norm_topk_prob", False)}
-    d = {"num_key_value_heads": 4, "max_position_embeddings": 32768, **d}  # Qwen3MoeConfig's defaults
+    if d.get("use_sliding_window", False) not in (True, False):
+        refuse("use_sliding_window", d["use_sliding_window"], MODEL_TYPE)
+    # use_sliding_window: every layer attends to its last sliding_window keys (Qwen3MoeConfig keeps the window only
+    # then; no max_window_layers in Qwen3-MoE)
+    window = d.get("sliding_window", 4096) if d.get("use_sliding_window", False) else None
+    d = {"num_key_value_heads": 4, "max_position_embeddings": 32768,  # Qwen3MoeConfig's defaults
+         **d, "use_sliding_window": False, "sliding_window": window}
     return read_llama(d, MODEL_TYPE, num_experts=experts, experts_per_token=d.get("num_experts_per_tok", 8),
                       settings=settings)
 
@@ -91,8 +97,8 @@ def qwen3_moe_layers(config):
     """Each layer's :class:`attention_ref.nn.Qwen3MoeLayer`: RoPE's frequencies, and the routing on a sparse layer."""
     theta = config.rope_frequencies()
     routing = Routing(config.experts_per_token, "softmax_topk", config.setting("norm_topk_prob"))
-    return [Qwen3MoeLayer(config.num_heads, config.num_kv_heads, config.eps, theta, routing if sparse else None)
-            for sparse in config.setting("sparse_layers")]
+    return [Qwen3MoeLayer(config.num_heads, config.num_kv_heads, config.eps, theta, routing if sparse else None,
+                          config.sliding_window) for sparse in config.setting("sparse_layers")]
 
 
 def qwen3_moe_block(x, p, config, layer: Qwen3MoeLayer, mask, positions, kv):
@@ -145,7 +151,7 @@ KEYS = {
     **computed("num_experts", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob",
                "decoder_sparse_step", "mlp_only_layers"),
     **neutral("router_aux_loss_coef", "output_router_logits"),  # the auxiliary loss only
-    "use_sliding_window": COMPUTED,  # read_llama refuses it on (a window on every layer: not computed here)
+    "use_sliding_window": COMPUTED, "sliding_window": COMPUTED,  # a window on every layer when switched on
 }
 
 FAMILY = QWEN3._replace(
@@ -154,7 +160,7 @@ FAMILY = QWEN3._replace(
         optional_positive=QWEN3.fields.optional_positive + (
             "num_experts", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size", "decoder_sparse_step"),
         flags=QWEN3.fields.flags + ("norm_topk_prob",)),
-    allowed=QWEN3.allowed + ("num_experts", "experts_per_token", "settings"),
+    allowed=QWEN3.allowed + ("sliding_window", "num_experts", "experts_per_token", "settings"),
     model_title="transformers Qwen3MoeForCausalLM (whole model; blocks: model.layers.<i>. as Qwen3MoeDecoderLayer)",
     block_title="transformers Qwen3MoeDecoderLayer (layers.<i>.)", layers=qwen3_moe_layers,
     block_forward=qwen3_moe_block, block_backward=qwen3_moe_block_backward, init_block=None,
