@@ -215,16 +215,21 @@ def test_each_decoding_step_against_past_key_values(saved):
         _close(a, b, f"logits of step {i}")
 
 
-def test_plain_top_k_and_a_sparse_step(tmp_path):
+LINEAR = {"rope_type": "linear", "factor": 2.0}
+
+
+def test_plain_top_k_a_sparse_step_and_scaled_rope(tmp_path):
     """``norm_topk_prob`` False (the softmax's top k as they are) and ``decoder_sparse_step`` 2 with no
-    ``mlp_only_layers`` (layers 1 and 3 sparse, 0 and 2 dense)."""
+    ``mlp_only_layers`` (layers 1 and 3 sparse, 0 and 2 dense); RoPE scaled (linear, factor 2), as Qwen3 reads it."""
+    rope = ({"rope_parameters": {**LINEAR, "rope_theta": 500.0}} if FIVE
+            else {"rope_theta": 500.0, "rope_scaling": LINEAR})
     with in_float64():
         torch.manual_seed(4)
-        model = _model(norm_topk_prob=False, mlp_only_layers=None, decoder_sparse_step=2, num_hidden_layers=4)
+        model = _model(norm_topk_prob=False, mlp_only_layers=None, decoder_sparse_step=2, num_hidden_layers=4, **rope)
         model.save_pretrained(tmp_path)
         params, config = load_pretrained(tmp_path)
         assert config.setting("sparse_layers") == (False, True, False, True)
-        assert config.setting("norm_topk_prob") is False
+        assert config.setting("norm_topk_prob") is False and dict(config.rope_scaling) == LINEAR
 
         def draw(g):
             ids = torch.randint(1, config.vocab_size, (2, 8), generator=g)
