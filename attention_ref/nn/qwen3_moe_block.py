@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._checks import as_real_array
+from .._checks import as_real_array, check_positive_int
 from ..variants.grouped_heads import multi_head_attention_backward_formula
 from .llama_block import QKNormRotary, RotaryHalf
 from .moe import swiglu_moe_backward, swiglu_moe_formula
@@ -33,7 +33,8 @@ from .multi_head_attention import causal_self_attention_formula
 from .rms_norm import rms_norm_backward, rms_norm_formula
 from .swiglu import swiglu_backward, swiglu_formula
 
-__all__ = ["Qwen3MoeLayer", "Qwen3MoeBlockCache", "qwen3_moe_block_forward", "qwen3_moe_block_backward"]
+__all__ = ["Qwen3MoeLayer", "Qwen3MoeBlockCache", "qwen3_moe_block_forward", "qwen3_moe_block_formula",
+           "qwen3_moe_block_backward"]
 
 _ATTN = ("W_q", "W_k", "W_v", "W_o")
 _EXPERTS = ("mlp.experts.W_gate", "mlp.experts.W_up", "mlp.experts.W_down")
@@ -41,26 +42,31 @@ _DENSE = ("mlp.W_gate", "mlp.W_up", "mlp.W_down")
 
 
 class Qwen3MoeLayer(NamedTuple):
-    """One layer's constants: heads, the norms' epsilon, RoPE's frequencies (Dh/2,) and the routing (None: dense)."""
+    """One layer's constants: heads, the norms' epsilon, RoPE's frequencies (Dh/2,), the routing (None: dense) and
+    the attention's window (None: every earlier key; ``use_sliding_window``: the last ``window`` keys)."""
 
     num_heads: int
     num_kv_heads: int
     eps: float
     theta: np.ndarray
     routing: Routing | None = None
+    window: int | None = None
 
 
 class Qwen3MoeBlockCache(NamedTuple):
     norm_1: object  # step 1
     attn: object  # step 2, GroupedMultiHeadCache
     norm_2: object  # step 4
-    mlp: object  # step 5: SwiGLUMoECache or SwiGLUCache
+    mlp: object  # step 5: MoECache or SwiGLUCache
     routed: bool
+    m: np.ndarray | None = None  # step 5's output (..., N, D) (the trace's ``mlp``)
 
 
 def _check(x, p, layer):
     if not isinstance(layer, Qwen3MoeLayer):
         raise TypeError(f"layer must be an attention_ref.nn.Qwen3MoeLayer, got {type(layer).__name__}")
+    if layer.window is not None:
+        check_positive_int(layer.window, "layer.window")
     mlp = _DENSE if layer.routing is None else ("mlp.W_router",) + _EXPERTS
     names = ("input_norm.weight", "post_attention_norm.weight", "self_attn.q_norm.weight", "self_attn.k_norm.weight",
              *(f"self_attn.{n}" for n in _ATTN), *mlp)
@@ -95,6 +101,11 @@ def qwen3_moe_block_forward(x, p, layer: Qwen3MoeLayer, positions=None, mask=Non
     tokens); with ``kv`` a :class:`attention_ref.variants.kv_cache.KVCache` a decoding step (no cache
     is kept for a backward). ``mask``: None or a boolean mask as the Llama block takes it."""
     x, p = _check(x, p, layer)
+    return qwen3_moe_block_formula(x, p, layer, positions, mask, kv)
+
+
+def qwen3_moe_block_formula(x, p, layer: Qwen3MoeLayer, positions=None, mask=None, kv=None):
+    """:func:`qwen3_moe_block_forward` on inputs already checked (the family's model checks once, at its edge)."""
     if positions is None:
         positions = np.arange(x.shape[-2]) if kv is None else np.arange(kv.length, kv.length + x.shape[-2])
     at = positions if kv is None else positions[..., None, :]
@@ -104,7 +115,8 @@ def qwen3_moe_block_forward(x, p, layer: Qwen3MoeLayer, positions=None, mask=Non
     z, norm_1 = rms_norm_formula(x, p["input_norm.weight"], layer.eps)
     # 2. a = Attn(z): per-head q/k norms, RoPE, causal grouped heads (decoding: the cached keys too)
     a, attn = causal_self_attention_formula(z, {n: p[f"self_attn.{n}"] for n in _ATTN}, layer.num_heads,
-                                            layer.num_kv_heads, mask=mask, kv=kv, rotary=hook)  # (..., N, D)
+                                            layer.num_kv_heads, mask=mask, kv=kv, window=layer.window,
+                                            rotary=hook)  # (..., N, D)
     # 3. h = x + a
     h = x + a
     # 4. u = RMSNorm_2(h)
@@ -116,7 +128,7 @@ def qwen3_moe_block_forward(x, p, layer: Qwen3MoeLayer, positions=None, mask=Non
         m, mlp = swiglu_moe_formula(u, p["mlp.W_router"], *(p[n] for n in _EXPERTS), layer.routing)
     # 6. y = h + m
     y = h + m
-    return y, (None if kv is not None else Qwen3MoeBlockCache(norm_1, attn, norm_2, mlp, layer.routing is not None))
+    return y, (None if kv is not None else Qwen3MoeBlockCache(norm_1, attn, norm_2, mlp, layer.routing is not None, m))
 
 
 def qwen3_moe_block_backward(dy, cache: Qwen3MoeBlockCache):

@@ -41,3 +41,22 @@ def test_rms_norm_eps_and_tied_head_defaults(model_type, config_class):
     ours, theirs = _ours_and_theirs(model_type, config_class, ["rms_norm_eps", "tie_word_embeddings"])
     assert ours.eps == theirs.rms_norm_eps
     assert ours.tie_word_embeddings == theirs.tie_word_embeddings
+
+
+def test_qwen3_moe_defaults():
+    """Qwen3MoeConfig's defaults: 4 key/value heads (not the query heads' count), 128 experts of which 8 per token,
+    experts 768 wide, the top k not normalised, every layer sparse, 32768 positions, eps 1e-6, untied."""
+    leave_out = ["num_key_value_heads", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                 "norm_topk_prob", "decoder_sparse_step", "mlp_only_layers", "max_position_embeddings", "rms_norm_eps",
+                 "tie_word_embeddings"]
+    d = {k: v for k, v in {**SIZES, "num_attention_heads": 8, "hidden_size": 32}.items() if k not in leave_out}
+    theirs = transformers.Qwen3MoeConfig(**d)  # built without the fields: its defaults
+    ours = ar.LMConfig.from_dict({**d, "model_type": "qwen3_moe"})
+    assert ours.num_kv_heads == theirs.num_key_value_heads == 4
+    assert (ours.num_experts, ours.experts_per_token) == (theirs.num_experts, theirs.num_experts_per_tok) == (128, 8)
+    assert ours.setting("moe_d_ff") == theirs.moe_intermediate_size == 768
+    assert ours.setting("norm_topk_prob") is theirs.norm_topk_prob is False
+    sparse = tuple(i not in theirs.mlp_only_layers and (i + 1) % theirs.decoder_sparse_step == 0 for i in range(2))
+    assert ours.setting("sparse_layers") == sparse == (True, True)
+    assert (ours.max_positions, ours.eps, ours.tie_word_embeddings) == (
+        theirs.max_position_embeddings, theirs.rms_norm_eps, theirs.tie_word_embeddings) == (32768, 1e-6, False)
