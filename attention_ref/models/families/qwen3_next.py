@@ -208,7 +208,7 @@ class Qwen3NextBlockCache(NamedTuple):
     keep: np.ndarray | None  # step 1's padding multiplier (..., T, 1) on a linear layer, or None
     mixer: object  # step 2, GatedDeltaNetCache or GatedAttentionCache
     norm2: object  # step 4
-    mlp: object  # step 5: (SwiGLUMoECache, SharedExpertCache) or SwiGLUCache
+    mlp: object  # step 5: (SwiGLUMoECache, SharedExpertCache, the routed sum (..., N, D)) or SwiGLUCache
     layer: Qwen3NextLayer
 
 
@@ -268,7 +268,7 @@ def qwen3_next_block(x, p, config, layer: Qwen3NextLayer, mask, positions, kv):
     if layer.moe:
         routed, moe = swiglu_moe_formula(u, *(p[name] for name in _MOE), layer.routing)  # (..., N, D)
         shared, shared_cache = gated_shared_expert_formula(u, *(p[name] for name in _SHARED))
-        m, mlp = routed + shared, (moe, shared_cache)
+        m, mlp = routed + shared, (moe, shared_cache, routed)
     else:
         m, mlp = swiglu_formula(u, *(p[name] for name in _DENSE))
     # 6. y = h + m
@@ -281,7 +281,7 @@ def qwen3_next_block_backward(dy, cache: Qwen3NextBlockCache):
     g = {}
     # 6. y = h + m; 5. the MLP
     if cache.layer.moe:
-        moe, shared = cache.mlp
+        moe, shared, _ = cache.mlp
         du, *grads = swiglu_moe_backward(dy, moe)
         g.update(zip(_MOE, grads))
         du_s, *grads = gated_shared_expert_backward(dy, shared)
@@ -311,37 +311,38 @@ def qwen3_next_block_backward(dy, cache: Qwen3NextBlockCache):
 
 def qwen3_next_trace_block(cache, p, config):
     """The trace of one ``Qwen3NextDecoderLayer`` (after ``model.layers.<i>.``), from its caches, in transformers
-    5.x's hook order (4.57's experts are modules of their own: :data:`FAMILY` ``names_4x`` leaves them out)."""
+    5.x's hook order. The MoE block runs on the tokens flattened (B T, ...): the shared expert's modules, then the
+    router ``mlp.gate`` (its logits), ``mlp.experts`` (the routed experts' weighted sum) and ``mlp.shared_expert_gate``
+    (its logit). Not traced: the experts' inner modules, which run on each expert's own tokens (5.x's
+    ``mlp.experts.act_fn`` once per expert; 4.57's ``mlp.experts.<e>.*``), and 4.57's ``linear_attn.conv1d``, the
+    padded convolution's raw (B, C, T + K - 1) output (its first T columns are the convolution step before its
+    SiLU); 4.57 also calls the router first and has no ``mlp.experts`` module of its own."""
     mixer = cache.mixer
-    z = norm_output(cache.norm1)
-    out = [("input_layernorm", z)]
+    out = [("input_layernorm", norm_output(cache.norm1))]
     if cache.layer.linear:
-        n = mixer.out.x  # (..., T, Hv dv)
-        a = linear_output(mixer.out)
+        a = linear_output(mixer.out)  # (..., T, D)
         out += [("linear_attn.in_proj_qkvz", linear_output(mixer.qkvz)), ("linear_attn.in_proj_ba", linear_output(mixer.ba)),
-                ("linear_attn.norm", n.reshape(-1, config.setting("linear_value_dim"))),
+                ("linear_attn.norm", mixer.out.x.reshape(-1, config.setting("linear_value_dim"))),  # (B T Hv, dv)
                 ("linear_attn.out_proj", a), ("linear_attn", a)]
     else:
         a = linear_output(mixer.o_proj)
         out += [("self_attn.q_proj", linear_output(mixer.q_proj)), ("self_attn.q_norm", norm_output(mixer.q_norm)),
                 ("self_attn.k_proj", linear_output(mixer.k_proj)), ("self_attn.k_norm", norm_output(mixer.k_norm)),
                 ("self_attn.v_proj", linear_output(mixer.v_proj)), ("self_attn.o_proj", a), ("self_attn", a)]
-    u = norm_output(cache.norm2)
-    out.append(("post_attention_layernorm", u))
-    if cache.layer.moe:
-        moe, shared = cache.mlp
-        s = shared.mlp
-        flat = lambda t: t.reshape(-1, t.shape[-1])  # noqa: E731  (5.x's MoE block runs on the tokens flattened)
-        routed = linear_output(moe.router.linear)  # (B T, E)
-        m_shared = shared.m
-        out += [("mlp.shared_expert.gate_proj", flat(s.a)), ("mlp.shared_expert.act_fn", flat(s.a * s.sig)),
-                ("mlp.shared_expert.up_proj", flat(s.u)), ("mlp.shared_expert.down_proj", flat(m_shared)),
-                ("mlp.shared_expert", flat(m_shared)), ("mlp.gate", routed)]
-        return out, moe, shared, u
-    s = cache.mlp
-    m = linear_output(s.down)
-    return out + [("mlp.gate_proj", s.a), ("mlp.act_fn", s.a * s.sig), ("mlp.up_proj", s.u), ("mlp.down_proj", m),
-                  ("mlp", m)]
+    out.append(("post_attention_layernorm", norm_output(cache.norm2)))
+    if not cache.layer.moe:
+        s = cache.mlp
+        m = linear_output(s.down)
+        return out + [("mlp.gate_proj", s.a), ("mlp.act_fn", s.a * s.sig), ("mlp.up_proj", s.u),
+                      ("mlp.down_proj", m), ("mlp", m)]
+    moe, shared, routed = cache.mlp
+    s = shared.mlp
+    flat = lambda t: t.reshape(-1, t.shape[-1])  # noqa: E731  (B T, ...)
+    return out + [("mlp.shared_expert.gate_proj", flat(s.a)), ("mlp.shared_expert.act_fn", flat(s.a * s.sig)),
+                  ("mlp.shared_expert.up_proj", flat(s.u)), ("mlp.shared_expert.down_proj", flat(shared.m)),
+                  ("mlp.shared_expert", flat(shared.m)), ("mlp.gate", linear_output(moe.router.linear)),
+                  ("mlp.experts", flat(routed)), ("mlp.shared_expert_gate", flat(linear_output(shared.gate))),
+                  ("mlp", routed + shared.s * shared.m)]
 
 
 # ---- the parameter table ----
@@ -463,7 +464,7 @@ FAMILY = LLAMA._replace(
     final=(_LLAMA_FINAL_NORM._replace(init="zeros"),) + LLAMA.final[1:],
     final_norm=final_norm, final_norm_backward=final_norm_backward,
     layers=qwen3_next_layers, block_forward=qwen3_next_block, block_backward=qwen3_next_block_backward,
-    init_block=None, float32_steps=(), keys=KEYS, new_cache=new_cache, trace_block=None)
+    init_block=None, float32_steps=(), keys=KEYS, new_cache=new_cache, trace_block=qwen3_next_trace_block)
 
 #: a small Qwen3-Next (attention_ref.interop.write_random_model): one linear and one full layer, experts with a gated
 #: shared expert on both; every config.json field that changes the maths written out
