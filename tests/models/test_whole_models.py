@@ -8,6 +8,7 @@ import pytest
 
 import attention_ref as ar
 from attention_ref.interop import from_transformers_state, load_pretrained, to_transformers, write_safetensors
+from attention_ref.models.families import FAMILY
 
 GPT2 = ar.LMConfig(family="gpt2", vocab_size=11, d_model=8, num_layers=2, num_heads=2, num_kv_heads=2, d_ff=12,
                    max_positions=16, eps=1e-5)
@@ -58,6 +59,14 @@ CONFIGS = {
                               "experts_per_token": 2, "rope_scaling": {
                                   "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
                                   "truncate": False}}),
+    # Qwen3-Next: a Gated DeltaNet layer and a gated-attention layer (RoPE on half of each head), experts with a
+    # gated shared expert on the first, a dense MLP on the second (mlp_only_layers) (models/families/qwen3_next.py)
+    "qwen3_next": ar.LMConfig.from_dict({
+        "model_type": "qwen3_next", **FAMILY["qwen3_next"].example, "vocab_size": 13, "hidden_size": 8,
+        "intermediate_size": 6, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 4,
+        "linear_num_key_heads": 1, "linear_num_value_heads": 2, "linear_key_head_dim": 3, "linear_value_head_dim": 2,
+        "linear_conv_kernel_dim": 2, "num_experts": 3, "moe_intermediate_size": 2, "shared_expert_intermediate_size": 3,
+        "mlp_only_layers": [1], "pad_token_id": 0}),
     # Llama with Meta's interleaved RoPE pairs (config.rope_layout)
     "llama-interleaved": ar.LMConfig(**{**LLAMA.to_dict(), "rope_layout": "interleaved", "head_dim": 4}),
 }
@@ -70,6 +79,17 @@ def _model(name, seed=0):
     # larger, non-special weights: the attention is far from uniform and every norm parameter matters
     return {k: v * 10 + 0.1 * rng.standard_normal(v.shape) if v.ndim == 2 else v + 0.3 * rng.standard_normal(v.shape)
             for k, v in params.items()}, config
+
+
+def _router_caches(cache):
+    """Every router's cache inside a block's cache (a tree of named tuples and tuples): gpt-oss's one, Qwen3-Next's
+    on its expert layers, none on a dense one."""
+    from attention_ref.nn.moe_routing import RouterCache
+    if isinstance(cache, RouterCache):
+        return [cache]
+    if isinstance(cache, tuple):
+        return [r for part in cache for r in _router_caches(part)]
+    return []
 
 
 @pytest.mark.parametrize("name", CONFIGS)
@@ -90,10 +110,11 @@ def test_every_gradient_of_a_tiny_model_against_finite_differences(name):
 
     if config.num_experts is not None:  # no near tie in the routing: a finite difference must not change the experts
         for layer, block in enumerate(forward({})[1].blocks):
-            router = block.moe.router.linear  # the router's input (T, D) and weight (D, E)
-            top = np.sort(router.x @ router.W + params[f"layers.{layer}.mlp.b_router"], axis=-1)  # (T, E)
-            gap = top[:, -config.experts_per_token] - top[:, -config.experts_per_token - 1]
-            assert gap.min() > 1e-3 * np.abs(top).max(), (layer, gap.min())
+            for router in _router_caches(block):  # the router's input (T, D) and weight (D, E)
+                top = np.sort(router.linear.x @ router.linear.W + params.get(f"layers.{layer}.mlp.b_router", 0.0),
+                              axis=-1)  # (T, E)
+                gap = top[:, -config.experts_per_token] - top[:, -config.experts_per_token - 1]
+                assert gap.min() > 1e-3 * np.abs(top).max(), (layer, gap.min())
     report = ar.gradcheck(forward, backward, {k: params[k] for k in keys}, atol=1e-7, rtol=1e-5)
     report.raise_if_failed()
     grads = ar.lm_backward(np.ones((2, 5, config.vocab_size)), forward({})[1])

@@ -51,7 +51,7 @@ from ...nn.swiglu import swiglu_backward_formula, swiglu_formula
 from ...variants.kv_cache import KVCache
 from ..config import LMConfig, refuse
 from ..family import COMPUTED, DROPOUT, NEUTRAL, Tensor, computed, neutral
-from ..trace_steps import linear_output, norm_output
+from ..trace_steps import SEPARATOR, attention_steps, linear_output, norm_output
 from .gemma3_text import final_norm, final_norm_backward
 from .llama import FAMILY as LLAMA, LLAMA_KEYS, rope_spellings, token_id
 
@@ -170,10 +170,12 @@ class LinearAttentionState:
 
     def __init__(self):
         self.state = None  # DeltaNetState, or None before the first call
+        self.length = 0  # the tokens seen (as a KVCache's length)
 
     def __repr__(self):
-        return "LinearAttentionState(empty)" if self.state is None else (
-            f"LinearAttentionState(window={self.state.window.shape}, recurrent={self.state.recurrent.shape})")
+        return "LinearAttentionState(length=0)" if self.state is None else (
+            f"LinearAttentionState(length={self.length}, window={self.state.window.shape},"
+            f" recurrent={self.state.recurrent.shape})")
 
 
 def new_cache(config, i):
@@ -249,7 +251,7 @@ def qwen3_next_block(x, p, config, layer: Qwen3NextLayer, mask, positions, kv):
         a, mixer = gated_delta_net_formula(z, delta, layer.delta,
                                            None if kv is None else kv.state)  # (..., N, D)
         if kv is not None:
-            kv.state = mixer.state
+            kv.state, kv.length = mixer.state, kv.length + x.shape[-2]
     else:
         # 2. a = GatedAttention(z): partial RoPE at the positions, causal, padding keys masked
         at = positions if kv is None else positions[..., None, :]  # (N,), or (B, 1, t) when decoding
@@ -311,7 +313,8 @@ def qwen3_next_block_backward(dy, cache: Qwen3NextBlockCache):
 
 def qwen3_next_trace_block(cache, p, config):
     """The trace of one ``Qwen3NextDecoderLayer`` (after ``model.layers.<i>.``), from its caches, in transformers
-    5.x's hook order. The MoE block runs on the tokens flattened (B T, ...): the shared expert's modules, then the
+    5.x's hook order; a full layer's attention steps as ``self_attn:q_rope``, ``:k_rope``, ``:scores``, ``:probs`` (a
+    linear layer has no scores: its state replaces them). The MoE block runs on the tokens flattened (B T, ...): the shared expert's modules, then the
     router ``mlp.gate`` (its logits), ``mlp.experts`` (the routed experts' weighted sum) and ``mlp.shared_expert_gate``
     (its logit). Not traced: the experts' inner modules, which run on each expert's own tokens (5.x's
     ``mlp.experts.act_fn`` once per expert; 4.57's ``mlp.experts.<e>.*``), and 4.57's ``linear_attn.conv1d``, the
@@ -325,10 +328,14 @@ def qwen3_next_trace_block(cache, p, config):
                 ("linear_attn.norm", mixer.out.x.reshape(-1, config.setting("linear_value_dim"))),  # (B T Hv, dv)
                 ("linear_attn.out_proj", a), ("linear_attn", a)]
     else:
-        a = linear_output(mixer.o_proj)
+        a, att = linear_output(mixer.o_proj), mixer.attention
+        steps = dict(attention_steps(att.q, att.k, att.weights, att.scale, False))  # keys repeated to the H heads
+        steps["k_rope"] = mixer.kv[0]  # (..., Hkv, T, Dh): each key/value head once
         out += [("self_attn.q_proj", linear_output(mixer.q_proj)), ("self_attn.q_norm", norm_output(mixer.q_norm)),
                 ("self_attn.k_proj", linear_output(mixer.k_proj)), ("self_attn.k_norm", norm_output(mixer.k_norm)),
-                ("self_attn.v_proj", linear_output(mixer.v_proj)), ("self_attn.o_proj", a), ("self_attn", a)]
+                ("self_attn.v_proj", linear_output(mixer.v_proj))]
+        out += [(f"self_attn{SEPARATOR}{step}", value) for step, value in steps.items()]
+        out += [("self_attn.o_proj", a), ("self_attn", a)]
     out.append(("post_attention_layernorm", norm_output(cache.norm2)))
     if not cache.layer.moe:
         s = cache.mlp
