@@ -41,7 +41,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ...nn.gated_attention import GatedAttentionShape, gated_attention_backward, gated_attention_formula
-from ...nn.gated_delta_net import DeltaNetShape, DeltaNetState, gated_delta_net_backward, gated_delta_net_formula
+from ...nn.gated_delta_net import DeltaNetShape, gated_delta_net_backward, gated_delta_net_formula
 from ...nn.gemma_rms_norm import gemma_rms_norm_formula
 from ...nn.moe import swiglu_moe_backward, swiglu_moe_formula
 from ...nn.moe_routing import Routing
@@ -50,7 +50,7 @@ from ...nn.shared_expert import gated_shared_expert_backward, gated_shared_exper
 from ...nn.swiglu import swiglu_backward_formula, swiglu_formula
 from ...variants.kv_cache import KVCache
 from ..config import LMConfig, refuse
-from ..family import COMPUTED, DROPOUT, NEUTRAL, Tensor, computed, neutral
+from ..family import DROPOUT, EXPERTS_5X, Tensor, computed, neutral
 from ..trace_steps import SEPARATOR, attention_steps, linear_output, norm_output
 from .gemma3_text import final_norm, final_norm_backward
 from .llama import FAMILY as LLAMA, LLAMA_KEYS, rope_spellings, token_id
@@ -471,7 +471,8 @@ FAMILY = LLAMA._replace(
     final=(_LLAMA_FINAL_NORM._replace(init="zeros"),) + LLAMA.final[1:],
     final_norm=final_norm, final_norm_backward=final_norm_backward,
     layers=qwen3_next_layers, block_forward=qwen3_next_block, block_backward=qwen3_next_block_backward,
-    init_block=None, float32_steps=(), keys=KEYS, new_cache=new_cache, trace_block=qwen3_next_trace_block)
+    init_block=None, float32_steps=(), keys=KEYS, new_cache=new_cache, trace_block=qwen3_next_trace_block,
+    experts_5x=EXPERTS_5X)
 
 #: a small Qwen3-Next (attention_ref.interop.write_random_model): one linear and one full layer, experts with a gated
 #: shared expert on both; every config.json field that changes the maths written out
