@@ -475,13 +475,14 @@ FAMILY = LLAMA._replace(
     experts_5x=EXPERTS_5X)
 
 #: a small Qwen3-Next (attention_ref.interop.write_random_model): one linear and one full layer, experts with a gated
-#: shared expert on both; every config.json field that changes the maths written out
+#: shared expert on both; every config.json field that changes the maths written out (experts 8 wide: transformers
+#: 5.x's default grouped_mm kernel needs rows of a multiple of 16 bytes, which 6 float32s are not)
 EXAMPLE = {"vocab_size": 64, "hidden_size": 16, "intermediate_size": 20, "num_hidden_layers": 2,
            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "partial_rotary_factor": 0.5,
            "rope_theta": 1000.0, "max_position_embeddings": 256, "rms_norm_eps": 1e-6,
            "layer_types": [LINEAR, FULL], "linear_num_key_heads": 2, "linear_num_value_heads": 4,
            "linear_key_head_dim": 4, "linear_value_head_dim": 3, "linear_conv_kernel_dim": 3,
-           "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 6, "shared_expert_intermediate_size": 5,
+           "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 8, "shared_expert_intermediate_size": 5,
            "norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": [], "attention_bias": False,
            "tie_word_embeddings": False}
 FAMILY = FAMILY._replace(example=EXAMPLE)
