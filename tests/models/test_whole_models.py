@@ -464,3 +464,25 @@ def test_settings_are_a_family_s_own_constants_stored_as_sorted_pairs():
         assert all(not isinstance(v, list) for _, v in config.settings)
         with pytest.raises(ValueError, match="settings must be a mapping"):
             LMConfig(**{**config.to_dict(), "settings": [("a",)]})
+
+
+def test_qwen3_next_reads_its_layer_plan_and_refuses_bad_settings_by_name():
+    """Qwen3-Next's reader: transformers' default layer kinds (every ``full_attention_interval``-th layer full), the
+    experts' layers from ``decoder_sparse_step`` and ``mlp_only_layers``; a malformed setting named."""
+    d = {"model_type": "qwen3_next", **FAMILY["qwen3_next"].example, "num_hidden_layers": 6, "layer_types": None,
+         "full_attention_interval": 3, "decoder_sparse_step": 2, "mlp_only_layers": [5]}
+    config = ar.LMConfig.from_dict(d)
+    assert config.setting("linear_layers") == (True, True, False, True, True, False)
+    assert config.setting("moe_layers") == (False, True, False, True, False, False)
+    assert config.rotary_dim == 4  # int(head_dim 8 * partial_rotary_factor 0.5)
+    dense = ar.LMConfig.from_dict({**d, "num_experts": 0})
+    assert dense.num_experts is None and not any(dense.setting("moe_layers"))
+    for field, value, match in [("linear_num_value_heads", 3, "must be a multiple of"),
+                                ("full_attention_interval", 0, "full_attention_interval.? must be a positive integer"),
+                                ("mlp_only_layers", "5", "mlp_only_layers must be"),
+                                ("partial_rotary_factor", 0.1, "must be even"),
+                                ("norm_topk_prob", 1, "norm_topk_prob")]:
+        with pytest.raises(ValueError, match=match):
+            ar.LMConfig.from_dict({**d, field: value})
+    with pytest.raises(ValueError, match="settings linear_layers must be"):
+        ar.LMConfig(**{**config.to_dict(), "settings": {**dict(config.settings), "linear_layers": (True,)}})
