@@ -131,6 +131,17 @@ MODELS = {
         "moe_intermediate_size": 192, "num_experts": 32, "num_experts_per_tok": 8, "norm_topk_prob": True,
         "decoder_sparse_step": 1, "mlp_only_layers": [0], "max_position_embeddings": 32768, "rms_norm_eps": 1e-6,
         "rope_theta": 1000000.0, "use_sliding_window": False, "tie_word_embeddings": False, "hidden_act": "silu"},
+    # Qwen3-Next's pieces (three Gated DeltaNet layers to one gated-attention layer, RoPE on a quarter of each head,
+    # 32 experts of which each token takes 4, renormalised, and a gated shared expert) at SmolLM-135M's width,
+    # 12 layers, experts 192 wide: a linear layer's decoding state is constant in the context (no KV cache)
+    "Qwen3-Next-style (3 DeltaNet : 1 gated attention, 32 experts top 4 + shared) at SmolLM-135M width, 12 layers": {
+        "model_type": "qwen3_next", "vocab_size": 49152, "hidden_size": 576, "num_hidden_layers": 12,
+        "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 128, "partial_rotary_factor": 0.25,
+        "full_attention_interval": 4, "linear_num_key_heads": 4, "linear_num_value_heads": 8,
+        "linear_key_head_dim": 64, "linear_value_head_dim": 64, "linear_conv_kernel_dim": 4, "intermediate_size": 1536,
+        "num_experts": 32, "num_experts_per_tok": 4, "moe_intermediate_size": 192, "shared_expert_intermediate_size": 192,
+        "norm_topk_prob": True, "max_position_embeddings": 32768, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+        "tie_word_embeddings": False},
 }
 QUICK = {
     "tiny GPT-2": {"model_type": "gpt2", "vocab_size": 300, "n_embd": 32, "n_layer": 2, "n_head": 4,

@@ -122,8 +122,10 @@ def gated_attention_forward(x, params, shape: GatedAttentionShape, positions=Non
     return gated_attention_formula(x, p, shape, positions, past)
 
 
-def gated_attention_formula(x, p, shape: GatedAttentionShape, positions, past=None):
-    """:func:`gated_attention_forward` on checked inputs."""
+def gated_attention_formula(x, p, shape: GatedAttentionShape, positions, past=None, mask=None):
+    """:func:`gated_attention_forward` on checked inputs (the family's block calls it): ``positions`` (t,) or
+    broadcastable to (..., 1, t) (each row's own, when decoding a left-padded batch), ``mask`` None or a boolean key
+    mask broadcastable to (..., 1, P + t) (False: a padding key no query sees), taken with the causal mask."""
     h, hkv, dh, r, base, eps = shape
     T = x.shape[-2]
     # 1. projections; each head's query and gate side by side in W_q
@@ -144,7 +146,8 @@ def gated_attention_formula(x, p, shape: GatedAttentionShape, positions, past=No
     if past is not None:
         P = past[0].shape[-2]
         k, v = np.concatenate([past[0], k], axis=-2), np.concatenate([past[1], v], axis=-2)  # (..., Hkv, P + T, Dh)
-    mask = np.arange(P + T)[None, :] <= (P + np.arange(T))[:, None]  # (T, P + T): True may attend
+    causal = np.arange(P + T)[None, :] <= (P + np.arange(T))[:, None]  # (T, P + T): True may attend
+    mask = causal if mask is None else mask[..., None, :, :] & causal  # (..., 1, T, P + T) with a key mask
     o, attention = attention_formula(q, np.repeat(k, h // hkv, axis=-3), np.repeat(v, h // hkv, axis=-3), mask,
                                      scale=dh ** -0.5)  # (..., H, T, Dh)
     # 5. merge the heads, gate

@@ -28,7 +28,7 @@ transformers = pytest.importorskip("transformers")
 import attention_ref as ar  # noqa: E402
 from attention_ref.interop import (gemma2_in_float64, gemma3_in_float64, gpt_oss_in_float64, llama_in_float64,  # noqa: E402
                                    load_pretrained, moe_models_in_float64)
-from attention_ref.interop.float64 import bloom_in_float64  # noqa: E402
+from attention_ref.interop.float64 import bloom_in_float64, qwen3_next_in_float64  # noqa: E402
 from attention_ref.models.config import family_of  # noqa: E402
 from attention_ref.models.families import FAMILIES  # noqa: E402
 
@@ -90,6 +90,17 @@ BUILD = {
                        norm_topk_prob=True, mlp_only_layers=[0], attn_implementation="sdpa",
                        **({"experts_implementation": "eager"} if FIVE else {})),
                   lambda: _both(llama_in_float64(), moe_models_in_float64())),
+    # Qwen3-Next: one linear-attention and one full layer, experts and a gated shared expert on both
+    "qwen3_next": ("Qwen3NextConfig", "Qwen3NextForCausalLM",
+                   dict(SMALL, head_dim=8, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=4,
+                        linear_value_head_dim=3, linear_conv_kernel_dim=3, num_experts=4, num_experts_per_tok=2,
+                        moe_intermediate_size=6, shared_expert_intermediate_size=5,
+                        layer_types=["linear_attention", "full_attention"], attn_implementation="sdpa",
+                        **({"experts_implementation": "eager"} if FIVE else {}),
+                        **({"rope_parameters": {"rope_type": "default", "rope_theta": 500.0,
+                                                "partial_rotary_factor": 0.5}} if FIVE
+                           else {"rope_theta": 500.0, "partial_rotary_factor": 0.5})),
+                   qwen3_next_in_float64),
 }
 #: transformers 4.57's Gemma 2 scales the embedding after its plain ``nn.Embedding`` (5.x: inside
 #: ``Gemma2TextScaledWordEmbedding``): its ``model.embed_tokens`` hook records the unscaled lookup, compared
@@ -99,10 +110,10 @@ UNSCALED_4X = {"gemma2": "model.embed_tokens"}
 #: the top-k softmax weights scattered into (B T, E) (5.x: the logits), ``mlp.experts`` is (B, T, D) (5.x: (B T, D));
 #: compared here with the same formulas on the trace's logits and outputs
 def _no_near_tie(trace, config):
-    """gpt-oss's and Qwen3-MoE's routing has no near tie (the k-th and (k+1)-th router logits of every token apart by
-    1e-6 of their scale), so both implementations choose the same experts."""
+    """gpt-oss's, Qwen3-MoE's and Qwen3-Next's routing has no near tie (the k-th and (k+1)-th router logits of every
+    token apart by 1e-6 of their scale), so both implementations choose the same experts."""
     k = config.experts_per_token
-    for name in [n for n in trace if n.endswith(("mlp.router", "mlp.gate"))]:  # gpt-oss's, Qwen3-MoE's router
+    for name in [n for n in trace if n.endswith(("mlp.router", "mlp.gate")) and trace[n].shape[-1] == config.num_experts]:
         top = np.sort(trace[name], axis=-1)  # (B T, E)
         assert (top[:, -k] - top[:, -k - 1]).min() > 1e-6 * np.abs(top).max(), f"a near tie in {name}: draw again"
 
@@ -128,12 +139,26 @@ def _both(first, second):
         yield
 
 
-#: Qwen3-MoE's experts' inner modules run on the tokens routed to each expert (4.57: ``mlp.experts.<e>.*``, one
-#: module per expert; 5.x: ``mlp.experts.act_fn`` once per expert): not traced, left out here; 4.57 has no
-#: ``mlp.experts`` module of its own (a ModuleList), so the trace's (5.x's) is left out of the 4.57 comparison
-def _expert_inside(name):
-    return ".mlp.experts." in name
+def _qwen3_next_4x(ours):
+    """transformers 4.57's Qwen3-Next MoE block calls its router first and keeps its experts in a module list (no
+    ``mlp.experts`` output of its own): the trace's 5.x order and names as 4.57 hooks them."""
+    out = {}
+    for name, value in ours.items():
+        if name.endswith("mlp.experts") or name.endswith("mlp.gate"):
+            continue
+        if name.endswith("mlp.shared_expert.gate_proj"):
+            gate = name[:-len("shared_expert.gate_proj")] + "gate"
+            out[gate] = ours[gate]
+        out[name] = value
+    return out
 
+
+#: modules of each family that run on other inputs than the trace's steps: the experts' inner modules of Qwen3-MoE
+#: and Qwen3-Next (each on its own tokens: 5.x's ``mlp.experts.act_fn`` once per expert, 4.57's
+#: ``mlp.experts.<e>.*``) and 4.57's raw padded convolution ``linear_attn.conv1d`` (B, C, T + K - 1), whose SiLU
+#: Qwen3-Next's layer applies outside it. 4.57's Qwen3-MoE has no ``mlp.experts`` module of its own (a ModuleList):
+#: the trace's (5.x's) is left out of the 4.57 comparison
+NOT_TRACED = {"qwen3_moe": (".mlp.experts.",), "qwen3_next": (".mlp.experts.", ".linear_attn.conv1d")}
 
 #: modules whose output is not an activation: left out of the trace (and of this comparison)
 SKIPPED = ("Dropout", "RotaryEmbedding", "ModuleList")
@@ -151,11 +176,12 @@ def _model(family):
     return model
 
 
-def _hooked(model, ids, mask):
+def _hooked(model, ids, mask, family=None):
     """Every module's output, in the order the forward hooks fire: a list of (name, array)."""
     fired, handles = [], []
     for name, module in model.named_modules():
-        if any(kind in type(module).__name__ for kind in SKIPPED):
+        if any(kind in type(module).__name__ for kind in SKIPPED) or any(
+                part in name for part in NOT_TRACED.get(family, ())):
             continue
 
         def hook(module, args, output, name=name):
@@ -198,16 +224,18 @@ def test_every_hooked_module_in_hook_order(family_run):
     ids = rng.integers(1, config.vocab_size, (2, 7))
     mask = np.ones_like(ids)
     with _float64(family):
-        fired = _hooked(model, ids, mask)
+        fired = _hooked(model, ids, mask, family)
     trace = ar.lm_trace(ids, params, config)
     to_4x = ar.trace_names_4x(config) if not FIVE else {}
     ours = {to_4x.get(name, name): value for name, value in trace.items()}
     if not FIVE and family in UNSCALED_4X:
         ours[UNSCALED_4X[family]] = params[family_of(config).token_table][ids]
-    if family in ("gpt_oss", "qwen3_moe"):
+    if family in ("gpt_oss", "qwen3_moe", "qwen3_next"):
         _no_near_tie(trace, config)
     if not FIVE and family == "gpt_oss":
         _gpt_oss_4x(ours, config)
+    if not FIVE and family == "qwen3_next":
+        ours = _qwen3_next_4x(ours)
     order = [name for name in ours if ":" not in name]
     positions = []
     worst = 0.0
@@ -216,7 +244,6 @@ def test_every_hooked_module_in_hook_order(family_run):
     if not FIVE:
         ours = {n: v for n, v in ours.items() if not (family == "qwen3_moe" and n.endswith(".mlp.experts"))}
         order = [name for name in ours if ":" not in name]
-    fired = [(name, value) for name, value in fired if not _expert_inside(name)]
     for name, theirs in fired:
         assert name in ours, f"{family}: {name!r} hooked in transformers, not in the trace"
         value = np.broadcast_to(ours[name], theirs.shape)
@@ -240,10 +267,10 @@ def test_left_padded_real_positions(family_run):
     mask = np.ones_like(ids)
     mask[1, :3] = 0
     with _float64(family):
-        fired = dict(_hooked(model, ids, mask))
+        fired = dict(_hooked(model, ids, mask, family))
     trace = ar.lm_trace(ids, params, config, attention_mask=mask)
     to_4x = ar.trace_names_4x(config) if not FIVE else {}
-    if family in ("gpt_oss", "qwen3_moe"):
+    if family in ("gpt_oss", "qwen3_moe", "qwen3_next"):
         _no_near_tie(trace, config)
     if not FIVE and family == "gpt_oss":
         _gpt_oss_4x(trace, config)

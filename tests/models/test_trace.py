@@ -8,7 +8,7 @@ import pytest
 
 import attention_ref as ar
 from attention_ref.models.config import family_of
-from attention_ref.models.families import FAMILIES
+from attention_ref.models.families import FAMILIES, FAMILY
 
 LLAMA = dict(vocab_size=13, d_model=8, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=12, max_positions=64,
              eps=1e-6, rope_theta=100.0, tie_word_embeddings=False, pad_token_id=0)
@@ -32,6 +32,8 @@ CONFIGS = {
     **{f: ar.LMConfig(**LLAMA, family=f) for f in ("llama", "qwen2", "qwen3", "mistral", "phi3", "olmo2")},
     "qwen3_moe": ar.LMConfig(**LLAMA, family="qwen3_moe", num_experts=4, experts_per_token=2,
                              settings={"sparse_layers": (False, True), "moe_d_ff": 6, "norm_topk_prob": True}),
+    # one linear-attention layer (no scores) and one full layer, experts and a gated shared expert on both
+    "qwen3_next": ar.LMConfig.from_dict({"model_type": "qwen3_next", **FAMILY["qwen3_next"].example}),
 }
 IDS = np.array([[1, 5, 2, 7, 3], [4, 4, 9, 1, 2]])
 
@@ -61,6 +63,11 @@ def test_names_and_the_logits(family):
         inside = [n for n in names if n.startswith(layer + ".") or n.startswith(layer + ":")]
         assert names.index(layer) > max(names.index(n) for n in inside)  # a module after its children
         steps = [n for n in inside if ":" in n and not n.startswith(layer + ":")]  # BLOOM's layer: its probs too
+        if layer + ".linear_attn" in inside:  # Qwen3-Next's linear attention: a recurrent state, no scores
+            assert not steps
+            np.testing.assert_allclose(trace[layer], (trace[layers[i - 1]] if i else trace[names[0]])
+                                       + trace[layer + ".linear_attn"] + trace[layer + ".mlp"], rtol=1e-12, atol=1e-12)
+            continue
         attention = [n.split(":")[0] for n in steps]
         assert len(set(attention)) == 1 and [n.split(":")[1] for n in steps] == ["q_rope", "k_rope", "scores", "probs"]
         attention = attention[0]

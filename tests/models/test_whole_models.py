@@ -8,6 +8,7 @@ import pytest
 
 import attention_ref as ar
 from attention_ref.interop import from_transformers_state, load_pretrained, to_transformers, write_safetensors
+from attention_ref.models.families import FAMILY
 
 GPT2 = ar.LMConfig(family="gpt2", vocab_size=11, d_model=8, num_layers=2, num_heads=2, num_kv_heads=2, d_ff=12,
                    max_positions=16, eps=1e-5)
@@ -63,6 +64,14 @@ CONFIGS = {
     "qwen3_moe": ar.LMConfig(**{**LLAMA.to_dict(), "family": "qwen3_moe", "head_dim": 4, "num_experts": 3,
                                 "experts_per_token": 2, "settings": {"sparse_layers": (False, True), "moe_d_ff": 4,
                                                                      "norm_topk_prob": True}}),
+    # Qwen3-Next: a Gated DeltaNet layer and a gated-attention layer (RoPE on half of each head), experts with a
+    # gated shared expert on the first, a dense MLP on the second (mlp_only_layers) (models/families/qwen3_next.py)
+    "qwen3_next": ar.LMConfig.from_dict({
+        "model_type": "qwen3_next", **FAMILY["qwen3_next"].example, "vocab_size": 13, "hidden_size": 8,
+        "intermediate_size": 6, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 4,
+        "linear_num_key_heads": 1, "linear_num_value_heads": 2, "linear_key_head_dim": 3, "linear_value_head_dim": 2,
+        "linear_conv_kernel_dim": 2, "num_experts": 3, "moe_intermediate_size": 2, "shared_expert_intermediate_size": 3,
+        "mlp_only_layers": [1], "pad_token_id": 0}),
     # Llama with Meta's interleaved RoPE pairs (config.rope_layout)
     "llama-interleaved": ar.LMConfig(**{**LLAMA.to_dict(), "rope_layout": "interleaved", "head_dim": 4}),
 }
@@ -75,6 +84,17 @@ def _model(name, seed=0):
     # larger, non-special weights: the attention is far from uniform and every norm parameter matters
     return {k: v * 10 + 0.1 * rng.standard_normal(v.shape) if v.ndim == 2 else v + 0.3 * rng.standard_normal(v.shape)
             for k, v in params.items()}, config
+
+
+def _router_caches(cache):
+    """Every router's cache inside a block's cache (a tree of named tuples and tuples): gpt-oss's one, Qwen3-Next's
+    on its expert layers, none on a dense one."""
+    from attention_ref.nn.moe_routing import RouterCache
+    if isinstance(cache, RouterCache):
+        return [cache]
+    if isinstance(cache, tuple):
+        return [r for part in cache for r in _router_caches(part)]
+    return []
 
 
 @pytest.mark.parametrize("name", CONFIGS)
@@ -95,13 +115,11 @@ def test_every_gradient_of_a_tiny_model_against_finite_differences(name):
 
     if config.num_experts is not None:  # no near tie in the routing: a finite difference must not change the experts
         for layer, block in enumerate(forward({})[1].blocks):
-            moe = getattr(block, "moe", None) or (block.mlp if getattr(block, "routed", False) else None)
-            if moe is None:  # Qwen3-MoE's dense layer
-                continue
-            router = moe.router.linear  # the router's input (T, D) and weight (D, E)
-            top = np.sort(router.x @ router.W + params.get(f"layers.{layer}.mlp.b_router", 0.0), axis=-1)  # (T, E)
-            gap = top[:, -config.experts_per_token] - top[:, -config.experts_per_token - 1]
-            assert gap.min() > 1e-3 * np.abs(top).max(), (layer, gap.min())
+            for router in _router_caches(block):  # the router's input (T, D) and weight (D, E)
+                top = np.sort(router.linear.x @ router.linear.W + params.get(f"layers.{layer}.mlp.b_router", 0.0),
+                              axis=-1)  # (T, E)
+                gap = top[:, -config.experts_per_token] - top[:, -config.experts_per_token - 1]
+                assert gap.min() > 1e-3 * np.abs(top).max(), (layer, gap.min())
     report = ar.gradcheck(forward, backward, {k: params[k] for k in keys}, atol=1e-7, rtol=1e-5)
     report.raise_if_failed()
     grads = ar.lm_backward(np.ones((2, 5, config.vocab_size)), forward({})[1])
@@ -451,3 +469,25 @@ def test_settings_are_a_family_s_own_constants_stored_as_sorted_pairs():
         assert all(not isinstance(v, list) for _, v in config.settings)
         with pytest.raises(ValueError, match="settings must be a mapping"):
             LMConfig(**{**config.to_dict(), "settings": [("a",)]})
+
+
+def test_qwen3_next_reads_its_layer_plan_and_refuses_bad_settings_by_name():
+    """Qwen3-Next's reader: transformers' default layer kinds (every ``full_attention_interval``-th layer full), the
+    experts' layers from ``decoder_sparse_step`` and ``mlp_only_layers``; a malformed setting named."""
+    d = {"model_type": "qwen3_next", **FAMILY["qwen3_next"].example, "num_hidden_layers": 6, "layer_types": None,
+         "full_attention_interval": 3, "decoder_sparse_step": 2, "mlp_only_layers": [5]}
+    config = ar.LMConfig.from_dict(d)
+    assert config.setting("linear_layers") == (True, True, False, True, True, False)
+    assert config.setting("moe_layers") == (False, True, False, True, False, False)
+    assert config.rotary_dim == 4  # int(head_dim 8 * partial_rotary_factor 0.5)
+    dense = ar.LMConfig.from_dict({**d, "num_experts": 0})
+    assert dense.num_experts is None and not any(dense.setting("moe_layers"))
+    for field, value, match in [("linear_num_value_heads", 3, "must be a multiple of"),
+                                ("full_attention_interval", 0, "full_attention_interval.? must be a positive integer"),
+                                ("mlp_only_layers", "5", "mlp_only_layers must be"),
+                                ("partial_rotary_factor", 0.1, "must be even"),
+                                ("norm_topk_prob", 1, "norm_topk_prob")]:
+        with pytest.raises(ValueError, match=match):
+            ar.LMConfig.from_dict({**d, field: value})
+    with pytest.raises(ValueError, match="settings linear_layers must be"):
+        ar.LMConfig(**{**config.to_dict(), "settings": {**dict(config.settings), "linear_layers": (True,)}})
