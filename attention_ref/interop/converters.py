@@ -44,14 +44,18 @@ def _tensor(state, key):
     return np.asarray(state[key])
 
 
-def _apply(model, state, prefix, copy=True, rules=None):
+def _apply(model, state, prefix, copy=True, rules=None, experts=None):
     """Apply one table of :data:`MAPPINGS` to ``state`` (keys ``prefix + theirs``); ``copy=False``
     returns views (for a state that is already ours); ``rules``: those of the table to apply (a
-    block's that its layer has; None: all)."""
+    block's that its layer has; None: all); ``experts``: E, the number of experts a ``"stack experts,
+    transpose"`` row reads (``{e}`` = 0..E-1 in its name)."""
     state = load_state(state)
     out = {}
     for rule in MAPPINGS[model] if rules is None else rules:
         key = prefix + rule.theirs
+        if rule.how == "stack experts, transpose":
+            out[rule.ours[0]] = _stack_experts(state, key, experts)
+            continue
         if rule.optional and key not in state:
             out.update({name: None for name in rule.ours})
             continue
@@ -71,6 +75,24 @@ def _apply(model, state, prefix, copy=True, rules=None):
         else:
             parts = [t]
         out.update({name: np.array(p) if copy else p for name, p in zip(rule.ours, parts)})  # copies: ours to keep
+    return out
+
+
+def _stack_experts(state, key, experts):
+    """Experts ``0..E-1`` of ``key`` (``{e}`` in it), each ``nn.Linear``'s (out, in), as our (E, in, out)."""
+    if isinstance(experts, bool) or not isinstance(experts, (int, np.integer)) or experts < 1:
+        raise ValueError(f"{key} is stored per expert: the config's num_experts must be a positive integer,"
+                         f" got {experts!r}")
+    first = _tensor(state, key.format(e=0))
+    if first.ndim != 2:
+        raise ValueError(f"{key.format(e=0)} must be a matrix (out, in), got shape {first.shape}")
+    out = np.empty((experts,) + first.shape[::-1], dtype=first.dtype)  # (E, in, out): one copy, no views
+    for e in range(experts):
+        t = first if e == 0 else _tensor(state, key.format(e=e))
+        if t.shape != first.shape or t.dtype != first.dtype:
+            raise ValueError(f"{key.format(e=e)} has shape {t.shape} and dtype {t.dtype}; expert 0's"
+                             f" {key.format(e=0)} has {first.shape} and {first.dtype}: the experts must agree")
+        out[e] = t.T  # (out, in) -> (in, out)
     return out
 
 

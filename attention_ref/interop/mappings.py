@@ -34,6 +34,8 @@ HOW = {
     "split columns": "split into 3 equal column blocks (Q, K, V), each (in, out)",
     "split rows, transpose": "split into 3 equal row blocks (Q, K, V), each transposed",
     "split": "split into 3 equal parts (Q, K, V)",
+    "stack experts, transpose": "one tensor per expert `{e}` = 0..E-1 (E = `num_experts`), each transposed"
+                                " (out, in) -> (in, out), stacked on axis 0 into (E, in, out)",
 }
 
 _QKV = ("W_q", "W_k", "W_v")

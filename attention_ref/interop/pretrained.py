@@ -74,6 +74,11 @@ def _check_shapes(params, config, state, sources, folder):
         if name not in params:
             continue
         key = theirs.get(name, name)
+        if "{e}" in key:  # stored per expert: the stacked shape (E, in, out) is each expert's (out, in)
+            key = key.format(e=0)
+            shape_note = f" (each expert (out, in) = {shape[:0:-1]})"
+        else:
+            shape_note = ""
         stored = key if key in sources else key[len(base):] if key.startswith(base) else key
         file = sources.get(stored, folder)
         if not np.issubdtype(params[name].dtype, np.floating):
@@ -84,7 +89,8 @@ def _check_shapes(params, config, state, sources, folder):
             raise ValueError(f"{file}: tensor {stored!r} has shape {tuple(found)}; config.json ({config.family},"
                              f" vocab_size={config.vocab_size}, d_model={config.d_model}, d_ff={config.d_ff},"
                              f" num_heads={config.num_heads}, num_kv_heads={config.num_kv_heads},"
-                             f" max_positions={config.max_positions}) makes it {shape} as our {name!r}")
+                             f" max_positions={config.max_positions}, num_experts={config.num_experts}) makes it"
+                             f" {shape} as our {name!r}{shape_note}")
 
 
 def _layer_rules(config, i):
@@ -123,6 +129,7 @@ def _params_from_state(state, config, dtype, copy):
     """from_transformers_state; ``copy=False`` for a state that is ours (read from files): views."""
     state = _strip_base(state, config.family)
     table, layer_prefix, block_table = WHOLE_MODELS[config.family]
+    state = _split_fused_experts(state, config, layer_prefix)
     params = {k: v for k, v in _apply(table, state, "", copy=copy).items() if v is not None}
     if config.tie_word_embeddings:
         head = params.pop("lm_head.W", None)  # stored or not, the head is the token table
@@ -136,7 +143,8 @@ def _params_from_state(state, config, dtype, copy):
     elif "lm_head.W" not in params:
         raise KeyError("the config says tie_word_embeddings = False but the state has no 'lm_head.weight'")
     for i in range(config.num_layers):
-        block = _apply(block_table, state, layer_prefix.format(i=i), copy=copy, rules=_layer_rules(config, i))
+        block = _apply(block_table, state, layer_prefix.format(i=i), copy=copy, rules=_layer_rules(config, i),
+                       experts=config.num_experts)
         params.update({f"{LAYER_PREFIX[config.family]}.{i}.{k}": v for k, v in block.items() if v is not None})
     start = layer_prefix.split("{")[0]
     indices = {k: k[len(start):].split(".")[0] for k in state if k.startswith(start)}
@@ -156,14 +164,41 @@ def _params_from_state(state, config, dtype, copy):
     return out
 
 
+def _split_fused_experts(state, config, layer_prefix):
+    """``state`` with transformers 5.x's fused experts (the family's ``experts_5x``: ``model.state_dict()``'s
+    ``mlp.experts.gate_up_proj`` (E, 2F, D)) under the files' per-expert names (``mlp.experts.{e}.gate_proj.weight``
+    (F, D)), as 5.x's ``save_pretrained`` writes them; a state without them is returned as it is."""
+    fused = family_of(config).experts_5x
+    if not fused or not any(layer_prefix.format(i=i) + name in state
+                            for i in range(config.num_layers) for name, _ in fused):
+        return state
+    state = dict(state)
+    E = config.num_experts
+    for i in range(config.num_layers):
+        prefix = layer_prefix.format(i=i)
+        for name, parts in fused:
+            if prefix + name not in state:
+                continue
+            t = np.asarray(state.pop(prefix + name))
+            if t.ndim != 3 or t.shape[0] != E or t.shape[1] % len(parts):
+                raise ValueError(f"{prefix + name} has shape {t.shape}; it must stack the config's num_experts = {E}"
+                                 f" experts' {len(parts)} projection(s) (E, {len(parts)} F, D)")
+            for part, block in zip(parts, np.split(t, len(parts), axis=1)):
+                state.update({prefix + part.format(e=e): block[e] for e in range(E)})
+    return state
+
+
 def _refuse_unread(state, config, table, layer_prefix):
     """A tensor of ``state`` that no step reads is refused by name (a config of another family under this
     ``model_type``: Granite's, ERNIE 4.5's, HunYuan's extra weights). The buffers transformers computes
     from the config and never loads (the family's ``buffers``: old files' ``rotary_emb.inv_freq``,
     GPT-2's causal ``attn.bias`` / ``attn.masked_bias``) are left unread here too."""
     read = {rule.theirs for rule in MAPPINGS[table]}
+    experts = range(config.num_experts or 0)
     for i in range(config.num_layers):
-        read.update(layer_prefix.format(i=i) + rule.theirs for rule in _layer_rules(config, i))
+        for rule in _layer_rules(config, i):
+            names = [rule.theirs.format(e=e) for e in experts] if "{e}" in rule.theirs else [rule.theirs]
+            read.update(layer_prefix.format(i=i) + name for name in names)
     buffers = family_of(config).buffers
     unread = [k for k in state if k not in read and not any(k == b or k.endswith("." + b) for b in buffers)]
     if unread:
@@ -184,8 +219,12 @@ def to_transformers(tree, config: LMConfig, version=None) -> dict:
     config : LMConfig
     version : the transformers release whose names to use: a version string (``"4.57.1"``,
         ``"5.24.0"``) or its major number (4 or 5); default: the installed transformers (found
-        without importing it), else 5.x. Only GPT-NeoX's head differs: ``embed_out.weight`` in
-        4.x, ``lm_head.weight`` in 5.x (its ``save_pretrained`` file still says ``embed_out.weight``).
+        without importing it), else 5.x. Two things differ: GPT-NeoX's head (``embed_out.weight`` in
+        4.x, ``lm_head.weight`` in 5.x; its ``save_pretrained`` file still says ``embed_out.weight``), and a
+        mixture of experts (the family's ``experts_5x``), one ``nn.Linear`` per expert in 4.x
+        (``mlp.experts.{e}.gate_proj.weight``) and fused in 5.x (``mlp.experts.gate_up_proj`` (E, 2F, D),
+        ``mlp.experts.down_proj`` (E, D, F)); 5.x's ``save_pretrained`` still writes them per expert, and
+        :func:`load_pretrained` and :func:`from_transformers_state` read either.
 
     A tied head is in the state dict under the head's name too (the same array as the token
     table; for gradients, the table's gradient, which sums both uses, as the one tied parameter's
@@ -200,7 +239,24 @@ def to_transformers(tree, config: LMConfig, version=None) -> dict:
     for i in range(config.num_layers):
         out.update(_reverse(_layer_rules(config, i), tree, f"{LAYER_PREFIX[config.family]}.{i}.",
                             layer_prefix.format(i=i)))
+    if major >= 5:
+        out = _fuse_experts(out, config, layer_prefix)
     return _state_dict_names(out, tree, config, major)
+
+
+def _fuse_experts(out, config, layer_prefix):
+    """The per-expert tensors of ``out`` fused as transformers 5.x's ``model.state_dict()`` holds them (the
+    family's ``experts_5x``): each expert's (out, in) stacked on axis 0, the projections concatenated on axis 1."""
+    fused = family_of(config).experts_5x
+    for i in range(config.num_layers):
+        prefix = layer_prefix.format(i=i)
+        for name, parts in fused:
+            if prefix + parts[0].format(e=0) not in out:
+                continue
+            stacks = [np.stack([out.pop(prefix + part.format(e=e)) for e in range(config.num_experts)])
+                      for part in parts]  # each (E, out, in)
+            out[prefix + name] = np.ascontiguousarray(np.concatenate(stacks, axis=1))
+    return out
 
 
 def _state_dict_names(out, tree, config, major):
@@ -256,6 +312,10 @@ def _reverse(rules, tree, ours_prefix, theirs_prefix):
                 continue
             raise KeyError(f"{theirs_prefix + rule.theirs} needs {names}; missing {[n for n in names if n not in tree]}")
         parts = [np.asarray(tree[n]) for n in names]
+        if rule.how == "stack experts, transpose":  # our (E, in, out) -> each expert's (out, in)
+            out.update({theirs_prefix + rule.theirs.format(e=e): np.ascontiguousarray(w.T)
+                        for e, w in enumerate(parts[0])})
+            continue
         if rule.how == "split columns":
             t = np.concatenate(parts, axis=1)
         elif rule.how == "split rows, transpose":

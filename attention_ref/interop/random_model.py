@@ -62,7 +62,7 @@ def write_random_model(path, family: str = "llama", *, seed=None, dtype=np.float
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"{folder}: path must be a folder (or a new name), found a file")
     params = init_lm_params(config, seed=seed, dtype=dtype)
-    state = to_transformers(params, config)
+    state = to_transformers(params, config, version=4)  # the files' names: 5.x's save_pretrained writes 4.x's too
     if config.tie_word_embeddings:  # a tied weight once, under the token table's name, as save_pretrained writes
         state = {k: v for k, v in state.items() if k not in ("lm_head.weight", "embed_out.weight")}
     folder.mkdir(exist_ok=True)

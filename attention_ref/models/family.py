@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Callable, NamedTuple
 
 __all__ = ["Tensor", "Features", "Family", "ConfigFields", "top_tensor", "block_tensors", "NEUTRAL", "COMPUTED",
-           "DROPOUT", "neutral", "computed", "BASE_KEYS", "check_keys"]
+           "DROPOUT", "neutral", "computed", "BASE_KEYS", "check_keys", "EXPERTS_5X"]
 
 
 class Tensor(NamedTuple):
@@ -24,7 +24,8 @@ class Tensor(NamedTuple):
 
     ``ours``: our name(s), a block's without the layer prefix (three names when transformers
     fuses them, as GPT-2's ``c_attn``); ``theirs``: transformers' name (a block's after the layer
-    prefix ``model.layers.<i>.``); ``how``: how theirs becomes ours (a key of
+    prefix ``model.layers.<i>.``; with ``{e}`` for the expert index when each expert is stored
+    apart, ``how`` then ``"stack experts, transpose"``); ``how``: how theirs becomes ours (a key of
     :data:`attention_ref.interop.mappings.HOW`); ``shape``: ``config -> shape`` of each of ours;
     ``init``: ``"normal"`` (std 0.02, transformers' ``initializer_range``), ``"ones"`` or
     ``"zeros"``; ``optional``: may be absent from a checkpoint (GPT-2's biases; a tied head);
@@ -138,9 +139,20 @@ class Family(NamedTuple):
     trace_embed: Callable | None = None  # (x, cache, params, config) -> [(name, output)]; None: x as top[0]'s module
     trace_block: Callable | None = None  # (cache, p, config) -> [(name after their_layer, output)], hook order
     names_4x: tuple = ()  # (5.x name, 4.57's name) of the modules transformers 4.x names otherwise
+    # (5.x state-dict name, the file's per-expert names it holds) of the experts transformers 5.x keeps fused in
+    # ``model.state_dict()`` (files keep one tensor per expert): :data:`EXPERTS_5X`; () for a family with none
+    experts_5x: tuple = ()
     # a small model of this family (attention_ref.interop.write_random_model): config.json's fields, every one that
     # changes the maths written out (no default assumed); model_type and the token ids are added there
     example: dict | None = None
+
+
+#: transformers 5.x's fused experts (its ``conversion_mapping.py``, the ``qwen2_moe`` entry that Qwen2-MoE,
+#: Qwen3-MoE, Qwen3-Next, DeepSeek-V3 and others share): ``model.state_dict()`` holds ``mlp.experts.gate_up_proj``
+#: (E, 2F, D), each expert's gate rows then its up rows, and ``mlp.experts.down_proj`` (E, D, F); ``save_pretrained``
+#: splits them back into the per-expert ``nn.Linear`` names of 4.x, which are the files' names (the table's)
+EXPERTS_5X = (("mlp.experts.gate_up_proj", ("mlp.experts.{e}.gate_proj.weight", "mlp.experts.{e}.up_proj.weight")),
+              ("mlp.experts.down_proj", ("mlp.experts.{e}.down_proj.weight",)))
 
 
 def top_tensor(ours, theirs, how, shape, init="normal", optional=False, when=None) -> Tensor:

@@ -33,7 +33,8 @@ from .multi_head_attention import causal_self_attention_formula
 from .rms_norm import rms_norm_backward, rms_norm_formula
 from .swiglu import swiglu_backward, swiglu_formula
 
-__all__ = ["Qwen3MoeLayer", "Qwen3MoeBlockCache", "qwen3_moe_block_forward", "qwen3_moe_block_backward"]
+__all__ = ["Qwen3MoeLayer", "Qwen3MoeBlockCache", "qwen3_moe_block_forward", "qwen3_moe_block_formula",
+           "qwen3_moe_block_backward"]
 
 _ATTN = ("W_q", "W_k", "W_v", "W_o")
 _EXPERTS = ("mlp.experts.W_gate", "mlp.experts.W_up", "mlp.experts.W_down")
@@ -54,8 +55,9 @@ class Qwen3MoeBlockCache(NamedTuple):
     norm_1: object  # step 1
     attn: object  # step 2, GroupedMultiHeadCache
     norm_2: object  # step 4
-    mlp: object  # step 5: SwiGLUMoECache or SwiGLUCache
+    mlp: object  # step 5: MoECache or SwiGLUCache
     routed: bool
+    m: np.ndarray | None = None  # step 5's output (..., N, D) (the trace's ``mlp``)
 
 
 def _check(x, p, layer):
@@ -95,6 +97,11 @@ def qwen3_moe_block_forward(x, p, layer: Qwen3MoeLayer, positions=None, mask=Non
     tokens); with ``kv`` a :class:`attention_ref.variants.kv_cache.KVCache` a decoding step (no cache
     is kept for a backward). ``mask``: None or a boolean mask as the Llama block takes it."""
     x, p = _check(x, p, layer)
+    return qwen3_moe_block_formula(x, p, layer, positions, mask, kv)
+
+
+def qwen3_moe_block_formula(x, p, layer: Qwen3MoeLayer, positions=None, mask=None, kv=None):
+    """:func:`qwen3_moe_block_forward` on inputs already checked (the family's model checks once, at its edge)."""
     if positions is None:
         positions = np.arange(x.shape[-2]) if kv is None else np.arange(kv.length, kv.length + x.shape[-2])
     at = positions if kv is None else positions[..., None, :]
@@ -116,7 +123,7 @@ def qwen3_moe_block_forward(x, p, layer: Qwen3MoeLayer, positions=None, mask=Non
         m, mlp = swiglu_moe_formula(u, p["mlp.W_router"], *(p[n] for n in _EXPERTS), layer.routing)
     # 6. y = h + m
     y = h + m
-    return y, (None if kv is not None else Qwen3MoeBlockCache(norm_1, attn, norm_2, mlp, layer.routing is not None))
+    return y, (None if kv is not None else Qwen3MoeBlockCache(norm_1, attn, norm_2, mlp, layer.routing is not None, m))
 
 
 def qwen3_moe_block_backward(dy, cache: Qwen3MoeBlockCache):

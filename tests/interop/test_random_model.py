@@ -9,6 +9,7 @@ import pytest
 import attention_ref as ar
 from attention_ref.interop import load_pretrained, read_safetensors, to_transformers, write_random_model
 from attention_ref.models import FAMILIES
+from attention_ref.models.config import family_of
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -73,13 +74,17 @@ def test_a_file_in_the_way_is_refused(tmp_path):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_state_dict_names_by_version(tmp_path, family):
-    """A tied head under the head's name (the very array of the token table); GPT-NeoX's head by version."""
+    """A tied head under the head's name (the very array of the token table); GPT-NeoX's head by version; the
+    experts one tensor per expert in 4.x (``mlp.experts.{e}.gate_proj.weight``), fused in 5.x."""
     for tie in (False, True):
         params, config = load_pretrained(write_random_model(tmp_path / str(tie), family, seed=0,
                                                             tie_word_embeddings=tie))
         four, five = to_transformers(params, config, version="4.57.1"), to_transformers(params, config, version=5)
         head4 = "embed_out.weight" if family == "gpt_neox" else "lm_head.weight"
-        assert set(four) - set(five) == ({head4} - {"lm_head.weight"})
+        per_expert = {k for k in four if ".mlp.experts." in k and k.split(".mlp.experts.")[1].split(".")[0].isdigit()}
+        fused = {name for name, _ in family_of(config).experts_5x} if per_expert else set()
+        assert {"mlp." + k.split(".mlp.", 1)[1] for k in set(five) - set(four) if ".mlp." in k} == fused
+        assert set(four) - set(five) - per_expert == ({head4} - {"lm_head.weight"})
         assert head4 in four and "lm_head.weight" in five
         if tie:
             table = [k for k in five if k.endswith(("wte.weight", "embed_tokens.weight", "embed_in.weight",

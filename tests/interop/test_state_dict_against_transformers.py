@@ -24,10 +24,11 @@ MAJOR = int(transformers.__version__.split(".")[0])
 @pytest.mark.parametrize("family", FAMILIES)
 def test_strict_load_of_every_family(tmp_path, family, tie):
     write_random_model(tmp_path, family, seed=1, dtype=np.float64, tie_word_embeddings=tie)
-    # 5.x's default experts kernel (grouped_mm, gpt-oss) refuses float64: its loop over the experts (4.57 has only that)
-    eager = {"experts_implementation": "eager"} if MAJOR >= 5 and family == "gpt_oss" else {}
-    reference = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, torch_dtype=torch.float64, **eager).eval()
     params, config = load_pretrained(tmp_path)
+    # 5.x's default experts kernel (grouped_mm: gpt-oss, Qwen3-MoE) refuses float64: its loop over the experts (4.57
+    # has only that)
+    eager = {"experts_implementation": "eager"} if MAJOR >= 5 and config.num_experts is not None else {}
+    reference = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, torch_dtype=torch.float64, **eager).eval()
     rng = np.random.default_rng(2)  # params unlike the file's, so the load is seen in the logits
     changed = {k: v + 0.05 * rng.standard_normal(v.shape) for k, v in params.items()}
     state = to_transformers(changed, config)

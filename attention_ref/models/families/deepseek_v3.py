@@ -50,7 +50,7 @@ from ...nn.deepseek_block import DeepSeekLayer, deepseek_block_backward, deepsee
 from ...nn.mla import MLADecodeCache, MLAShape, mla_scale
 from ...nn.moe_routing import Routing
 from ..config import LMConfig, refuse
-from ..family import BASE_KEYS, COMPUTED, DROPOUT, NEUTRAL, ConfigFields, Features, Tensor, computed, neutral
+from ..family import BASE_KEYS, DROPOUT, EXPERTS_5X, NEUTRAL, ConfigFields, Features, Tensor, computed, neutral
 from .llama import FAMILY as LLAMA, rope_spellings, token_id
 
 __all__ = ["FAMILY", "DEEPSEEK_V3_DEFAULTS", "DeepSeekV3Layer", "deepseek_v3_layers", "deepseek_v3_block",
@@ -311,7 +311,7 @@ FAMILY = LLAMA._replace(
                              " DeepseekV3DecoderLayer)",
     block_title="transformers DeepseekV3DecoderLayer (layers.<i>.)", block=BLOCK, layers=deepseek_v3_layers,
     block_forward=deepseek_v3_block, block_backward=deepseek_block_backward, init_block=None, float32_steps=(),
-    new_cache=deepseek_v3_new_cache, keys=KEYS, trace_block=None)
+    new_cache=deepseek_v3_new_cache, keys=KEYS, experts_5x=EXPERTS_5X, trace_block=None)
 
 #: a small DeepSeek-V3 (attention_ref.interop.write_random_model): every config.json field that changes the maths;
 #: a dense first layer and two routed ones (4 experts in 2 groups, 1 group kept, 2 experts per token, a shared

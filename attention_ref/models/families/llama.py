@@ -44,7 +44,7 @@ __all__ = ["FAMILY", "read_llama", "rope_settings", "token_id", "LLAMA_FIELDS", 
            "LLAMA_KEYS", "rope_spellings", "rope_conflict", "one_value",
            "LlamaLayer", "llama_layers", "llama_block", "embed_tokens", "embed_tokens_backward",
            "rms_final_norm", "rms_final_norm_backward", "identity_prepare", "LLAMA_ALLOWED", "init_llama_style",
-           "trace_llama_block"]
+           "trace_llama_block", "trace_llama_attention"]
 
 MODEL_TYPE = "llama"
 
@@ -254,7 +254,18 @@ def trace_llama_block(cache, p, config):
     """The trace of one block (:func:`attention_ref.models.lm_trace`): each of transformers'
     ``LlamaDecoderLayer`` modules (and Qwen2's, Qwen3's, Mistral's, SmolLM3's) by its name after
     ``model.layers.<i>.``, in the order its forward hooks fire, from the block's caches."""
-    attn, mlp = cache.attn, cache.mlp
+    mlp = cache.mlp
+    out = trace_llama_attention(cache, p)
+    out += [("post_attention_layernorm", mlp.gate.x),
+            ("mlp.gate_proj", mlp.a), ("mlp.act_fn", mlp.a * mlp.sig), ("mlp.up_proj", mlp.u)]
+    m = linear_output(mlp.down)  # (..., T, D)
+    return out + [("mlp.down_proj", m), ("mlp", m)]
+
+
+def trace_llama_attention(cache, p):
+    """:func:`trace_llama_block`'s first modules, ``input_layernorm`` to ``self_attn`` (a block whose MLP
+    differs, Qwen3-MoE's experts, traces its own)."""
+    attn = cache.attn
     q_proj = linear_output(attn.q_proj, p.get("self_attn.b_q"))  # (..., T, H Dh)
     k_proj = linear_output(attn.k_proj, p.get("self_attn.b_k"))  # (..., T, Hkv Dh)
     v_proj = linear_output(attn.v_proj, p.get("self_attn.b_v"))
@@ -268,10 +279,7 @@ def trace_llama_block(cache, p, config):
     out.append(("self_attn.v_proj", v_proj))
     out += [(f"self_attn{SEPARATOR}{step}", value) for step, value in grouped_attention_steps(attn)]
     a = linear_output(attn.o_proj)  # (..., T, D)
-    out += [("self_attn.o_proj", a), ("self_attn", a), ("post_attention_layernorm", mlp.gate.x),
-            ("mlp.gate_proj", mlp.a), ("mlp.act_fn", mlp.a * mlp.sig), ("mlp.up_proj", mlp.u)]
-    m = linear_output(mlp.down)  # (..., T, D)
-    return out + [("mlp.down_proj", m), ("mlp", m)]
+    return out + [("self_attn.o_proj", a), ("self_attn", a)]
 
 
 def init_llama_style(config, seed, dtype):
