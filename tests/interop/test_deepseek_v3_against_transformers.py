@@ -1,9 +1,11 @@
 """DeepSeek-V3 whole (the family file attention_ref/models/families/deepseek_v3.py) against transformers'
 ``DeepseekV3ForCausalLM`` on 4.57 and 5.x: the family's small example (a dense first layer, two routed layers of 4
 experts in 2 groups of which 1 is kept, 2 experts per token, a shared expert, YaRN with ``mscale`` and
-``mscale_all_dim``), with and without ``q_lora_rank``, random weights in float64 (the correction bias too); logits,
+``mscale_all_dim``), with and without ``q_lora_rank``, random weights in float64 (the correction bias too), written by ``save_pretrained`` and read by our
+``load_pretrained``; logits,
 the loss and the gradient of every parameter at 1e-10 relative; greedy ``generate`` token for token on a
-left-padded batch; each decoding step's logits (ours: the absorbed form over cached latents; theirs: per-head keys
+left-padded batch; ``to_transformers`` of the weights (4.57: one module per expert; 5.x: fused); each decoding
+step's logits (ours: the absorbed form over cached latents; theirs: per-head keys
 and values) against transformers' own cache.
 
 transformers' float32 steps run as the same formulas in float64 (:func:`attention_ref.interop.deepseek_v3_in_float64`):
@@ -20,9 +22,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import attention_ref as ar  # noqa: E402
-from attention_ref.interop import deepseek_v3_in_float64  # noqa: E402
+from attention_ref.interop import deepseek_v3_in_float64, load_pretrained, to_transformers  # noqa: E402
 from attention_ref.models.families import FAMILY  # noqa: E402
-from attention_ref.models.family import block_tensors  # noqa: E402
 from _transformers_api import returned_cache, with_cache  # noqa: E402
 
 FIVE = int(transformers.__version__.split(".")[0]) >= 5
@@ -55,64 +56,6 @@ def _model(seed, **changes):
             if hasattr(layer.mlp, "gate"):
                 layer.mlp.gate.e_score_correction_bias.copy_(0.05 * torch.randn(EXAMPLE["n_routed_experts"]))
     return model
-
-
-def _ours(model, config):
-    """Our params from transformers' state dict, by the family's table (the experts stacked by hand here: 4.57 one
-    module per expert, 5.x ``gate_up_proj`` (E, 2F, D) and ``down_proj`` (E, D, F))."""
-    sd = {k: v.detach().numpy() for k, v in model.state_dict().items()}
-    fam = FAMILY["deepseek_v3"]
-    params = {"embed_tokens": sd["model.embed_tokens.weight"], "norm.weight": sd["model.norm.weight"],
-              "lm_head.W": sd["lm_head.weight"].T}
-    F = config.setting("moe_intermediate_size")
-    for i in range(config.num_layers):
-        pre = f"model.layers.{i}."
-        for t in block_tensors(fam, config, i):
-            ours = f"layers.{i}.{t.ours[0]}"
-            if t.how == "stack experts, transpose":
-                which = t.ours[0].split(".")[-1]
-                if f"{pre}mlp.experts.gate_up_proj" in sd:
-                    gu, down = sd[f"{pre}mlp.experts.gate_up_proj"], sd[f"{pre}mlp.experts.down_proj"]
-                    part = {"W_gate": gu[:, :F], "W_up": gu[:, F:], "W_down": down}[which]
-                    params[ours] = part.transpose(0, 2, 1)
-                else:
-                    params[ours] = np.stack([sd[pre + t.theirs.format(e=e)].T for e in range(config.num_experts)])
-            else:
-                params[ours] = sd[pre + t.theirs].T if t.how == "transpose" else sd[pre + t.theirs]
-    return params
-
-
-def _their_grads(model, config):
-    """transformers' gradients under our names (the inverse of :func:`_ours`)."""
-    grads = {n: (p.grad.numpy() if p.grad is not None else np.zeros(tuple(p.shape)))
-             for n, p in model.named_parameters(remove_duplicate=False)}
-    sd = {n: grads.get(n) for n in model.state_dict()}
-    sd = {n: (g if g is not None else np.zeros(tuple(model.state_dict()[n].shape))) for n, g in sd.items()}
-    ours = {}
-    fam = FAMILY["deepseek_v3"]
-    F = config.setting("moe_intermediate_size")
-    ours.update({"embed_tokens": sd["model.embed_tokens.weight"], "norm.weight": sd["model.norm.weight"],
-                 "lm_head.W": sd["lm_head.weight"].T})
-    for i in range(config.num_layers):
-        pre = f"model.layers.{i}."
-        for t in block_tensors(fam, config, i):
-            name = f"layers.{i}.{t.ours[0]}"
-            if t.how == "stack experts, transpose":
-                which = t.ours[0].split(".")[-1]
-                if f"{pre}mlp.experts.gate_up_proj" in sd:
-                    gu, down = sd[f"{pre}mlp.experts.gate_up_proj"], sd[f"{pre}mlp.experts.down_proj"]
-                    ours[name] = {"W_gate": gu[:, :F], "W_up": gu[:, F:], "W_down": down}[which].transpose(0, 2, 1)
-                else:
-                    ours[name] = np.stack([sd[pre + t.theirs.format(e=e)].T for e in range(config.num_experts)])
-            else:
-                ours[name] = sd[pre + t.theirs].T if t.how == "transpose" else sd[pre + t.theirs]
-    return ours
-
-
-def _config(model):
-    d = model.config.to_dict()
-    return ar.LMConfig.from_dict({k: v for k, v in d.items() if k not in ("attn_implementation",
-                                                                           "experts_implementation")})
 
 
 def _routing_gap(model, ids, mask):
@@ -164,11 +107,13 @@ def _close(ours, theirs, what):
 
 
 @pytest.fixture(params=["q-lora", "no-q-lora"], scope="module")
-def built(request):
-    with deepseek_v3_in_float64():
-        model = _model(0, **({} if request.param == "q-lora" else {"q_lora_rank": None}))
-    config = _config(model)
-    return model, _ours(model, config), config
+def built(request, tmp_path_factory):
+    """transformers' model, written by its ``save_pretrained`` and read by our ``load_pretrained``."""
+    folder = tmp_path_factory.mktemp(request.param)
+    model = _model(0, **({} if request.param == "q-lora" else {"q_lora_rank": None}))
+    model.save_pretrained(folder)
+    params, config = load_pretrained(folder)
+    return model, params, config
 
 
 def test_the_small_model_has_what_the_real_one_has(built):
@@ -203,14 +148,22 @@ def test_logits_loss_and_every_gradient(built):
     real = mask.numpy().astype(bool)
     _close(logits[real], out.logits[mask.bool()], "logits")
     assert abs(loss - loss_64.item()) <= RTOL * abs(loss_64.item()), (loss, loss_64.item())
-    theirs = _their_grads(model, config)
-    assert sorted(theirs) == sorted(grads)
-    for name, value in theirs.items():
-        if name.endswith("e_score_correction_bias"):  # a buffer: no gradient in either
-            assert not grads[name].any()
-            continue
-        assert np.abs(value).max() > 0, name  # every weight reached
-        _close(grads[name], value, f"d {name}")
+    theirs = to_transformers(grads, config)
+    named = dict(model.named_parameters(remove_duplicate=False))
+    buffers = sorted(n for n in model.state_dict() if n.endswith("e_score_correction_bias"))
+    assert sorted(theirs) == sorted(model.state_dict()) == sorted(list(named) + buffers)
+    for name in buffers:  # the choice bias, a buffer: no gradient here either
+        assert not theirs[name].any()
+    for name, p in named.items():
+        assert p.grad is not None and float(p.grad.abs().max()) > 0, name  # every weight reached
+        _close(theirs[name], p.grad, f"d {name}")
+
+
+def test_to_transformers_gives_their_weights(built):
+    model, params, config = built
+    theirs = to_transformers(params, config)
+    for name, p in model.state_dict().items():
+        np.testing.assert_array_equal(theirs[name], p.numpy(), err_msg=name)
 
 
 def test_generate_left_padded_batch_token_for_token(built):
