@@ -123,6 +123,14 @@ MODELS = {
         "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
                          "original_max_position_embeddings": 4096},
         "tie_word_embeddings": False, "attention_bias": True},
+    # Qwen3-MoE's pieces (q/k norms, 64-wide heads, the first layer dense by mlp_only_layers, softmax routing with the
+    # top 8 normalised, as Qwen3-30B-A3B's) at SmolLM-135M's attention widths, 12 layers, 32 experts 192 wide
+    "Qwen3-MoE-style (q/k norms, layer 0 dense, 32 experts top 8) at SmolLM-135M widths, 12 layers": {
+        "model_type": "qwen3_moe", "vocab_size": 49152, "hidden_size": 576, "num_hidden_layers": 12,
+        "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64, "intermediate_size": 1536,
+        "moe_intermediate_size": 192, "num_experts": 32, "num_experts_per_tok": 8, "norm_topk_prob": True,
+        "decoder_sparse_step": 1, "mlp_only_layers": [0], "max_position_embeddings": 32768, "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0, "use_sliding_window": False, "tie_word_embeddings": False, "hidden_act": "silu"},
 }
 QUICK = {
     "tiny GPT-2": {"model_type": "gpt2", "vocab_size": 300, "n_embd": 32, "n_layer": 2, "n_head": 4,

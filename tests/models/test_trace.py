@@ -30,6 +30,8 @@ CONFIGS = {
                            rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
                                          "truncate": False}),
     **{f: ar.LMConfig(**LLAMA, family=f) for f in ("llama", "qwen2", "qwen3", "mistral", "phi3", "olmo2")},
+    "qwen3_moe": ar.LMConfig(**LLAMA, family="qwen3_moe", num_experts=4, experts_per_token=2,
+                             settings={"sparse_layers": (False, True), "moe_d_ff": 6, "norm_topk_prob": True}),
 }
 IDS = np.array([[1, 5, 2, 7, 3], [4, 4, 9, 1, 2]])
 

@@ -58,6 +58,11 @@ CONFIGS = {
                               "experts_per_token": 2, "rope_scaling": {
                                   "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
                                   "truncate": False}}),
+    # Qwen3-MoE: layer 0 dense, layer 1 with 3 experts of width 4 of which each token takes 2, normalised
+    # (models/families/qwen3_moe.py)
+    "qwen3_moe": ar.LMConfig(**{**LLAMA.to_dict(), "family": "qwen3_moe", "head_dim": 4, "num_experts": 3,
+                                "experts_per_token": 2, "settings": {"sparse_layers": (False, True), "moe_d_ff": 4,
+                                                                     "norm_topk_prob": True}}),
     # Llama with Meta's interleaved RoPE pairs (config.rope_layout)
     "llama-interleaved": ar.LMConfig(**{**LLAMA.to_dict(), "rope_layout": "interleaved", "head_dim": 4}),
 }
@@ -90,8 +95,11 @@ def test_every_gradient_of_a_tiny_model_against_finite_differences(name):
 
     if config.num_experts is not None:  # no near tie in the routing: a finite difference must not change the experts
         for layer, block in enumerate(forward({})[1].blocks):
-            router = block.moe.router.linear  # the router's input (T, D) and weight (D, E)
-            top = np.sort(router.x @ router.W + params[f"layers.{layer}.mlp.b_router"], axis=-1)  # (T, E)
+            moe = getattr(block, "moe", None) or (block.mlp if getattr(block, "routed", False) else None)
+            if moe is None:  # Qwen3-MoE's dense layer
+                continue
+            router = moe.router.linear  # the router's input (T, D) and weight (D, E)
+            top = np.sort(router.x @ router.W + params.get(f"layers.{layer}.mlp.b_router", 0.0), axis=-1)  # (T, E)
             gap = top[:, -config.experts_per_token] - top[:, -config.experts_per_token - 1]
             assert gap.min() > 1e-3 * np.abs(top).max(), (layer, gap.min())
     report = ar.gradcheck(forward, backward, {k: params[k] for k in keys}, atol=1e-7, rtol=1e-5)
