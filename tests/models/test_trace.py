@@ -8,7 +8,7 @@ import pytest
 
 import attention_ref as ar
 from attention_ref.models.config import family_of
-from attention_ref.models.families import FAMILIES
+from attention_ref.models.families import FAMILIES, FAMILY
 
 LLAMA = dict(vocab_size=13, d_model=8, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=12, max_positions=64,
              eps=1e-6, rope_theta=100.0, tie_word_embeddings=False, pad_token_id=0)
@@ -32,6 +32,9 @@ CONFIGS = {
     **{f: ar.LMConfig(**LLAMA, family=f) for f in ("llama", "qwen2", "qwen3", "mistral", "phi3", "olmo2")},
     "qwen3_moe": ar.LMConfig(**LLAMA, family="qwen3_moe", num_experts=4, experts_per_token=2,
                              settings={"sparse_layers": (False, True), "moe_d_ff": 6, "norm_topk_prob": True}),
+    # DeepSeek-V3: a dense layer, then a routed one (4 experts in 2 groups, a shared expert); YaRN with mscale_all_dim
+    "deepseek_v3": ar.LMConfig.from_dict({**FAMILY["deepseek_v3"].example, "model_type": "deepseek_v3",
+                                          "num_hidden_layers": 2, "vocab_size": 13}),
 }
 IDS = np.array([[1, 5, 2, 7, 3], [4, 4, 9, 1, 2]])
 

@@ -51,10 +51,11 @@ from ...nn.mla import MLADecodeCache, MLAShape, mla_scale
 from ...nn.moe_routing import Routing
 from ..config import LMConfig, refuse
 from ..family import BASE_KEYS, DROPOUT, EXPERTS_5X, NEUTRAL, ConfigFields, Features, Tensor, computed, neutral
+from ..trace_steps import SEPARATOR, attention_steps, linear_output, norm_output
 from .llama import FAMILY as LLAMA, rope_spellings, token_id
 
 __all__ = ["FAMILY", "DEEPSEEK_V3_DEFAULTS", "DeepSeekV3Layer", "deepseek_v3_layers", "deepseek_v3_block",
-           "deepseek_v3_new_cache"]
+           "deepseek_v3_new_cache", "deepseek_v3_trace_block"]
 
 MODEL_TYPE = "deepseek_v3"
 
@@ -210,8 +211,51 @@ def deepseek_v3_new_cache(config, i):
     return MLADecodeCache()
 
 
-def _s(name):
-    return lambda c: c.setting(name)
+def _swiglu_steps(prefix, mlp):
+    """A SwiGLU's modules (``gate_proj``, ``act_fn``, ``up_proj``, ``down_proj``, then the MLP itself) from its cache."""
+    m = linear_output(mlp.down)  # (..., T, D)
+    return [(f"{prefix}.gate_proj", mlp.a), (f"{prefix}.act_fn", mlp.a * mlp.sig), (f"{prefix}.up_proj", mlp.u),
+            (f"{prefix}.down_proj", m), (prefix, m)]
+
+
+def _routed_sum(moe):
+    """The routed experts' weighted sum (B T, D), as the forward added it, from the mixture's cache."""
+    out = np.zeros((int(np.prod(moe.x_shape[:-1])), moe.x_shape[-1]), moe.w.dtype)
+    for _, tokens, slots, _, y_e in moe.experts:
+        np.add.at(out, tokens, moe.w[tokens, slots][:, None] * y_e)
+    return out
+
+
+def deepseek_v3_trace_block(cache, p, config):
+    """The trace of one ``DeepseekV3DecoderLayer`` (after ``model.layers.<i>.``), from its caches, in
+    transformers' hook order: the query's projections (``q_proj``, or ``q_a_proj``, ``q_a_layernorm``,
+    ``q_b_proj``), the latent's (``kv_a_proj_with_mqa``, ``kv_a_layernorm``, ``kv_b_proj``), the
+    attention's steps (``q_rope`` and ``k_rope`` the per-head [nope | pe] queries and keys, (..., H, T,
+    dn + dr)), ``o_proj``; then the dense SwiGLU's modules, or 5.x's MoE modules: ``mlp.gate`` (the
+    router's logits, (B T, E)), ``mlp.experts`` (the routed experts' weighted sum, (B T, D)) and the
+    shared experts' (4.57's router returns the chosen indices, and its experts are one module per
+    expert, each run on the tokens routed to it: not traced)."""
+    attn = cache.attn
+    out = [("input_layernorm", attn.kv_a.x)]
+    if attn.q_a is None:
+        out.append(("self_attn.q_proj", linear_output(attn.q_b)))
+    else:
+        out += [("self_attn.q_a_proj", linear_output(attn.q_a)), ("self_attn.q_a_layernorm", attn.q_b.x),
+                ("self_attn.q_b_proj", linear_output(attn.q_b))]
+    a = attn.attn
+    out += [("self_attn.kv_a_proj_with_mqa", linear_output(attn.kv_a)), ("self_attn.kv_a_layernorm", attn.kv_b.x),
+            ("self_attn.kv_b_proj", linear_output(attn.kv_b))]
+    out += [(f"self_attn{SEPARATOR}{step}", value) for step, value in attention_steps(a.q, a.k, a.weights, a.scale,
+                                                                                       grouped=False)]
+    o = linear_output(attn.o)  # (..., T, D)
+    out += [("self_attn.o_proj", o), ("self_attn", o), ("post_attention_layernorm", norm_output(cache.norm_2))]
+    if cache.layer.routing is None:
+        return out + _swiglu_steps("mlp", cache.mlp)
+    moe, shared = cache.mlp
+    routed = _routed_sum(moe)  # (B T, D)
+    shared_steps = _swiglu_steps("mlp.shared_experts", shared)
+    m = routed.reshape(moe.x_shape) + shared_steps[-1][1]  # (..., T, D)
+    return out + [("mlp.gate", linear_output(moe.router.linear)), ("mlp.experts", routed)] + shared_steps + [("mlp", m)]
 
 
 def _lora(c):
@@ -311,7 +355,7 @@ FAMILY = LLAMA._replace(
                              " DeepseekV3DecoderLayer)",
     block_title="transformers DeepseekV3DecoderLayer (layers.<i>.)", block=BLOCK, layers=deepseek_v3_layers,
     block_forward=deepseek_v3_block, block_backward=deepseek_block_backward, init_block=None, float32_steps=(),
-    new_cache=deepseek_v3_new_cache, keys=KEYS, experts_5x=EXPERTS_5X, trace_block=None)
+    new_cache=deepseek_v3_new_cache, keys=KEYS, experts_5x=EXPERTS_5X, trace_block=deepseek_v3_trace_block)
 
 #: a small DeepSeek-V3 (attention_ref.interop.write_random_model): every config.json field that changes the maths;
 #: a dense first layer and two routed ones (4 experts in 2 groups, 1 group kept, 2 experts per token, a shared
