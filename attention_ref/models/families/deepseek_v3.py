@@ -234,7 +234,8 @@ def deepseek_v3_trace_block(cache, p, config):
     dn + dr)), ``o_proj``; then the dense SwiGLU's modules, or 5.x's MoE modules: ``mlp.gate`` (the
     router's logits, (B T, E)), ``mlp.experts`` (the routed experts' weighted sum, (B T, D)) and the
     shared experts' (4.57's router returns the chosen indices, and its experts are one module per
-    expert, each run on the tokens routed to it: not traced)."""
+    expert, each run on the tokens routed to it: not traced). ``self_attn.kv_b_proj`` is (..., T,
+    H (dn + dv)) as 4.57 records it; 5.x reads the latent viewed as one head, (B, 1, T, H (dn + dv))."""
     attn = cache.attn
     out = [("input_layernorm", attn.kv_a.x)]
     if attn.q_a is None:
