@@ -63,6 +63,18 @@ CONFIGS = {
     "qwen3_moe": ar.LMConfig(**{**LLAMA.to_dict(), "family": "qwen3_moe", "head_dim": 4, "num_experts": 3,
                                 "experts_per_token": 2, "settings": {"sparse_layers": (False, True), "moe_d_ff": 4,
                                                                      "norm_topk_prob": True}}),
+    # DeepSeek-V3: MLA (a query compression, a latent of 4, RoPE on 2 of each head's 4 key features), layer 0 dense,
+    # layer 1 with 4 experts in 2 groups (1 kept) and a shared expert, YaRN with mscale_all_dim
+    # (models/families/deepseek_v3.py)
+    "deepseek_v3": ar.LMConfig(**{**LLAMA.to_dict(), "family": "deepseek_v3", "num_heads": 2, "num_kv_heads": 2,
+                                  "head_dim": 2, "num_experts": 4, "experts_per_token": 2, "rope_scaling": {
+                                      "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
+                                      "mscale": 1.0, "mscale_all_dim": 0.8},
+                                  "settings": {"q_lora_rank": 4, "kv_lora_rank": 4, "qk_nope_head_dim": 2,
+                                               "qk_rope_head_dim": 2, "v_head_dim": 3, "rope_interleave": True,
+                                               "first_k_dense_replace": 1, "moe_intermediate_size": 3,
+                                               "n_shared_experts": 1, "n_group": 2, "topk_group": 1,
+                                               "norm_topk_prob": True, "routed_scaling_factor": 2.5}}),
     # Llama with Meta's interleaved RoPE pairs (config.rope_layout)
     "llama-interleaved": ar.LMConfig(**{**LLAMA.to_dict(), "rope_layout": "interleaved", "head_dim": 4}),
 }
@@ -75,6 +87,22 @@ def _model(name, seed=0):
     # larger, non-special weights: the attention is far from uniform and every norm parameter matters
     return {k: v * 10 + 0.1 * rng.standard_normal(v.shape) if v.ndim == 2 else v + 0.3 * rng.standard_normal(v.shape)
             for k, v in params.items()}, config
+
+
+def _far_from_group_ties(router, bias, gap=1e-3):
+    """Sigmoid routing with groups (DeepSeek-V3): the kept groups' scores 1e-3 above the next group's, and the
+    chosen experts' choice scores above the other kept experts' (a finite difference must not move the choice)."""
+    r = router.routing
+    c = router.p + bias  # (T, E): the choice scores
+    T, E = c.shape
+    groups = np.sort(c.reshape(T, r.n_group, -1), -1)[..., -2:].sum(-1)  # (T, G)
+    ranked = np.sort(groups, -1)[:, ::-1]
+    assert r.topk_group == r.n_group or (ranked[:, r.topk_group - 1] - ranked[:, r.topk_group]).min() > gap
+    kept = np.argsort(-groups, -1, kind="stable")[:, :r.topk_group]
+    mask = np.zeros((T, r.n_group), bool)
+    np.put_along_axis(mask, kept, True, -1)
+    choice = np.sort(np.where(np.repeat(mask, E // r.n_group, -1), c, -np.inf), -1)[:, ::-1]
+    assert (choice[:, r.top_k - 1] - choice[:, r.top_k]).min() > gap  # -inf past the kept experts: an infinite gap
 
 
 @pytest.mark.parametrize("name", CONFIGS)
@@ -96,7 +124,10 @@ def test_every_gradient_of_a_tiny_model_against_finite_differences(name):
     if config.num_experts is not None:  # no near tie in the routing: a finite difference must not change the experts
         for layer, block in enumerate(forward({})[1].blocks):
             moe = getattr(block, "moe", None) or (block.mlp if getattr(block, "routed", False) else None)
-            if moe is None:  # Qwen3-MoE's dense layer
+            if getattr(getattr(block, "layer", None), "routing", None) is not None:  # DeepSeek-V3's routed layer
+                _far_from_group_ties(block.mlp[0].router, params[f"layers.{layer}.mlp.e_score_correction_bias"])
+                continue
+            if moe is None:  # Qwen3-MoE's (DeepSeek-V3's) dense layer
                 continue
             router = moe.router.linear  # the router's input (T, D) and weight (D, E)
             top = np.sort(router.x @ router.W + params.get(f"layers.{layer}.mlp.b_router", 0.0), axis=-1)  # (T, E)
