@@ -217,3 +217,15 @@ def test_each_decoding_step_against_past_key_values(built):
         _close(a, b, f"logits of step {i}")
     cache = decoder.caches[1]
     assert isinstance(cache, ar.MLADecodeCache) and cache.latent.c_hat.shape == (2, 9, config.setting("kv_lora_rank"))
+
+
+def test_the_readers_defaults_are_transformers():
+    """Every default the reader takes for an absent key is DeepseekV3Config's (4.57 and 5.x)."""
+    from attention_ref.models.families.deepseek_v3 import DEEPSEEK_V3_DEFAULTS
+
+    theirs = transformers.DeepseekV3Config()
+    for name, value in DEEPSEEK_V3_DEFAULTS.items():
+        assert getattr(theirs, name) == value, name
+    theta = getattr(theirs, "rope_theta", None) or theirs.rope_parameters["rope_theta"]  # 4.57's field, 5.x's dict
+    assert theta == 10000.0
+    assert theirs.attention_bias is False and theirs.hidden_act == "silu" and theirs.tie_word_embeddings is False
