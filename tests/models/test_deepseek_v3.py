@@ -54,6 +54,8 @@ def test_defaults_of_absent_keys_and_no_query_compression():
     ("first_k_dense_replace", -1, "first_k_dense_replace must be an integer >= 0"),
     ("rope_interleave", 1, "field 'rope_interleave' must be a JSON boolean"),
     ("moe_layer_freq", 1, "config.json key 'moe_layer_freq'"),
+    ("rope_scaling", {"rope_type": "default", "factor": 2.0, "mscale_all_dim": 1.0},
+     r"the plain RoPE's parameters = \['factor', 'mscale_all_dim'\] is not supported"),
 ])
 def test_fields_that_change_the_numbers_are_refused_by_name(field, value, match):
     with pytest.raises(ValueError, match=match):

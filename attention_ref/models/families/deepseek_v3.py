@@ -86,6 +86,9 @@ def _rope(d):
     if rope.get("partial_rotary_factor", 1.0) != 1.0:
         refuse("the RoPE partial_rotary_factor", rope["partial_rotary_factor"], MODEL_TYPE)
     if rope["rope_type"] == "default":
+        extra = sorted(set(rope) - {"rope_type", "rope_theta", "partial_rotary_factor"})
+        if extra:  # 4.57 reads rope_scaling's factor and mscale_all_dim for the scores whatever its type; 5.x does not
+            refuse("the plain RoPE's parameters", extra, MODEL_TYPE)
         return float(theta), None
     scaling = {k: v for k, v in rope.items() if k not in ("rope_theta", "partial_rotary_factor")}
     if scaling.get("factor") is None:
