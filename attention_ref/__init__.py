@@ -139,8 +139,8 @@ from .nn.moe import EXPERT_KINDS, MoECache, moe_backward, moe_forward
 # the same layer with plain SwiGLU experts (Qwen3-MoE; DeepSeek-V3 with its grouped sigmoid routing)
 from .nn.moe import SwiGLUMoECache, swiglu_moe_backward, swiglu_moe_forward
 # DeepSeek's multi-head latent attention: the plain pair and the absorbed decoding step with a latent cache
-from .nn.mla import (LatentCache, MLACache, MLAShape, mla_backward, mla_decode_absorbed, mla_forward, mla_param_shapes,
-                     mla_scale)
+from .nn.mla import (LatentCache, MLACache, MLADecodeCache, MLAShape, mla_backward, mla_decode_absorbed, mla_forward,
+                     mla_param_shapes, mla_scale)
 from .nn.deepseek_block import DeepSeekBlockCache, DeepSeekLayer, deepseek_block_backward, deepseek_block_forward
 from .nn.qwen3_moe_block import Qwen3MoeBlockCache, Qwen3MoeLayer, qwen3_moe_block_backward, qwen3_moe_block_forward
 from .nn.load_balancing import LoadBalancingCache, load_balancing_loss_backward, load_balancing_loss_forward

@@ -142,6 +142,19 @@ MODELS = {
         "num_experts": 32, "num_experts_per_tok": 4, "moe_intermediate_size": 192, "shared_expert_intermediate_size": 192,
         "norm_topk_prob": True, "max_position_embeddings": 32768, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
         "tie_word_embeddings": False},
+    # DeepSeek-V3's pieces (MLA with a query compression and a latent cache, RoPE on 32 of each head's 96 key features,
+    # layer 0 dense, 32 experts in 8 groups of which 4 are kept, top 8 and a shared expert, YaRN with mscale and
+    # mscale_all_dim 1 as DeepSeek-V3's) at SmolLM-135M's width, 9 heads, 12 layers, experts 192 wide
+    "DeepSeek-V3-style (MLA latent cache, layer 0 dense, 32 experts in 8 groups top 8) at SmolLM-135M width, 12 layers": {
+        "model_type": "deepseek_v3", "vocab_size": 49152, "hidden_size": 576, "num_hidden_layers": 12,
+        "num_attention_heads": 9, "num_key_value_heads": 9, "q_lora_rank": 192, "kv_lora_rank": 128,
+        "qk_nope_head_dim": 64, "qk_rope_head_dim": 32, "v_head_dim": 64, "intermediate_size": 1536,
+        "moe_intermediate_size": 192, "n_routed_experts": 32, "num_experts_per_tok": 8, "n_group": 8, "topk_group": 4,
+        "n_shared_experts": 1, "norm_topk_prob": True, "routed_scaling_factor": 2.5, "first_k_dense_replace": 1,
+        "max_position_embeddings": 163840, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+        "rope_scaling": {"rope_type": "yarn", "factor": 40.0, "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0,
+                         "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096},
+        "tie_word_embeddings": False, "hidden_act": "silu"},
 }
 QUICK = {
     "tiny GPT-2": {"model_type": "gpt2", "vocab_size": 300, "n_embd": 32, "n_layer": 2, "n_head": 4,

@@ -21,8 +21,8 @@ from .converters import (
     load_state,
 )
 from .mappings import MAPPINGS, render_markdown
-from .float64 import (gemma2_in_float64, gemma3_in_float64, gpt_oss_in_float64, llama_in_float64,
-                      moe_models_in_float64, qwen3_next_in_float64)
+from .float64 import (deepseek_v3_in_float64, gemma2_in_float64, gemma3_in_float64, gpt_oss_in_float64,
+                      llama_in_float64, moe_models_in_float64, qwen3_next_in_float64)
 from .pretrained import from_transformers_state, load_pretrained, read_state_dir, to_transformers
 from .random_model import random_model_config, write_random_model
 from .sampling import torch_draw
@@ -32,6 +32,6 @@ __all__ = ["from_bert_layer", "from_gpt2_attention", "from_gpt2_block", "from_ll
            "from_torch_multihead_attention", "load_state", "MAPPINGS", "render_markdown",
            "from_transformers_state", "load_pretrained", "read_state_dir", "to_transformers", "read_safetensors",
            "write_safetensors", "llama_in_float64", "gemma3_in_float64", "gemma2_in_float64", "qwen3_next_in_float64",
-           "moe_models_in_float64", "gpt_oss_in_float64",
+           "moe_models_in_float64", "gpt_oss_in_float64", "deepseek_v3_in_float64",
            "write_random_model",
            "random_model_config", "torch_draw"]

@@ -48,6 +48,9 @@ gpt-oss's RoPE angles            ``position_ids.float() * inv_freq.float()``    
                                  factor)
 gpt-oss's YaRN ``inv_freq``      ``_compute_yarn_parameters``: ``torch.float``      :func:`gpt_oss_in_float64` (its own
                                  powers, a ``torch.float32`` ramp                   function, both read as float64)
+DeepSeek-V3's RoPE angles and    as gpt-oss's, full-width cos and sin (each         :func:`deepseek_v3_in_float64` (same
+YaRN ``inv_freq``                frequency twice) times the attention factor        formulas; with the router and norms
+                                                                                    of :func:`moe_models_in_float64`)
 ===============================  =================================================  ========================================
 
 gpt-oss's eager attention (the sink column, the softmax in the logits' dtype), its router's softmax
@@ -62,7 +65,7 @@ import contextlib
 
 __all__ = ["llama_in_float64", "gemma3_in_float64", "gemma2_in_float64", "qwen3_next_in_float64", "moe_models_in_float64",
            "bloom_in_float64",
-           "gpt_oss_in_float64"]
+           "gpt_oss_in_float64", "deepseek_v3_in_float64"]
 
 
 @contextlib.contextmanager
@@ -383,7 +386,6 @@ def gpt_oss_in_float64():
     as float64 (the default type: ``base^(-2i/d)`` in float64), and the half-width ``cos`` and
     ``sin`` times the module's ``attention_scaling``, as transformers' forward. Both restored on exit."""
     import torch
-    from transformers import modeling_rope_utils as rope_utils
     from transformers.models.gpt_oss import modeling_gpt_oss as m
 
     def rms_norm(self, hidden_states):
@@ -391,19 +393,49 @@ def gpt_oss_in_float64():
         return self.weight * (hidden_states * torch.rsqrt(variance + self.variance_epsilon))
 
     def rotary(self, x, position_ids):
-        rope_type = getattr(self, "rope_type", None) or "default"
-        if rope_type == "default":
-            dim = getattr(self.config, "head_dim", None) or self.config.hidden_size // self.config.num_attention_heads
-            inv_freq = 1.0 / _rope_theta(self.config) ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
-        else:
-            original, rope_utils.torch = rope_utils.torch, _TorchReadingFloat64(torch, "float", "float32")
-            try:
-                inv_freq, _ = rope_utils.ROPE_INIT_FUNCTIONS[rope_type](self.config, None)
-            finally:
-                rope_utils.torch = original
-        freqs = position_ids[..., None].to(torch.float64) * inv_freq.to(torch.float64)  # (B, N, Dh/2)
+        freqs = position_ids[..., None].to(torch.float64) * _inv_freq_float64(self)  # (B, N, Dh/2)
         cos, sin = freqs.cos() * self.attention_scaling, freqs.sin() * self.attention_scaling
         return cos.to(x.dtype), sin.to(x.dtype)
 
     with _patched([(m.GptOssRMSNorm, "forward", rms_norm), (m.GptOssRotaryEmbedding, "forward", rotary)]):
+        yield
+
+
+def _inv_freq_float64(rotary):
+    """A rotary module's ``inv_freq`` in float64: ``base^(-2i/d)`` over its config's ``head_dim``
+    (the default type), else transformers' own ``ROPE_INIT_FUNCTIONS[rope_type]`` (YaRN's) run with
+    ``torch.float`` and ``torch.float32`` read as float64."""
+    import torch
+    from transformers import modeling_rope_utils as rope_utils
+
+    rope_type = getattr(rotary, "rope_type", None) or "default"
+    config = rotary.config
+    if rope_type == "default":
+        dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        return 1.0 / _rope_theta(config) ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    original, rope_utils.torch = rope_utils.torch, _TorchReadingFloat64(torch, "float", "float32")
+    try:
+        inv_freq, _ = rope_utils.ROPE_INIT_FUNCTIONS[rope_type](config, None)
+    finally:
+        rope_utils.torch = original
+    return inv_freq.to(torch.float64)
+
+
+@contextlib.contextmanager
+def deepseek_v3_in_float64():
+    """Inside the ``with`` block, transformers' DeepSeek-V3 computes its float32 steps in float64 with
+    the same formulas: the router and the RMSNorms as :func:`moe_models_in_float64`, and
+    ``DeepseekV3RotaryEmbedding``'s angles ``position * inv_freq`` in float64 (``inv_freq`` over
+    ``qk_rope_head_dim`` features, YaRN's from transformers' own function, as gpt-oss's), the
+    full-width ``cos`` and ``sin`` (each frequency twice) times the module's ``attention_scaling``,
+    as its forward; restored on exit."""
+    import torch
+    from transformers.models.deepseek_v3 import modeling_deepseek_v3 as m
+
+    def rotary(self, x, position_ids):
+        freqs = position_ids[..., None].to(torch.float64) * _inv_freq_float64(self)  # (B, N, dr/2)
+        emb = torch.cat((freqs, freqs), dim=-1)  # (B, N, dr)
+        return (emb.cos() * self.attention_scaling).to(x.dtype), (emb.sin() * self.attention_scaling).to(x.dtype)
+
+    with moe_models_in_float64(), _patched([(m.DeepseekV3RotaryEmbedding, "forward", rotary)]):
         yield

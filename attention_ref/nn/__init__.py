@@ -83,8 +83,8 @@ from .moe_routing import ROUTING_ORDERS, RouterCache, Routing, router_backward, 
 from .clamped_swiglu import ClampedSwiGLUCache, clamped_swiglu_backward, clamped_swiglu_forward
 from .moe import (EXPERT_KINDS, MoECache, SwiGLUMoECache, moe_backward, moe_forward, swiglu_moe_backward,
                   swiglu_moe_forward)
-from .mla import (LatentCache, MLACache, MLAShape, mla_backward, mla_decode_absorbed, mla_forward, mla_param_shapes,
-                  mla_scale)
+from .mla import (LatentCache, MLACache, MLADecodeCache, MLAShape, mla_backward, mla_decode_absorbed, mla_forward,
+                  mla_param_shapes, mla_scale)
 from .deepseek_block import DeepSeekBlockCache, DeepSeekLayer, deepseek_block_backward, deepseek_block_forward
 from .qwen3_moe_block import Qwen3MoeBlockCache, Qwen3MoeLayer, qwen3_moe_block_backward, qwen3_moe_block_forward
 from .load_balancing import LoadBalancingCache, load_balancing_loss_backward, load_balancing_loss_forward
@@ -120,7 +120,7 @@ __all__ = [
     "ClampedSwiGLUCache", "clamped_swiglu_backward", "clamped_swiglu_forward",
     "EXPERT_KINDS", "MoECache", "moe_backward", "moe_forward",
     "SwiGLUMoECache", "swiglu_moe_backward", "swiglu_moe_forward",
-    "MLAShape", "MLACache", "LatentCache", "mla_param_shapes", "mla_scale", "mla_forward", "mla_backward",
+    "MLAShape", "MLACache", "LatentCache", "MLADecodeCache", "mla_param_shapes", "mla_scale", "mla_forward", "mla_backward",
     "mla_decode_absorbed", "DeepSeekLayer", "DeepSeekBlockCache", "deepseek_block_forward", "deepseek_block_backward",
     "Qwen3MoeLayer", "Qwen3MoeBlockCache", "qwen3_moe_block_forward", "qwen3_moe_block_backward",
     "LoadBalancingCache", "load_balancing_loss_backward", "load_balancing_loss_forward",

@@ -26,7 +26,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .._checks import as_real_array
-from .mla import MLAShape, mla_backward, mla_forward
+from .mla import MLADecodeCache, MLAShape, mla_backward, mla_decode_absorbed, mla_forward
 from .moe import swiglu_moe_backward, swiglu_moe_formula
 from .moe_routing import Routing
 from .rms_norm import rms_norm_backward, rms_norm_formula
@@ -81,17 +81,28 @@ def _check_mlp(x, p, layer):
             raise ValueError(f"params[{n!r}] must have shape {shape} for x of width {D}, got {a[n].shape}")
 
 
-def deepseek_block_forward(x, p, layer: DeepSeekLayer, theta, positions, mask=None):
+def deepseek_block_forward(x, p, layer: DeepSeekLayer, theta, positions, mask=None, kv: MLADecodeCache | None = None):
     """The six steps on ``x`` (..., N, D) at ``positions`` (N,), RoPE frequencies ``theta`` (dr/2,).
 
     Returns ``(y, cache)``; ``y`` (..., N, D). The attention's inputs are checked by
-    :func:`attention_ref.nn.mla_forward`, the MLP's names and shapes here."""
+    :func:`attention_ref.nn.mla_forward`, the MLP's names and shapes here.
+
+    Decoding: with ``kv`` (an :class:`attention_ref.nn.MLADecodeCache`, the layer's latents so far),
+    ``x`` (B, n, D) are the new tokens at ``positions`` (n,) or (B, n), ``mask`` broadcastable to
+    (B, 1, n, T + n); step 2 is :func:`attention_ref.nn.mla_decode_absorbed` (the absorbed form over
+    the cached latents, which it extends), the other steps as they are; ``cache`` is None (no backward)."""
     _check_mlp(x, p, layer)
+    if kv is not None and not isinstance(kv, MLADecodeCache):
+        raise TypeError(f"kv must be an attention_ref.nn.MLADecodeCache (a layer's latents), got {type(kv).__name__}")
     attn_params = {k[len("self_attn."):]: v for k, v in p.items() if k.startswith("self_attn.")}
     # 1. z = RMSNorm_1(x)
     z, norm_1 = rms_norm_formula(np.asarray(x), p["input_norm.weight"], layer.eps)
-    # 2. a = MLA(z)
-    a, attn = mla_forward(z, attn_params, layer.attn, theta, positions, mask)  # (..., N, D)
+    # 2. a = MLA(z) (decoding: in the absorbed form, over the cached latents and the new ones)
+    if kv is None:
+        a, attn = mla_forward(z, attn_params, layer.attn, theta, positions, mask)  # (..., N, D)
+    else:
+        a, kv.latent = mla_decode_absorbed(z, attn_params, layer.attn, theta, positions, kv.latent, mask)
+        attn = None
     # 3. h = x + a
     h = x + a
     # 4. u = RMSNorm_2(h)
@@ -105,7 +116,7 @@ def deepseek_block_forward(x, p, layer: DeepSeekLayer, theta, positions, mask=No
         shared, shared_cache = swiglu_formula(u, *(p[n] for n in _SHARED))
         m, mlp = routed + shared, (moe, shared_cache)
     # 6. y = h + m
-    return h + m, DeepSeekBlockCache(norm_1, attn, norm_2, mlp, layer)
+    return h + m, (None if kv is not None else DeepSeekBlockCache(norm_1, attn, norm_2, mlp, layer))
 
 
 def deepseek_block_backward(dy, cache: DeepSeekBlockCache):

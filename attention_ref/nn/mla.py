@@ -23,7 +23,8 @@ Forward (:func:`mla_forward`), numbered so the backward walks it in reverse:
 2. the latent: ``[c | k_pe] = x W_kv_a``; ``c_hat = RMSNorm(c)``          (..., N, r), (..., N, dr)
 3. keys and values from the latent: ``c_hat W_kv_b``, per head ``[k_nope | v]`` (dn, dv)
 4. RoPE on ``q_pe`` (each head) and ``k_pe`` (one, shared by the heads), at the positions, with
-   the frequencies given (YaRN's for DeepSeek-V3); pairs interleaved or half, as the config says
+   the frequencies given (YaRN's for DeepSeek-V3), times the shape's ``rope_factor`` (YaRN's attention
+   factor, which transformers puts on cos and sin); pairs interleaved or half, as the config says
 5. ``q = [q_nope | q_pe]``, ``k = [k_nope | k_pe]`` (k_pe repeated for every head), causal attention
    with the scale given (DeepSeek-V3: ``(dn + dr)^-1/2``, times ``mscale^2`` under YaRN)
 6. heads merged, ``y = o W_o``
@@ -48,8 +49,8 @@ from ..fast.dispatch import attention_backward_formula, attention_formula, linea
 from ..variants.rope import rotate
 from .rms_norm import rms_norm_backward, rms_norm_formula
 
-__all__ = ["MLAShape", "MLACache", "LatentCache", "mla_param_shapes", "mla_scale", "mla_forward", "mla_backward",
-           "mla_decode_absorbed"]
+__all__ = ["MLAShape", "MLACache", "LatentCache", "MLADecodeCache", "mla_param_shapes", "mla_scale", "mla_forward",
+           "mla_backward", "mla_decode_absorbed"]
 
 
 class MLAShape(NamedTuple):
@@ -64,6 +65,8 @@ class MLAShape(NamedTuple):
     eps: float = 1e-6  # the two RMSNorms' epsilon (rms_norm_eps)
     interleaved: bool = True  # RoPE pairs (2i, 2i+1) (rope_interleave, DeepSeek-V3's default) or (i, i + dr/2)
     scale: float | None = None  # the scores' factor; None: (dn + dr)^-1/2
+    rope_factor: float = 1.0  # what RoPE's cos and sin are multiplied by (YaRN's attention factor; transformers'
+    #                           attention_scaling): the q_pe . k_pe part of the scores grows by its square
 
 
 class MLACache(NamedTuple):
@@ -88,6 +91,28 @@ class LatentCache(NamedTuple):
     k_pe: np.ndarray  # (B, T, dr)
 
 
+class MLADecodeCache:
+    """One layer's decoding state in the absorbed form, grown by each step: its :class:`LatentCache`
+    (None before the first step). A model's decoder keeps one per layer (DeepSeek-V3's
+    ``Family.new_cache``) and the block passes it to :func:`mla_decode_absorbed`.
+    Memory: ``batch * T * (kv_lora_rank + qk_rope_head_dim) * itemsize`` bytes (:attr:`nbytes`)."""
+
+    def __init__(self):
+        self.latent = None
+
+    @property
+    def length(self) -> int:
+        """The tokens cached so far."""
+        return 0 if self.latent is None else self.latent.c_hat.shape[1]
+
+    @property
+    def nbytes(self) -> int:
+        return 0 if self.latent is None else self.latent.c_hat.nbytes + self.latent.k_pe.nbytes
+
+    def __repr__(self):
+        return f"MLADecodeCache(length={self.length})"
+
+
 def mla_param_shapes(D: int, shape: MLAShape) -> dict:
     """The shape of each parameter of an MLA layer of width ``D``."""
     H, rq, r = shape.num_heads, shape.q_lora_rank, shape.kv_lora_rank
@@ -109,8 +134,9 @@ def mla_scale(qk_head_dim, factor=None, mscale_all_dim=0.0) -> float:
     return scale
 
 
-def _check(x, p, shape, theta, positions):
-    """Checked inputs: ``shape`` an MLAShape, ``p`` exactly its parameters, all of one dtype."""
+def _check(x, p, shape, theta, positions, per_row=False):
+    """Checked inputs: ``shape`` an MLAShape, ``p`` exactly its parameters, all of one dtype;
+    ``positions`` (N,), or also (B, N) when ``per_row``."""
     if not isinstance(shape, MLAShape):
         raise TypeError(f"shape must be an attention_ref.nn.MLAShape, got {type(shape).__name__}")
     for name in ("num_heads", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
@@ -122,6 +148,7 @@ def _check(x, p, shape, theta, positions):
     check_positive_real(shape.eps, "shape.eps")
     if shape.scale is not None:
         check_positive_real(shape.scale, "shape.scale")
+    check_positive_real(shape.rope_factor, "shape.rope_factor")
     x = as_real_array(x, "x")
     if x.ndim < 2:
         raise ValueError(f"x must have shape (..., N, D), got {x.shape}")
@@ -137,14 +164,21 @@ def _check(x, p, shape, theta, positions):
         raise ValueError(f"theta must have shape ({shape.qk_rope_head_dim // 2},) (qk_rope_head_dim / 2), got"
                          f" {theta.shape}")
     positions = as_real_array(positions, "positions").astype(np.float64)
-    if positions.shape != x.shape[-2:-1]:
-        raise ValueError(f"positions must have shape ({x.shape[-2]},) (one per token of x), got {positions.shape}")
+    if positions.shape != x.shape[-2:-1] and not (per_row and positions.shape == x.shape[:-1]):
+        rows = f" or {x.shape[:-1]} (one per token of each row)" if per_row else ""
+        raise ValueError(f"positions must have shape ({x.shape[-2]},) (one per token of x){rows}, got {positions.shape}")
     dtype = common_dtype(x, *p.values())
     return x.astype(dtype, copy=False), {k: v.astype(dtype, copy=False) for k, v in p.items()}, theta, positions
 
 
 def _scale(shape):
     return shape.scale if shape.scale is not None else 1.0 / math.sqrt(shape.qk_nope_head_dim + shape.qk_rope_head_dim)
+
+
+def _cos_sin(positions, theta, shape, dtype):
+    """RoPE's ``a cos`` and ``a sin`` (..., N, dr/2) at ``positions`` (..., N), ``a`` the shape's ``rope_factor``."""
+    angles = positions[..., None] * theta  # (..., N, dr/2), float64
+    return (np.cos(angles) * shape.rope_factor).astype(dtype), (np.sin(angles) * shape.rope_factor).astype(dtype)
 
 
 def _layout(shape):
@@ -191,8 +225,7 @@ def mla_forward(x, params, shape: MLAShape, theta, positions, mask=None):
     x, p, theta, positions = _check(x, params, shape, theta, positions)
     H, dn, dv = shape.num_heads, shape.qk_nope_head_dim, shape.v_head_dim
     n = x.shape[-2]
-    angles = positions[:, None] * theta  # (N, dr/2), float64
-    cos, sin = np.cos(angles).astype(x.dtype), np.sin(angles).astype(x.dtype)
+    cos, sin = _cos_sin(positions, theta, shape, x.dtype)  # (N, dr/2)
     # 1. the query, per head [q_nope | q_pe]
     q, q_a, q_a_norm, q_b = _query(x, p, shape)
     q = split_heads_formula(q, H)  # (..., H, N, dn + dr)
@@ -217,7 +250,7 @@ def mla_forward(x, params, shape: MLAShape, theta, positions, mask=None):
 
 
 def _rotate_back(dy, cos, sin, layout):
-    """RoPE's backward: the rotation by the opposite angle."""
+    """RoPE's backward: the rotation by the opposite angle (``a R^T``: the cached cos and sin carry ``a``)."""
     return rotate(dy, cos, -sin, layout)
 
 
@@ -266,15 +299,18 @@ def mla_backward(dy, cache: MLACache):
     return dx + dx_q, g
 
 
-def mla_decode_absorbed(x, params, shape: MLAShape, theta, positions, latent: LatentCache | None = None):
+def mla_decode_absorbed(x, params, shape: MLAShape, theta, positions, latent: LatentCache | None = None, mask=None):
     """One decoding step of MLA in the absorbed form: the new tokens ``x`` attend to the cached
     latents and to themselves (causally), and the cache grows by their latents.
 
     Parameters
     ----------
-    x : array (B, n, D), the new tokens; positions : array (n,), theirs (after the cached ones)
+    x : array (B, n, D), the new tokens; positions : array (n,), theirs (after the cached ones), or
+        (B, n), each row's own (a left-padded batch counts its real tokens only)
     params, shape, theta : as :func:`mla_forward`
     latent : LatentCache of the earlier tokens (B, T, r) and (B, T, dr), or None (T = 0)
+    mask : None or a bool array broadcastable to (B, 1, n, T + n) (True: may attend; a batch's
+        padding keys False), combined with the causal mask
 
     Returns
     -------
@@ -286,7 +322,7 @@ def mla_decode_absorbed(x, params, shape: MLAShape, theta, positions, latent: La
     ``(q_lat c_hat^T + q_pe k_pe^T) * scale``, causal; ``P = softmax``; ``o_lat = P c_hat`` (..., H, n, r);
     ``o = o_lat W_uv`` per head; heads merged, ``W_o``.
     """
-    x, p, theta, positions = _check(x, params, shape, theta, positions)
+    x, p, theta, positions = _check(x, params, shape, theta, positions, per_row=True)
     if x.ndim != 3:
         raise ValueError(f"x must have shape (B, n, D) when decoding, got {x.shape}")
     H, r = shape.num_heads, shape.kv_lora_rank
@@ -297,10 +333,20 @@ def mla_decode_absorbed(x, params, shape: MLAShape, theta, positions, latent: La
     elif not isinstance(latent, LatentCache) or latent.c_hat.shape[::2] != (B, r) or latent.k_pe.shape != (
             latent.c_hat.shape[:2] + (dr,)):
         raise ValueError(f"latent must be a LatentCache of shapes (B, T, {r}) and (B, T, {dr}) with B = {B}")
-    angles = positions[:, None] * theta  # (n, dr/2)
-    cos, sin = np.cos(angles).astype(x.dtype), np.sin(angles).astype(x.dtype)
+    T = latent.c_hat.shape[1]
+    if mask is not None:
+        mask = np.asarray(mask)
+        if mask.dtype != bool:
+            raise TypeError(f"mask must be a bool array (True: may attend), got dtype {mask.dtype}")
+        try:
+            np.broadcast_shapes(mask.shape, (B, 1, n, T + n))
+        except ValueError:
+            raise ValueError(f"mask must be broadcastable to (B, 1, n, T + n) = {(B, 1, n, T + n)}, got {mask.shape}"
+                             ) from None
+    cos, sin = _cos_sin(positions, theta, shape, x.dtype)  # (n, dr/2) or (B, n, dr/2)
     q = split_heads_formula(_query(x, p, shape)[0], H)  # (B, H, n, dn + dr)
-    q_nope, q_pe = q[..., :dn], rotate(q[..., dn:], cos, sin, _layout(shape))
+    q_cos, q_sin = (cos, sin) if cos.ndim == 2 else (cos[:, None], sin[:, None])  # the heads' axis
+    q_nope, q_pe = q[..., :dn], rotate(q[..., dn:], q_cos, q_sin, _layout(shape))
     c_new, k_pe_new = _latent(x, p, shape, cos, sin)[:2]
     latent = LatentCache(np.concatenate([latent.c_hat, c_new], axis=1), np.concatenate([latent.k_pe, k_pe_new], axis=1))
     W_kv_b = p["W_kv_b"].reshape(r, H, dn + dv)
@@ -309,8 +355,8 @@ def mla_decode_absorbed(x, params, shape: MLAShape, theta, positions, latent: La
     c_all, k_pe_all = latent.c_hat[:, None], latent.k_pe[:, None]  # (B, 1, T + n, r), (B, 1, T + n, dr)
     q_abs = np.concatenate([q_lat, q_pe], axis=-1)  # (B, H, n, r + dr)
     k_abs = np.concatenate([c_all, k_pe_all], axis=-1)  # (B, 1, T + n, r + dr): one key for every head
-    o_lat, _ = attention_formula(q_abs, k_abs, c_all, causal_mask(n, latent.c_hat.shape[1]),
-                                 scale=_scale(shape))  # (B, H, n, r)
+    allowed = causal_mask(n, T + n) if mask is None else np.logical_and(mask, causal_mask(n, T + n))
+    o_lat, _ = attention_formula(q_abs, k_abs, c_all, allowed, scale=_scale(shape))  # (B, H, n, r)
     o = np.einsum("bhnr,rhd->bhnd", o_lat, W_uv)  # (B, H, n, dv): the value's readout after the sum
     y = linear_formula(merge_heads_formula(o), p["W_o"], None)  # (B, n, D)
     return y, latent

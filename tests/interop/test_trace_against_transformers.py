@@ -16,6 +16,9 @@ other interop tests do): ``llama_in_float64()`` (RMSNorm and RoPE angles of the 
 families, GPT-NeoX's and Phi-3's), ``gemma3_in_float64()`` / ``gemma2_in_float64()`` (Gemma's
 norms, RoPE, embedding scale; Gemma 2's eager softmax); the softmax runs in the model's dtype
 with ``sdpa`` (Gemma 2: eager, patched). Runs on transformers 4.57 and 5.x.
+DeepSeek-V3 (``deepseek_v3_in_float64()``): its routing drawn far from ties (``_no_near_group_tie``); 4.57's
+router returns the chosen indices (in ``torch.topk``'s unsorted order) and has no ``mlp.experts`` module of its
+own: both left out of the 4.57 comparison; 5.x's ``kv_b_proj`` records (B, 1, T, ...) (its latent as one head).
 """
 import contextlib
 
@@ -26,17 +29,18 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import attention_ref as ar  # noqa: E402
-from attention_ref.interop import (gemma2_in_float64, gemma3_in_float64, gpt_oss_in_float64, llama_in_float64,  # noqa: E402
-                                   load_pretrained, moe_models_in_float64)
+from attention_ref.interop import (deepseek_v3_in_float64, gemma2_in_float64, gemma3_in_float64,  # noqa: E402
+                                   gpt_oss_in_float64, llama_in_float64, load_pretrained, moe_models_in_float64)
 from attention_ref.interop.float64 import bloom_in_float64, qwen3_next_in_float64  # noqa: E402
 from attention_ref.models.config import family_of  # noqa: E402
-from attention_ref.models.families import FAMILIES  # noqa: E402
+from attention_ref.models.families import FAMILIES, FAMILY  # noqa: E402
 
 FIVE = int(transformers.__version__.split(".")[0]) >= 5
 RTOL = 1e-10
 SMALL = dict(vocab_size=41, hidden_size=16, intermediate_size=24, num_attention_heads=4, num_key_value_heads=2,
              num_hidden_layers=2, max_position_embeddings=64, pad_token_id=0, bos_token_id=None, eos_token_id=None)
 ROPE = {"rope_parameters": {"rope_type": "default", "rope_theta": 500.0}} if FIVE else {"rope_theta": 500.0}
+_DEEPSEEK = FAMILY["deepseek_v3"].example
 #: the small config of each family (transformers' config class, its model class, its fields, the float64 patch)
 BUILD = {
     "gpt2": ("GPT2Config", "GPT2LMHeadModel",
@@ -101,6 +105,14 @@ BUILD = {
                                                 "partial_rotary_factor": 0.5}} if FIVE
                            else {"rope_theta": 500.0, "partial_rotary_factor": 0.5})),
                    qwen3_next_in_float64),
+    # DeepSeek-V3: the family's example (a dense layer, two routed ones, a query compression, YaRN with mscale_all_dim)
+    "deepseek_v3": ("DeepseekV3Config", "DeepseekV3ForCausalLM",
+                    {**{k: v for k, v in _DEEPSEEK.items() if k not in ("rope_theta", "rope_scaling")},
+                     **({"rope_parameters": {**_DEEPSEEK["rope_scaling"], "rope_theta": _DEEPSEEK["rope_theta"]}} if FIVE
+                        else {"rope_theta": _DEEPSEEK["rope_theta"], "rope_scaling": dict(_DEEPSEEK["rope_scaling"])}),
+                     "pad_token_id": 0, "bos_token_id": None, "eos_token_id": None, "attn_implementation": "sdpa",
+                     **({"experts_implementation": "eager"} if FIVE else {})},
+                    deepseek_v3_in_float64),
 }
 #: transformers 4.57's Gemma 2 scales the embedding after its plain ``nn.Embedding`` (5.x: inside
 #: ``Gemma2TextScaledWordEmbedding``): its ``model.embed_tokens`` hook records the unscaled lookup, compared
@@ -133,6 +145,25 @@ def _gpt_oss_4x(ours, config):
         ours[experts] = mlp  # (B, T, D)
 
 
+def _no_near_group_tie(trace, params, config):
+    """DeepSeek-V3's routing has no near tie: in every routed layer, for every token, the kept groups' scores and
+    the next group's, and the chosen experts' choice scores and the next kept expert's, at least 1e-6 apart, and
+    every chosen choice score positive (4.57 masks the groups not kept with 0, 5.x with -inf)."""
+    s = dict(config.settings)
+    E, G, kept, k = config.num_experts, s["n_group"], s["topk_group"], config.experts_per_token
+    for name in [n for n in trace if n.endswith("mlp.gate")]:
+        layer = name.split(".")[2]
+        c = 1 / (1 + np.exp(-trace[name])) + params[f"layers.{layer}.mlp.e_score_correction_bias"]  # (B T, E)
+        groups = np.sort(np.sort(c.reshape(-1, G, E // G), -1)[..., -2:].sum(-1), -1)[:, ::-1]  # (B T, G)
+        assert kept == G or (groups[:, kept - 1] - groups[:, kept]).min() > 1e-6, f"a near group tie in {name}"
+        best = np.argsort(-np.sort(c.reshape(-1, G, E // G), -1)[..., -2:].sum(-1), axis=-1, kind="stable")[:, :kept]
+        inside = np.zeros((len(c), G), bool)
+        np.put_along_axis(inside, best, True, axis=-1)
+        choice = np.sort(np.where(np.repeat(inside, E // G, axis=-1), c, -np.inf), -1)[:, ::-1]
+        assert choice[:, k - 1].min() > 1e-6, f"a chosen choice score near 0 in {name}"
+        assert k == kept * (E // G) or (choice[:, k - 1] - choice[:, k]).min() > 1e-6, f"a near tie in {name}"
+
+
 @contextlib.contextmanager
 def _both(first, second):
     with first, second:
@@ -158,7 +189,8 @@ def _qwen3_next_4x(ours):
 #: ``mlp.experts.<e>.*``) and 4.57's raw padded convolution ``linear_attn.conv1d`` (B, C, T + K - 1), whose SiLU
 #: Qwen3-Next's layer applies outside it. 4.57's Qwen3-MoE has no ``mlp.experts`` module of its own (a ModuleList):
 #: the trace's (5.x's) is left out of the 4.57 comparison
-NOT_TRACED = {"qwen3_moe": (".mlp.experts.",), "qwen3_next": (".mlp.experts.", ".linear_attn.conv1d")}
+NOT_TRACED = {"qwen3_moe": (".mlp.experts.",), "qwen3_next": (".mlp.experts.", ".linear_attn.conv1d"),
+              "deepseek_v3": (".mlp.experts.",)}
 
 #: modules whose output is not an activation: left out of the trace (and of this comparison)
 SKIPPED = ("Dropout", "RotaryEmbedding", "ModuleList")
@@ -232,6 +264,10 @@ def test_every_hooked_module_in_hook_order(family_run):
         ours[UNSCALED_4X[family]] = params[family_of(config).token_table][ids]
     if family in ("gpt_oss", "qwen3_moe", "qwen3_next"):
         _no_near_tie(trace, config)
+    if family == "deepseek_v3":
+        _no_near_group_tie(trace, params, config)
+        if FIVE:  # 5.x's kv_b_proj reads the latent viewed as one head: (B, 1, T, H (dn + dv)), the same numbers
+            ours = {n: v[:, None] if n.endswith(".kv_b_proj") else v for n, v in ours.items()}
     if not FIVE and family == "gpt_oss":
         _gpt_oss_4x(ours, config)
     if not FIVE and family == "qwen3_next":
@@ -242,7 +278,10 @@ def test_every_hooked_module_in_hook_order(family_run):
     probs = [name for name, _ in fired if name.endswith(":probs")]
     assert bool(probs) == (BUILD[family][2]["attn_implementation"] == "eager")  # eager returns its weights
     if not FIVE:
-        ours = {n: v for n, v in ours.items() if not (family == "qwen3_moe" and n.endswith(".mlp.experts"))}
+        ours = {n: v for n, v in ours.items() if not (family in ("qwen3_moe", "deepseek_v3") and n.endswith(".mlp.experts"))}
+        if family == "deepseek_v3":  # 4.57's router returns the chosen indices (in torch.topk's unsorted order)
+            ours = {n: v for n, v in ours.items() if not n.endswith(".mlp.gate")}
+            fired = [(name, value) for name, value in fired if not name.endswith(".mlp.gate")]
         order = [name for name in ours if ":" not in name]
     for name, theirs in fired:
         assert name in ours, f"{family}: {name!r} hooked in transformers, not in the trace"
@@ -272,6 +311,8 @@ def test_left_padded_real_positions(family_run):
     to_4x = ar.trace_names_4x(config) if not FIVE else {}
     if family in ("gpt_oss", "qwen3_moe", "qwen3_next"):
         _no_near_tie(trace, config)
+    if family == "deepseek_v3":
+        _no_near_group_tie(trace, params, config)
     if not FIVE and family == "gpt_oss":
         _gpt_oss_4x(trace, config)
     for name, value in trace.items():

@@ -34,6 +34,9 @@ CONFIGS = {
                              settings={"sparse_layers": (False, True), "moe_d_ff": 6, "norm_topk_prob": True}),
     # one linear-attention layer (no scores) and one full layer, experts and a gated shared expert on both
     "qwen3_next": ar.LMConfig.from_dict({"model_type": "qwen3_next", **FAMILY["qwen3_next"].example}),
+    # DeepSeek-V3: a dense layer, then a routed one (4 experts in 2 groups, a shared expert); YaRN with mscale_all_dim
+    "deepseek_v3": ar.LMConfig.from_dict({**FAMILY["deepseek_v3"].example, "model_type": "deepseek_v3",
+                                          "num_hidden_layers": 2, "vocab_size": 13}),
 }
 IDS = np.array([[1, 5, 2, 7, 3], [4, 4, 9, 1, 2]])
 

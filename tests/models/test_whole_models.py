@@ -72,6 +72,18 @@ CONFIGS = {
         "linear_num_key_heads": 1, "linear_num_value_heads": 2, "linear_key_head_dim": 3, "linear_value_head_dim": 2,
         "linear_conv_kernel_dim": 2, "num_experts": 3, "moe_intermediate_size": 2, "shared_expert_intermediate_size": 3,
         "mlp_only_layers": [1], "pad_token_id": 0}),
+    # DeepSeek-V3: MLA (a query compression, a latent of 4, RoPE on 2 of each head's 4 key features), layer 0 dense,
+    # layer 1 with 4 experts in 2 groups (1 kept) and a shared expert, YaRN with mscale_all_dim
+    # (models/families/deepseek_v3.py)
+    "deepseek_v3": ar.LMConfig(**{**LLAMA.to_dict(), "family": "deepseek_v3", "num_heads": 2, "num_kv_heads": 2,
+                                  "head_dim": 2, "num_experts": 4, "experts_per_token": 2, "rope_scaling": {
+                                      "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
+                                      "mscale": 1.0, "mscale_all_dim": 0.8},
+                                  "settings": {"q_lora_rank": 4, "kv_lora_rank": 4, "qk_nope_head_dim": 2,
+                                               "qk_rope_head_dim": 2, "v_head_dim": 3, "rope_interleave": True,
+                                               "first_k_dense_replace": 1, "moe_intermediate_size": 3,
+                                               "n_shared_experts": 1, "n_group": 2, "topk_group": 1,
+                                               "norm_topk_prob": True, "routed_scaling_factor": 2.5}}),
     # Llama with Meta's interleaved RoPE pairs (config.rope_layout)
     "llama-interleaved": ar.LMConfig(**{**LLAMA.to_dict(), "rope_layout": "interleaved", "head_dim": 4}),
 }
@@ -97,6 +109,22 @@ def _router_caches(cache):
     return []
 
 
+def _far_from_group_ties(router, bias, gap=1e-3):
+    """Sigmoid routing with groups (DeepSeek-V3): the kept groups' scores 1e-3 above the next group's, and the
+    chosen experts' choice scores above the other kept experts' (a finite difference must not move the choice)."""
+    r = router.routing
+    c = router.p + bias  # (T, E): the choice scores
+    T, E = c.shape
+    groups = np.sort(c.reshape(T, r.n_group, -1), -1)[..., -2:].sum(-1)  # (T, G)
+    ranked = np.sort(groups, -1)[:, ::-1]
+    assert r.topk_group == r.n_group or (ranked[:, r.topk_group - 1] - ranked[:, r.topk_group]).min() > gap
+    kept = np.argsort(-groups, -1, kind="stable")[:, :r.topk_group]
+    mask = np.zeros((T, r.n_group), bool)
+    np.put_along_axis(mask, kept, True, -1)
+    choice = np.sort(np.where(np.repeat(mask, E // r.n_group, -1), c, -np.inf), -1)[:, ::-1]
+    assert (choice[:, r.top_k - 1] - choice[:, r.top_k]).min() > gap  # -inf past the kept experts: an infinite gap
+
+
 @pytest.mark.parametrize("name", CONFIGS)
 def test_every_gradient_of_a_tiny_model_against_finite_differences(name):
     params, config = _model(name)
@@ -116,6 +144,9 @@ def test_every_gradient_of_a_tiny_model_against_finite_differences(name):
     if config.num_experts is not None:  # no near tie in the routing: a finite difference must not change the experts
         for layer, block in enumerate(forward({})[1].blocks):
             for router in _router_caches(block):  # the router's input (T, D) and weight (D, E)
+                if router.routing.order == "sigmoid_topk":  # DeepSeek-V3's grouped sigmoid routing
+                    _far_from_group_ties(router, params[f"layers.{layer}.mlp.e_score_correction_bias"])
+                    continue
                 top = np.sort(router.linear.x @ router.linear.W + params.get(f"layers.{layer}.mlp.b_router", 0.0),
                               axis=-1)  # (T, E)
                 gap = top[:, -config.experts_per_token] - top[:, -config.experts_per_token - 1]

@@ -12,7 +12,9 @@ from attention_ref.nn.mla import LatentCache, MLAShape, mla_backward, mla_decode
 from _helpers import assert_close, check_gradients
 
 D = 12
-SHAPES = [MLAShape(3, None, 5, 4, 4, 3), MLAShape(2, 6, 5, 2, 4, 5, interleaved=False, scale=0.3)]
+SHAPES = [MLAShape(3, None, 5, 4, 4, 3), MLAShape(2, 6, 5, 2, 4, 5, interleaved=False, scale=0.3),
+          MLAShape(3, 6, 5, 4, 4, 3, scale=0.4, rope_factor=1.3)]  # YaRN's factor on cos and sin
+IDS = ["no-q-lora-interleaved", "q-lora-half", "rope-factor"]
 
 
 def _params(shape, rng):
@@ -29,12 +31,12 @@ def _rms(v, w, eps):
     return [v[i] / math.sqrt(sum(a * a for a in v) / len(v) + eps) * w[i] for i in range(len(v))]
 
 
-def _rot(v, angle_of_pair, interleaved):
-    """v rotated pair by pair: pairs (2i, 2i+1) or (i, i + d/2)."""
+def _rot(v, angle_of_pair, interleaved, factor=1.0):
+    """v rotated pair by pair: pairs (2i, 2i+1) or (i, i + d/2), times ``factor``."""
     d, out = len(v), list(v)
     for i in range(d // 2):
         a, b = (2 * i, 2 * i + 1) if interleaved else (i, i + d // 2)
-        c, s = math.cos(angle_of_pair[i]), math.sin(angle_of_pair[i])
+        c, s = factor * math.cos(angle_of_pair[i]), factor * math.sin(angle_of_pair[i])
         out[a], out[b] = v[a] * c - v[b] * s, v[a] * s + v[b] * c
     return out
 
@@ -52,12 +54,12 @@ def _mla_loop(x, p, shape, theta, positions):
                                                              shape.eps)) @ p["W_q_b"]
         ckv = x[t] @ p["W_kv_a"]
         c_hat = np.array(_rms(list(ckv[:r]), p["kv_a_norm.weight"], shape.eps))
-        k_pe = _rot(list(ckv[r:]), angle, shape.interleaved)
+        k_pe = _rot(list(ckv[r:]), angle, shape.interleaved, shape.rope_factor)
         kv = c_hat @ p["W_kv_b"]
         q_t, k_t, v_t = [], [], []
         for h in range(H):
             qh = q[h * (dn + dr):(h + 1) * (dn + dr)]
-            q_t.append(list(qh[:dn]) + _rot(list(qh[dn:]), angle, shape.interleaved))
+            q_t.append(list(qh[:dn]) + _rot(list(qh[dn:]), angle, shape.interleaved, shape.rope_factor))
             kvh = kv[h * (dn + dv):(h + 1) * (dn + dv)]
             k_t.append(list(kvh[:dn]) + k_pe)
             v_t.append(kvh[dn:])
@@ -74,7 +76,7 @@ def _mla_loop(x, p, shape, theta, positions):
     return np.array(y)
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=["no-q-lora-interleaved", "q-lora-half"])
+@pytest.mark.parametrize("shape", SHAPES, ids=IDS)
 def test_mla_matches_loop(shape):
     rng = np.random.default_rng(0)
     p = _params(shape, rng)
@@ -95,7 +97,7 @@ def test_the_layout_matters():
     assert np.abs(y - y_half).max() > 1e-3
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=["no-q-lora-interleaved", "q-lora-half"])
+@pytest.mark.parametrize("shape", SHAPES, ids=IDS)
 def test_mla_backward_gradcheck(shape):
     rng = np.random.default_rng(2)
     p, x = _params(shape, rng), rng.standard_normal((2, 4, D))
@@ -105,7 +107,7 @@ def test_mla_backward_gradcheck(shape):
                     names=["x", "params"])
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=["no-q-lora-interleaved", "q-lora-half"])
+@pytest.mark.parametrize("shape", SHAPES, ids=IDS)
 def test_absorbed_decoding_equals_the_plain_form(shape):
     """A prompt of 3 tokens, then 3 steps of one token: each step's output equals the plain forward's at
     its position; the cache holds r + dr numbers per token."""
@@ -119,6 +121,32 @@ def test_absorbed_decoding_equals_the_plain_form(shape):
         y, latent = mla_decode_absorbed(x[:, t:t + 1], p, shape, theta, np.array([t]), latent)
         assert_close(y, full[:, t:t + 1], rtol=1e-11, atol=1e-11, what=f"step {t}")
     assert latent.c_hat.shape == (2, 6, shape.kv_lora_rank) and latent.k_pe.shape == (2, 6, shape.qk_rope_head_dim)
+
+
+def test_absorbed_decoding_of_a_left_padded_batch():
+    """Per-row positions (B, n) and a key mask: a row padded on the left by 2 gives, at every real token, the
+    plain forward of its real tokens alone (positions from 0); prompt then two steps."""
+    shape = SHAPES[2]
+    rng = np.random.default_rng(5)
+    p, x = _params(shape, rng), rng.standard_normal((2, 7, D))
+    theta = _theta(shape)
+    keep = np.ones((2, 7), bool)
+    keep[0, :2] = False
+    positions = np.where(keep, np.cumsum(keep, axis=1) - 1, 1)  # (B, T): each row counts its real tokens
+    y, latent = mla_decode_absorbed(x[:, :5], p, shape, theta, positions[:, :5], mask=keep[:, None, None, :5])
+    steps = [y]
+    for t in (5, 6):
+        y, latent = mla_decode_absorbed(x[:, t:t + 1], p, shape, theta, positions[:, t:t + 1], latent,
+                                        mask=keep[:, None, None, :t + 1])
+        steps.append(y)
+    y = np.concatenate(steps, axis=1)
+    for b in range(2):
+        alone, _ = mla_forward(x[b:b + 1, keep[b]], p, shape, theta, np.arange(keep[b].sum()))
+        assert_close(y[b, keep[b]], alone[0], rtol=1e-11, atol=1e-11, what=f"row {b}")
+    with pytest.raises(ValueError, match=r"^mask must be broadcastable to \(B, 1, n, T \+ n\)"):
+        mla_decode_absorbed(x[:, :2], p, shape, theta, np.arange(2), mask=np.ones((2, 1, 1, 3), bool))
+    with pytest.raises(ValueError, match=r"^positions must have shape \(2,\) \(one per token of x\) or \(2, 2\)"):
+        mla_decode_absorbed(x[:, :2], p, shape, theta, np.zeros((3, 2)))
 
 
 def test_float32_stays_float32_and_bad_inputs_are_named():

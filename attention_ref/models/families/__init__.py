@@ -18,7 +18,7 @@ from ..config import register_families
 FAMILY_NAMES = ("gpt2", "llama", "qwen2", "qwen3", "mistral", "gpt_neox", "phi3", "gemma2", "gemma3_text",
                 "olmo2",
                 "smollm3",
-                "bloom", "gpt_oss", "qwen3_moe", "qwen3_next")
+                "bloom", "gpt_oss", "qwen3_moe", "qwen3_next", "deepseek_v3")
 FAMILY_MODULES = tuple(importlib.import_module(f"{__name__}.{name}") for name in FAMILY_NAMES)
 #: model_type -> Family
 FAMILY = {module.FAMILY.model_type: module.FAMILY for module in FAMILY_MODULES}
