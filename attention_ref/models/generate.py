@@ -23,7 +23,7 @@ from ..variants.kv_cache import KVCache
 from .config import LMConfig, family_of
 from .lm import prepared_blocks, run_steps
 from .logits_processing import check_logits_settings, processed_logits
-from .params import check_lm_params
+from .params import check_lm_params, head_weight
 
 __all__ = ["LMDecoder", "generate"]
 
@@ -44,6 +44,10 @@ class LMDecoder:
         self.config = config
         self.blocks = prepared_blocks(self.params, config)  # fused weights split once, not at every step
         self.layers = family_of(config).layers(config)  # each layer's RoPE frequencies, window, scale: once
+        # the LM head (D, V) with its rows contiguous: a tied token table's transpose is copied once (V x D more
+        # numbers held), since a step's x @ W reads a (D, V) row-major matrix faster than the table's transpose
+        # (BLAS's two matrix-vector kernels; measured in docs/performance.md, "Decoding")
+        self.head = np.ascontiguousarray(head_weight(self.params, config))
         new_cache = family_of(config).new_cache  # a family's own decoding state (None: keys and values)
         self.caches = [KVCache() if new_cache is None else new_cache(config, i) for i in range(config.num_layers)]
         self.keys_mask = None
@@ -85,7 +89,7 @@ class LMDecoder:
         if mask.all():
             mask = None
         logits, _ = run_steps(ids, positions, self.params, self.config, mask, blocks=self.blocks, layers=self.layers,
-                              kv=self.caches, last_only=last_only)
+                              kv=self.caches, last_only=last_only, head=self.head)
         return logits  # (B, t, V)
 
 
