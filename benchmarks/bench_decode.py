@@ -15,7 +15,8 @@ others sliding over 512 keys; 4 query heads of 256, 1 key/value head; vocabulary
 Gemma-2-shaped model of the same sizes (not a released Gemma 2: layers alternating sliding and
 global, scores and logits soft-capped at 50 and 30, vocabulary 256000), and the Llama-like families
 at SmolLM-135M's sizes with their own piece switched on (Llama 3.2's ``llama3`` RoPE scaling,
-Qwen2's q/k/v biases, Qwen3's q/k norms, Mistral's window; not released models), all with random
+Qwen2's q/k/v biases, Qwen3's q/k norms, Mistral's window, OLMo 2's norms, SmolLM3's layers without
+RoPE; not released models), all with random
 weights built from their configs
 (:func:`attention_ref.init_lm_params`, seed 0, float32), a 16-token prompt, 32 greedy tokens
 (``generate(ids, params, config, 32)`` against transformers' ``model.generate(ids,
@@ -87,6 +88,8 @@ MODELS = {
     "Qwen2-style (q/k/v biases) at SmolLM-135M sizes": {**_SMOL, "model_type": "qwen2"},
     "Qwen3-style (q/k norms, 64-wide heads) at SmolLM-135M sizes": {**_SMOL, "model_type": "qwen3", "head_dim": 64},
     "Mistral-style (window 4096) at SmolLM-135M sizes": {**_SMOL, "model_type": "mistral", "sliding_window": 4096},
+    "OLMo-2-style (norms after attention and MLP, q/k norms) at SmolLM-135M sizes": {**_SMOL, "model_type": "olmo2"},
+    "SmolLM3-style (no RoPE on every fourth layer) at SmolLM-135M sizes": {**_SMOL, "model_type": "smollm3"},
     "Pythia-160M-shaped GPT-NeoX": {
         "model_type": "gpt_neox", "vocab_size": 50304, "hidden_size": 768, "num_hidden_layers": 12,
         "num_attention_heads": 12, "intermediate_size": 3072, "rotary_pct": 0.25, "rotary_emb_base": 10000,

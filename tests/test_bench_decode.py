@@ -87,3 +87,17 @@ def test_ratios_and_shares_of_the_bound_are_taken_round_by_round(monkeypatch):
     assert row["ratio"] == pytest.approx((1.25, 1.25, 1.25))
     assert row["of_bound"]["attention_ref"] == pytest.approx(0.4)
     assert row["tokens_per_s"]["attention_ref"] == pytest.approx(31 / 1.6)  # the median round's rate
+
+
+def test_profile_decode_counts_each_product_once(capsys):
+    """benchmarks/profile_decode.py on the tiny Llama, one step: 2 layers of 7 products (q, k, v, o,
+    gate, up, down) and the head, and the products read every weight but the looked-up table once."""
+    spec = importlib.util.spec_from_file_location("profile_decode", ROOT / "benchmarks" / "profile_decode.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--quick", "--steps", "1", "--model", "tiny Llama"]) == 0
+    printed = capsys.readouterr().out
+    (row,) = re.findall(r"^\| tiny Llama \| ([\d.]+) \| ([\d.]+) \| (\d+) \| (\d+) \|", printed, flags=re.M)
+    weights, read, products, calls = float(row[0]), float(row[1]), int(row[2]), int(row[3])
+    assert products == 15 and calls > 0, printed
+    assert read == pytest.approx(weights, abs=0.002), printed  # the norms' weights are not products: a few bytes
