@@ -89,7 +89,8 @@ MODELS = {
     "Qwen3-style (q/k norms, 64-wide heads) at SmolLM-135M sizes": {**_SMOL, "model_type": "qwen3", "head_dim": 64},
     "Mistral-style (window 4096) at SmolLM-135M sizes": {**_SMOL, "model_type": "mistral", "sliding_window": 4096},
     "OLMo-2-style (norms after attention and MLP, q/k norms) at SmolLM-135M sizes": {**_SMOL, "model_type": "olmo2"},
-    "SmolLM3-style (no RoPE on every fourth layer) at SmolLM-135M sizes": {**_SMOL, "model_type": "smollm3"},
+    "SmolLM3-style (no RoPE on every fourth layer) at SmolLM-135M sizes": {**_SMOL, "model_type": "smollm3",
+                                                                            "pad_token_id": 0},  # in the vocabulary
     "Pythia-160M-shaped GPT-NeoX": {
         "model_type": "gpt_neox", "vocab_size": 50304, "hidden_size": 768, "num_hidden_layers": 12,
         "num_attention_heads": 12, "intermediate_size": 3072, "rotary_pct": 0.25, "rotary_emb_base": 10000,
