@@ -115,7 +115,8 @@ def render(results: dict, command: str) -> str:
         n, layers, p = r["steps"], r["layers"], r["products"]
         step, inside = 1e3 * r["seconds"] / n, 1e3 * p["seconds"] / n
         rest = step - inside
-        lines.append(f"| {name} | {bench_decode._megabytes(r['weight_bytes'])} | {bench_decode._megabytes(p['bytes'] / n)} |"
+        megabytes = bench_decode._megabytes
+        lines.append(f"| {name} | {megabytes(r['weight_bytes'])} | {megabytes(p['bytes'] / n)} |"
                      f" {p['calls'] / n:.0f} | {r['calls'] / n:.0f} | {r['calls'] / n / layers:.0f} | {step:.1f} |"
                      f" {inside:.1f} | {rest:.1f} | {rest / layers:.2f} |"
                      f" {p['bytes'] / max(p['seconds'], 1e-12) / 1e9:.1f} |")

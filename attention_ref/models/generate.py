@@ -46,8 +46,8 @@ class LMDecoder:
         self.layers = family_of(config).layers(config)  # each layer's RoPE frequencies, window, scale: once
         # the LM head (D, V) with its rows contiguous: a tied token table's transpose is copied once (V x D more
         # numbers held), since a step's x @ W reads a (D, V) row-major matrix faster than the table's transpose
-        # (BLAS's two matrix-vector kernels; measured in docs/performance.md, "Decoding")
-        self.head = np.ascontiguousarray(head_weight(self.params, config))
+        # (BLAS's two matrix-vector kernels; measured in docs/performance.md, "Decoding at batch 1")
+        self.head = _rows_contiguous(head_weight(self.params, config))
         new_cache = family_of(config).new_cache  # a family's own decoding state (None: keys and values)
         self.caches = [KVCache() if new_cache is None else new_cache(config, i) for i in range(config.num_layers)]
         self.keys_mask = None
@@ -91,6 +91,18 @@ class LMDecoder:
         logits, _ = run_steps(ids, positions, self.params, self.config, mask, blocks=self.blocks, layers=self.layers,
                               kv=self.caches, last_only=last_only, head=self.head)
         return logits  # (B, t, V)
+
+
+def _rows_contiguous(W, block=64):
+    """``W`` (D, V) with its rows contiguous (C order): ``W`` itself when it is, else a copy made ``block``
+    columns at a time (a tied head is the token table's transpose: each block of table rows is read
+    contiguously and written as a narrow column block; about 5x faster than one strided copy)."""
+    if W.flags.c_contiguous:
+        return W
+    out = np.empty(W.shape, W.dtype)  # (D, V)
+    for start in range(0, W.shape[1], block):
+        out[:, start:start + block] = W[:, start:start + block]
+    return out
 
 
 def check_prompts(ids, attention_mask, vocab_size):

@@ -209,7 +209,8 @@ def test_rotary_hook_shares_the_angles_of_q_and_k_only_at_the_same_positions(sam
     angles = rope_angles(positions, 8)  # the same frequencies, from the base
     cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
     half = 4
-    expected_k = np.concatenate([k[..., :half] * cos - k[..., half:] * sin, k[..., :half] * sin + k[..., half:] * cos], -1)
+    first, second = k[..., :half], k[..., half:]
+    expected_k = np.concatenate([first * cos - second * sin, first * sin + second * cos], -1)
     np.testing.assert_array_equal(k_rot, expected_k)
     np.testing.assert_array_equal(k_cache.cos, q_cache.cos)
     assert k_rot.dtype == np.float32 and (k_cache.cos is q_cache.cos) == same_positions
