@@ -15,7 +15,8 @@ others sliding over 512 keys; 4 query heads of 256, 1 key/value head; vocabulary
 Gemma-2-shaped model of the same sizes (not a released Gemma 2: layers alternating sliding and
 global, scores and logits soft-capped at 50 and 30, vocabulary 256000), and the Llama-like families
 at SmolLM-135M's sizes with their own piece switched on (Llama 3.2's ``llama3`` RoPE scaling,
-Qwen2's q/k/v biases, Qwen3's q/k norms, Mistral's window; not released models), all with random
+Qwen2's q/k/v biases, Qwen3's q/k norms, Mistral's window, OLMo 2's norms, SmolLM3's layers without
+RoPE; not released models), all with random
 weights built from their configs
 (:func:`attention_ref.init_lm_params`, seed 0, float32), a 16-token prompt, 32 greedy tokens
 (``generate(ids, params, config, 32)`` against transformers' ``model.generate(ids,
@@ -35,9 +36,14 @@ What is reported, per row:
   process: what a decode step's products do) over the bytes per token, and the fraction of it each
   library reaches.
 
-The best of ``--rounds`` rounds is kept (prefill and decode separately), each library in its own
-fresh process per round, one thread each (``OMP_NUM_THREADS=1`` and friends set before NumPy or
-torch is imported, and ``torch.set_num_threads(1)``). Both workers print their tokens, and the
+Each of ``--rounds`` rounds runs three fresh processes back to back: the bandwidth, ours and
+transformers' (the two libraries' order swapped every round), one thread each
+(``OMP_NUM_THREADS=1`` and friends set before NumPy or torch is imported, and
+``torch.set_num_threads(1)``). The ratio ours / transformers is taken pair by pair, within a round,
+and each round's fraction of the bound against that round's bandwidth; the table gives the median of
+each over the rounds, and the range of the ratios (on a shared machine a neighbour's load slows
+every absolute figure, but the two processes of a pair much alike). The load average at the start
+and the end of the run is written beside the table. Both workers print their tokens, and the
 script refuses to report a table whose tokens differ. transformers is timed only when it is
 installed; it is never a dependency. Nothing is written unless ``--out`` is given (through a
 temporary file in the same folder, renamed into place).
@@ -82,6 +88,9 @@ MODELS = {
     "Qwen2-style (q/k/v biases) at SmolLM-135M sizes": {**_SMOL, "model_type": "qwen2"},
     "Qwen3-style (q/k norms, 64-wide heads) at SmolLM-135M sizes": {**_SMOL, "model_type": "qwen3", "head_dim": 64},
     "Mistral-style (window 4096) at SmolLM-135M sizes": {**_SMOL, "model_type": "mistral", "sliding_window": 4096},
+    "OLMo-2-style (norms after attention and MLP, q/k norms) at SmolLM-135M sizes": {**_SMOL, "model_type": "olmo2"},
+    "SmolLM3-style (no RoPE on every fourth layer) at SmolLM-135M sizes": {**_SMOL, "model_type": "smollm3",
+                                                                            "pad_token_id": 0},  # in the vocabulary
     "Pythia-160M-shaped GPT-NeoX": {
         "model_type": "gpt_neox", "vocab_size": 50304, "hidden_size": 768, "num_hidden_layers": 12,
         "num_attention_heads": 12, "intermediate_size": 3072, "rotary_pct": 0.25, "rotary_emb_base": 10000,
@@ -287,34 +296,47 @@ def _has_transformers() -> bool:
     return importlib.util.find_spec("torch") is not None and importlib.util.find_spec("transformers") is not None
 
 
-def measure(models: dict, rounds: int) -> list:
-    """For each model, the best prefill and decode times of each library over ``rounds`` rounds
-    (libraries alternate), and the weights' bytes read per token."""
+def _median(values):
+    """The middle value (the mean of the two middle ones for an even count)."""
+    values = sorted(values)
+    middle = len(values) // 2
+    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+
+
+def measure(models: dict, rounds: int, bandwidth_megabytes: int = BANDWIDTH_MEGABYTES) -> list:
+    """For each model, ``rounds`` rounds of three fresh processes run back to back: the read
+    bandwidth, ours and transformers' (the order of the two libraries swapped every round, so a
+    drift of the machine's speed does not favour one). Each round gives its own ratio and its own
+    fractions of the bound (its decode rate over its bandwidth's bound); the row keeps the median of
+    each over the rounds and the range of the ratios, the spread the load caused."""
     libraries = ["attention_ref"] + (["transformers"] if _has_transformers() else [])
     rows = []
     for name, config_dict in models.items():
-        decode, prefill, tokens = {}, {}, {}
+        decode, prefill, tokens, bandwidth = {lib: [] for lib in libraries}, {lib: [] for lib in libraries}, {}, []
         for r in range(rounds):
-            for library in libraries:
-                print(f"{name}: round {r + 1} of {rounds}, {library}", file=sys.stderr, flush=True)  # progress
+            print(f"{name}: round {r + 1} of {rounds}", file=sys.stderr, flush=True)  # progress
+            bandwidth.append(_spawn("bandwidth", {"megabytes": bandwidth_megabytes})["bytes_per_s"])
+            for library in (libraries if r % 2 == 0 else libraries[::-1]):
                 result = _spawn(library, config_dict)
-                steps = max(result["seconds"] - result["prefill"], 1e-9)  # the 31 steps after the prefill's token
-                decode[library] = min(decode.get(library, float("inf")), steps)
-                prefill[library] = min(prefill.get(library, float("inf")), result["prefill"])
+                decode[library].append(max(result["seconds"] - result["prefill"], 1e-9))  # the 31 steps after the first
+                prefill[library].append(result["prefill"])
                 tokens.setdefault(library, result["tokens"])
                 if result["tokens"] != tokens[library]:
                     raise RuntimeError(f"{name}: {library} gave different tokens in two rounds")
         if len({tuple(t) for t in tokens.values()}) != 1:
             raise RuntimeError(f"{name}: the libraries' tokens differ: {tokens}")
-        rows.append({"model": name, "tokens_per_s": {lib: (NEW_TOKENS - 1) / s for lib, s in decode.items()},
-                     "prefill_s": prefill, "weight_bytes": result["weight_bytes"], "tokens": tokens["attention_ref"]})
+        weight_bytes = result["weight_bytes"]
+        rates = {lib: [(NEW_TOKENS - 1) / s for s in decode[lib]] for lib in libraries}  # tokens/s per round
+        row = {"model": name, "tokens_per_s": {lib: _median(rates[lib]) for lib in libraries},
+               "prefill_s": {lib: _median(prefill[lib]) for lib in libraries}, "weight_bytes": weight_bytes,
+               "bytes_per_s": _median(bandwidth), "tokens": tokens["attention_ref"],
+               "of_bound": {lib: _median([rate * weight_bytes / bw for rate, bw in zip(rates[lib], bandwidth)])
+                            for lib in libraries}}
+        if "transformers" in rates:
+            ratios = [ours / theirs for ours, theirs in zip(rates["attention_ref"], rates["transformers"])]
+            row["ratio"] = (_median(ratios), min(ratios), max(ratios))  # ours / transformers, pair by pair
+        rows.append(row)
     return rows
-
-
-def measure_bandwidth(megabytes: int, rounds: int) -> dict:
-    """The best single-thread read bandwidth of ``rounds`` fresh processes (:func:`bandwidth_worker`)."""
-    results = [_spawn("bandwidth", {"megabytes": megabytes}) for _ in range(rounds)]
-    return max(results, key=lambda r: r["bytes_per_s"])
 
 
 def _megabytes(n: int) -> str:
@@ -322,8 +344,24 @@ def _megabytes(n: int) -> str:
     return f"{n / 1e6:.1f}" if n >= 1e6 else f"{n / 1e6:.3f}"
 
 
-def render(rows: list, rounds: int, command: str, bandwidth: dict) -> str:
-    """The markdown table, with the date, the machine, the bandwidth and the command."""
+def _load_average():
+    """The machine's load average over the last minute (None where the system does not give it)."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def _load_note(before, after) -> str:
+    """The load average at the start and the end of the run, as a sentence ("" where unknown)."""
+    if before is None or after is None:
+        return ""
+    return f" Load average (1 minute) {before:.1f} at the start of the run, {after:.1f} at its end."
+
+
+def render(rows: list, rounds: int, megabytes: int, command: str, load: str = "") -> str:
+    """The markdown table, with the date, the machine, the bandwidth, the command and ``load`` (what
+    the machine was doing, as the caller knows it)."""
     import numpy as np
 
     versions = f"NumPy {np.__version__}"
@@ -339,31 +377,39 @@ def render(rows: list, rounds: int, command: str, bandwidth: dict) -> str:
                 break
     except OSError:
         pass
-    gbs = bandwidth["bytes_per_s"] / 1e9
+    gbs = _median([row["bytes_per_s"] for row in rows]) / 1e9
     lines = [f"Measured {datetime.date.today().isoformat()} on {cpu}, one thread, {versions}, float32, a"
-             f" {PROMPT}-token prompt and {NEW_TOKENS} greedy tokens (the same tokens out of both), best of"
-             f" {rounds} rounds of fresh processes: `{command}`. Prefill: `generate` for 1 token; decode: the"
-             f" {NEW_TOKENS - 1} steps after it. Read bandwidth in the same run: {gbs:.1f} GB/s (one thread, float32"
-             f" `x @ W` over {bandwidth['megabytes']:.0f} MB); bound = bandwidth / weights read per token.", "",
+             f" {PROMPT}-token prompt and {NEW_TOKENS} greedy tokens (the same tokens out of both), medians of"
+             f" {rounds} rounds of fresh processes (each round: the read bandwidth, then both libraries back to back,"
+             f" their order swapped every round): `{command}`.{load} Prefill: `generate` for 1 token; decode: the"
+             f" {NEW_TOKENS - 1} steps after it. Read bandwidth in the same run: {gbs:.1f} GB/s (median of the rounds;"
+             f" one thread, float32 `x @ W` over {megabytes} MB); bound = bandwidth / weights read per token,"
+             " each round's rate over its own round's bound. The ratio is ours / transformers pair by pair (its"
+             " median, then the range over the rounds: the spread the machine's load caused); a loaded machine slows"
+             " every absolute figure, the paired ratios much less.", "",
              "| model | weights MB/token | bound tokens/s | prefill ms (ours, transformers) | decode tokens/s ours"
-             " | decode tokens/s transformers | ratio | ours % of bound | transformers % of bound |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             " | decode tokens/s transformers | ratio | ratio range | ours % of bound | transformers % of bound |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for row in rows:
         ours, theirs = row["tokens_per_s"]["attention_ref"], row["tokens_per_s"].get("transformers")
-        bound = bandwidth["bytes_per_s"] / row["weight_bytes"]
+        bound = row["bytes_per_s"] / row["weight_bytes"]
         pre = row["prefill_s"]
         pre_text = f"{1e3 * pre['attention_ref']:.1f}, " + ("-" if "transformers" not in pre
                                                              else f"{1e3 * pre['transformers']:.1f}")
+        ratio, low, high = row.get("ratio", (None, None, None))
+        ours_share = f"{100 * row['of_bound']['attention_ref']:.0f}"
+        theirs_share = "-" if theirs is None else f"{100 * row['of_bound']['transformers']:.0f}"
         lines.append(f"| {row['model']} | {_megabytes(row['weight_bytes'])} | {bound:.1f} | {pre_text} | {ours:.1f} |"
-                     f" {'-' if theirs is None else f'{theirs:.1f}'} | {'-' if theirs is None else f'{ours / theirs:.2f}'} |"
-                     f" {100 * ours / bound:.0f} | {'-' if theirs is None else f'{100 * theirs / bound:.0f}'} |")
+                     f" {'-' if theirs is None else f'{theirs:.1f}'} | {'-' if ratio is None else f'{ratio:.2f}'} |"
+                     f" {'-' if ratio is None else f'{low:.2f}-{high:.2f}'} | {ours_share} | {theirs_share} |")
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny models, 1 round: checks that it runs")
-    parser.add_argument("--rounds", type=int, default=5, help="fresh-process rounds per library (best kept)")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="rounds of fresh processes (bandwidth, then both libraries); medians kept")
     parser.add_argument("--out", type=Path, help="also write the table to this file")
     parser.add_argument("--model", action="append", default=[], metavar="WORD",
                         help="only the rows whose name contains WORD (repeatable; default: every row)")
@@ -381,11 +427,12 @@ def main(argv=None) -> int:
         models = {name: d for name, d in models.items() if any(word in name for word in args.model)}
         if not models:
             parser.error(f"--model {args.model}: no row's name contains these words; the rows: {list(MODELS)}")
-    bandwidth = measure_bandwidth(32 if args.quick else BANDWIDTH_MEGABYTES, rounds)
-    rows = measure(models, rounds)
-    table = render(rows, rounds, "python benchmarks/bench_decode.py" + (" --quick" if args.quick else "")
+    load_before = _load_average()
+    megabytes = 32 if args.quick else BANDWIDTH_MEGABYTES
+    rows = measure(models, rounds, megabytes)
+    table = render(rows, rounds, megabytes, "python benchmarks/bench_decode.py" + (" --quick" if args.quick else "")
                    + ("" if args.quick or rounds == 5 else f" --rounds {rounds}")
-                   + "".join(f" --model {word!r}" for word in args.model), bandwidth)
+                   + "".join(f" --model {word!r}" for word in args.model), _load_note(load_before, _load_average()))
     print(table, end="")
     if args.out:
         if str(ROOT) not in sys.path:

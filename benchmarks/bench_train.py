@@ -8,6 +8,7 @@ Run from the repository root::
     python benchmarks/bench_train.py --quick      # a tiny Llama, one thread, one repeat: checks that it runs
     python benchmarks/bench_train.py --threads 1 --family gpt_neox   # one thread count, the rows of a family
     python benchmarks/bench_train.py --no-torch   # attention_ref only
+    python benchmarks/bench_train.py --rounds 5   # on a loaded machine: the ratio pair by pair, 5 pairs
 
 What is timed, per row and thread count: one training step on one sequence of ``T`` random token
 ids, float32, the next-token loss of transformers' ``model(ids, labels=ids)``:
@@ -24,7 +25,11 @@ Rows: SmolLM-135M's sizes (a Llama: 30 layers, 576 wide, 9 query heads, 3 key/va
 width 1024, 64-wide heads where the config names a head width, a vocabulary of 8192, T = 128
 (the example's layer count and every other field kept). Each library runs in its own fresh
 process per row and thread count (``OMP_NUM_THREADS`` and friends set before NumPy or torch is
-imported, ``torch.set_num_threads``), one warm-up step, then the best of ``--repeats``. Both
+imported, ``torch.set_num_threads``), one warm-up step, then the best of ``--repeats``; with
+``--rounds N`` that N times, the two libraries back to back in each round (their order swapped every
+round), each library's median round kept and the ratio ours / torch taken pair by pair (its median
+and range: a loaded machine slows both processes of a pair alike, so the paired ratio moves much
+less than the times). Both
 report their loss; the script refuses a row whose losses differ by more than 1e-4 relative (the
 same model, or the timing is of something else).
 
@@ -44,6 +49,7 @@ import datetime
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -162,25 +168,39 @@ def _has_torch() -> bool:
     return importlib.util.find_spec("torch") is not None and importlib.util.find_spec("transformers") is not None
 
 
-def measure(table: dict, threads: list, repeats: int, torch: bool) -> list:
-    """A result per row and thread count: each library's seconds, loss, FLOPs and peak."""
+def measure(table: dict, threads: list, repeats: int, torch: bool, rounds: int = 1) -> list:
+    """A result per row and thread count: each library's seconds (the median of ``rounds`` rounds of
+    fresh processes, the two libraries back to back in each round, their order swapped every
+    round), loss, FLOPs and peak, and the ratio ours / torch taken pair by pair (median, min, max)."""
     libraries = ["attention_ref"] + (["torch"] if torch else [])
     results = []
     for name, (config_dict, T) in table.items():
         for n in threads:
-            got = {}
-            for library in libraries:
-                print(f"{name}, {n} thread(s): {library}", file=sys.stderr, flush=True)  # progress
-                got[library] = _spawn(library, config_dict, T, repeats, n)
+            runs = {library: [] for library in libraries}
+            for r in range(rounds):
+                for library in (libraries if r % 2 == 0 else libraries[::-1]):
+                    print(f"{name}, {n} thread(s), round {r + 1} of {rounds}: {library}", file=sys.stderr,
+                          flush=True)  # progress
+                    runs[library].append(_spawn(library, config_dict, T, repeats, n))
+            got = {library: _median_run(runs[library]) for library in libraries}
             if torch and abs(got["attention_ref"]["loss"] - got["torch"]["loss"]) > 1e-4 * abs(got["torch"]["loss"]):
                 raise RuntimeError(f"{name}: the losses differ: ours {got['attention_ref']['loss']!r},"
                                    f" torch's {got['torch']['loss']!r}")
-            results.append({"model": name, "T": T, "threads": n, **got})
+            result = {"model": name, "T": T, "threads": n, **got}
+            if torch:
+                ratios = [a["seconds"] / b["seconds"] for a, b in zip(runs["attention_ref"], runs["torch"])]
+                result["ratio"] = (statistics.median(ratios), min(ratios), max(ratios))
+            results.append(result)
             print("  " + ", ".join(f"{lib} {r['seconds']:.3f} s" for lib, r in got.items()), file=sys.stderr, flush=True)
     return results
 
 
-def render(results: list, repeats: int, command: str) -> str:
+def _median_run(runs: list) -> dict:
+    """The run of median time (the lower middle one for an even count), with its loss, FLOPs and peak."""
+    return sorted(runs, key=lambda run: run["seconds"])[(len(runs) - 1) // 2]
+
+
+def render(results: list, repeats: int, command: str, rounds: int = 1) -> str:
     """The markdown table, with the date, the machine and the command."""
     import numpy as np
 
@@ -198,8 +218,15 @@ def render(results: list, repeats: int, command: str) -> str:
                 break
     except OSError:
         pass
+    load = ""
+    try:
+        load = f" Load average (1 minute) at the end of the run: {os.getloadavg()[0]:.1f}."
+    except (AttributeError, OSError):
+        pass
+    pairs = ("" if rounds == 1 else f"; the median of {rounds} rounds, the two libraries back to back in each (their"
+             " order swapped every round), the ratio taken pair by pair: its median (and range over the rounds)")
     lines = [f"Measured {datetime.date.today().isoformat()} on {cpu}, {versions}, float32, one sequence, best of"
-             f" {repeats} steps after a warm-up, each library in its own process: `{command}`", "",
+             f" {repeats} steps after a warm-up, each library in its own process{pairs}: `{command}`.{load}", "",
              "| model | T | threads | ours s/step | torch s/step | ours / torch | ours % of BLAS peak"
              " | torch % of BLAS peak |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in results:
@@ -209,7 +236,9 @@ def render(results: list, repeats: int, command: str) -> str:
             return f"{100 * x['flops'] / x['seconds'] / x['peak']:.0f}"
 
         their_s = "-" if theirs is None else f"{theirs['seconds']:.3f}"
-        ratio = "-" if theirs is None else f"{ours['seconds'] / theirs['seconds']:.2f}"
+        ratio = "-" if theirs is None else f"{r['ratio'][0]:.2f}"
+        if theirs is not None and rounds > 1:
+            ratio += f" ({r['ratio'][1]:.2f}-{r['ratio'][2]:.2f})"
         lines.append(f"| {r['model']} | {r['T']} | {r['threads']} | {ours['seconds']:.3f} | {their_s} | {ratio} |"
                      f" {share(ours)} | {'-' if theirs is None else share(theirs)} |")
     return "\n".join(lines) + "\n"
@@ -220,6 +249,8 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="a tiny Llama, one thread, one repeat")
     parser.add_argument("--threads", type=int, action="append", default=[], help="thread counts (default: 1 and 2)")
     parser.add_argument("--repeats", type=int, default=3, help="timed steps per process (best kept)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="rounds of fresh processes, the two libraries back to back (ratio pair by pair)")
     parser.add_argument("--family", action="append", default=[], help="only the rows of these model_types")
     parser.add_argument("--no-torch", action="store_true", help="time attention_ref only")
     parser.add_argument("--out", type=Path, help="also write the table to this file")
@@ -229,8 +260,8 @@ def main(argv=None) -> int:
         library, config, T, repeats, threads = args.worker
         print(json.dumps(worker(library, json.loads(config), int(T), int(repeats), int(threads))))
         return 0
-    if args.repeats < 1 or any(n < 1 for n in args.threads):
-        parser.error("--repeats and --threads must be at least 1")
+    if args.repeats < 1 or args.rounds < 1 or any(n < 1 for n in args.threads):
+        parser.error("--repeats, --rounds and --threads must be at least 1")
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))  # run as a script from a clone that is not installed
     table = rows(args.quick, args.family)
@@ -238,9 +269,10 @@ def main(argv=None) -> int:
         parser.error(f"--family {args.family}: no row of these model_types")
     threads = args.threads or ([1] if args.quick else [1, 2])
     repeats = 1 if args.quick else args.repeats
-    results = measure(table, threads, repeats, _has_torch() and not args.no_torch)
+    rounds = 1 if args.quick else args.rounds
+    results = measure(table, threads, repeats, _has_torch() and not args.no_torch, rounds)
     command = "python benchmarks/bench_train.py" + " ".join([""] + (argv if argv is not None else sys.argv[1:]))
-    text = render(results, repeats, command.replace(f" --out {args.out}", "") if args.out else command)
+    text = render(results, repeats, command.replace(f" --out {args.out}", "") if args.out else command, rounds)
     print(text, end="")
     if args.out:
         from attention_ref._atomic import write_atomic  # the package's one atomic writer

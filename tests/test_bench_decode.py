@@ -3,6 +3,8 @@ model (weights read per token, the bandwidth bound, prefill apart from the decod
 tokens out of every library it timed, and --out writes only the file asked for."""
 import importlib.util
 import re
+
+import pytest
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,9 +23,9 @@ def test_quick_run_prints_a_row_per_model_and_writes_only_out(tmp_path, capsys):
     assert bench.main(["--quick", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert out.read_text() == printed and sorted(p.name for p in tmp_path.iterdir()) == ["table.md"]
-    number, maybe = r"([\d.]+)", r"([\d.]+|-)"
+    number, maybe, span = r"([\d.]+)", r"([\d.]+|-)", r"([\d.]+-[\d.]+|-)"
     rows = re.findall(rf"^\| (tiny [\w -]+?) \| {number} \| {number} \| {number}, {maybe} \| {number} \| {maybe} \|"
-                      rf" {maybe} \| {number} \| {maybe} \|$", printed, flags=re.M)
+                      rf" {maybe} \| {span} \| {number} \| {maybe} \|$", printed, flags=re.M)
     assert [r[0] for r in rows] == ["tiny GPT-2", "tiny Llama", "tiny GPT-NeoX", "tiny Phi-3", "tiny Gemma 3", "tiny Gemma 2"], printed
     assert all(float(r[1]) > 0 and float(r[2]) > 0 and float(r[3]) > 0 and float(r[5]) > 0 for r in rows)
     assert "python benchmarks/bench_decode.py --quick" in printed
@@ -50,7 +52,8 @@ def test_the_libraries_must_give_the_same_tokens(monkeypatch):
     bench = _bench()
     results = iter([{"seconds": 1.0, "prefill": 0.1, "tokens": [1, 2], "weight_bytes": 10},
                     {"seconds": 1.0, "prefill": 0.1, "tokens": [1, 3], "weight_bytes": 10}])
-    monkeypatch.setattr(bench, "_spawn", lambda library, config: next(results))
+    monkeypatch.setattr(bench, "_spawn", lambda library, config: {"bytes_per_s": 1e9} if library == "bandwidth"
+                        else next(results))
     monkeypatch.setattr(bench, "_has_transformers", lambda: True)
     try:
         bench.measure({"m": {}}, rounds=1)
@@ -58,3 +61,43 @@ def test_the_libraries_must_give_the_same_tokens(monkeypatch):
         assert "tokens differ" in str(exc)
     else:
         raise AssertionError("different tokens were reported")
+
+
+def test_ratios_and_shares_of_the_bound_are_taken_round_by_round(monkeypatch):
+    """Three rounds in which the machine's speed drifts (x1, x2, x4) and ours is always 1.25x as fast:
+    the paired ratio is exactly 1.25 with no spread, and each round's share of the bound uses that
+    round's bandwidth (here slowed alike: 40% every round); the libraries' order swaps each round."""
+    bench = _bench()
+    slowdown = iter([1, 1, 1, 2, 2, 2, 4, 4, 4])
+    order = []
+
+    def spawn(library, config):
+        k = next(slowdown)
+        order.append(library)
+        if library == "bandwidth":
+            return {"bytes_per_s": 1e9 / k}
+        steps = (0.8 if library == "attention_ref" else 1.0) * k  # seconds for the 31 decode steps
+        return {"seconds": 0.5 + steps, "prefill": 0.5, "tokens": [1, 2], "weight_bytes": int(0.8e9 / 31 * 0.4)}
+
+    monkeypatch.setattr(bench, "_spawn", spawn)
+    monkeypatch.setattr(bench, "_has_transformers", lambda: True)
+    (row,) = bench.measure({"m": {}}, rounds=3)
+    assert order == ["bandwidth", "attention_ref", "transformers", "bandwidth", "transformers", "attention_ref",
+                     "bandwidth", "attention_ref", "transformers"]
+    assert row["ratio"] == pytest.approx((1.25, 1.25, 1.25))
+    assert row["of_bound"]["attention_ref"] == pytest.approx(0.4)
+    assert row["tokens_per_s"]["attention_ref"] == pytest.approx(31 / 1.6)  # the median round's rate
+
+
+def test_profile_decode_counts_each_product_once(capsys):
+    """benchmarks/profile_decode.py on the tiny Llama, one step: 2 layers of 7 products (q, k, v, o,
+    gate, up, down) and the head, and the products read every weight but the looked-up table once."""
+    spec = importlib.util.spec_from_file_location("profile_decode", ROOT / "benchmarks" / "profile_decode.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--quick", "--steps", "1", "--model", "tiny Llama"]) == 0
+    printed = capsys.readouterr().out
+    (row,) = re.findall(r"^\| tiny Llama \| ([\d.]+) \| ([\d.]+) \| (\d+) \| (\d+) \|", printed, flags=re.M)
+    weights, read, products, calls = float(row[0]), float(row[1]), int(row[2]), int(row[3])
+    assert products == 15 and calls > 0, printed
+    assert read == pytest.approx(weights, abs=0.002), printed  # the norms' weights are not products: a few bytes

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,3 +51,22 @@ def test_flops_count_each_matrix_weight_six_times_per_token_and_the_scores():
     weights = sum(w.size for k, w in params.items() if w.ndim == 2 and k != "wpe")
     expected = 6 * T * weights + 12 * T * T * config.d_model * config.num_layers
     assert bench.matmul_flops(params, config, T) == expected
+
+
+def test_rounds_pair_the_libraries_and_take_the_ratio_pair_by_pair(monkeypatch):
+    """Three rounds whose speed drifts (x1, x3, x2) with ours always 0.9x torch's time: the paired
+    ratio is 0.9 in every round, each library's median round is kept, the order swaps each round."""
+    bench = _bench()
+    slowdown, order = iter([1, 1, 3, 3, 2, 2]), []
+
+    def spawn(library, config_dict, T, repeats, threads):
+        order.append(library)
+        seconds = (0.9 if library == "attention_ref" else 1.0) * next(slowdown)
+        return {"seconds": seconds, "loss": 9.0, "flops": 1e9, "peak": 1e10}
+
+    monkeypatch.setattr(bench, "_spawn", spawn)
+    (result,) = bench.measure({"m": ({}, 16)}, [1], repeats=1, torch=True, rounds=3)
+    assert order == ["attention_ref", "torch", "torch", "attention_ref", "attention_ref", "torch"]
+    assert result["ratio"] == pytest.approx((0.9, 0.9, 0.9))
+    assert result["attention_ref"]["seconds"] == pytest.approx(1.8) and result["torch"]["seconds"] == pytest.approx(2.0)
+    assert "0.90 (0.90-0.90)" in bench.render([result], 1, "cmd", rounds=3)

@@ -22,6 +22,7 @@ CHEAP_RUNS = {  # a few seconds each
                                  "--case", "float32:1:8", "--no-tricks"],
     "variants --quick": ["benchmarks/variants.py", "--quick", "--min-time", "0", "--max-repeats", "1"],
     "profile_mha --quick": ["benchmarks/profile_mha.py", "--quick"],
+    "profile_decode --quick": ["benchmarks/profile_decode.py", "--quick", "--steps", "1", "--model", "tiny Llama"],
     "claims (print)": ["examples/claims.py"],
     "claims --check": ["examples/claims.py", "--check"],
     "make_training_docs (check)": ["examples/make_training_docs.py"],

@@ -67,14 +67,15 @@ def _apply(model, state, prefix, copy=True, rules=None, experts=None):
                                  " (Q, K and V fused)")
             parts = np.split(t, 3, axis=axis)  # Q, K, V
             if rule.how == "split rows, transpose":
-                parts = [p.T for p in parts]  # (out, in) -> (in, out)
+                parts = [p.T if copy else _transposed_in_place(p) for p in parts]  # (out, in) -> (in, out)
         elif rule.how == "transpose":
             if t.ndim != 2:
                 raise ValueError(f"{key} must be a matrix (out, in), got shape {t.shape}")
-            parts = [t.T]  # nn.Linear's (out, in) -> our (in, out)
+            parts = [t.T if copy else _transposed_in_place(t)]  # nn.Linear's (out, in) -> our (in, out)
         else:
             parts = [t]
-        out.update({name: np.array(p) if copy else p for name, p in zip(rule.ours, parts)})  # copies: ours to keep
+        # copies, ours to keep, with their rows contiguous (C order: see _transposed_in_place)
+        out.update({name: np.array(p, order="C") if copy else p for name, p in zip(rule.ours, parts)})
     return out
 
 
@@ -94,6 +95,17 @@ def _stack_experts(state, key, experts):
                              f" {key.format(e=0)} has {first.shape} and {first.dtype}: the experts must agree")
         out[e] = t.T  # (out, in) -> (in, out)
     return out
+def _transposed_in_place(t):
+    """``t.T`` (in, out) of a matrix ``t`` (out, in) of a state that is ours (one read of a file, every
+    tensor a view on it), with its rows contiguous (C order): the numbers are moved within ``t``'s own
+    bytes, so the loaded model still takes about the file's size. One row times a C-ordered matrix
+    (a decoding step's product) runs BLAS's faster matrix-vector kernel than on the transposed view
+    (docs/performance.md, "Decoding at batch 1"). A read-only or non-contiguous ``t``: the view."""
+    if not (t.flags.c_contiguous and t.flags.writeable):
+        return t.T
+    flat = t.reshape(-1)  # a view: t is C-contiguous
+    flat[:] = t.T.reshape(-1)  # a (t.size,) copy of the transposed numbers, written over t's own
+    return flat.reshape(t.shape[::-1])  # (in, out), C order, on the file's bytes
 
 
 def from_torch_multihead_attention(state, prefix=""):

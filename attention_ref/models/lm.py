@@ -71,10 +71,12 @@ def prepared_blocks(params: dict, config: LMConfig) -> list:
 
 
 def run_steps(ids, positions, params, config: LMConfig, mask, *, blocks=None, layers=None, kv=None,
-              last_only=False, record=None):
+              last_only=False, record=None, head=None):
     """Steps 1-5 on checked inputs: ``ids`` (..., t) at ``positions`` ((t,) in a forward, (B, t)
     when decoding), ``mask`` None or (..., 1, T_seen); ``blocks`` and ``layers`` as
-    :func:`prepared_blocks` and the family's ``layers`` give them (computed when None); ``kv`` a
+    :func:`prepared_blocks` and the family's ``layers`` give them (computed when None); ``head`` the LM
+    head's weight (D, V) as :func:`attention_ref.models.params.head_weight` gives it, or a copy of it
+    (the decoder's, laid out for its matrix-vector products); ``kv`` a
     :class:`KVCache` per layer when decoding (then the block caches are None). With
     ``last_only`` steps 3-5 see the last position only; ``record``, when given, is called with the
     residual stream after step 1 and after each block (:func:`attention_ref.models.lm_trace`).
@@ -98,7 +100,7 @@ def run_steps(ids, positions, params, config: LMConfig, mask, *, blocks=None, la
     # 3. the final norm
     h, norm = family.final_norm(x, params, config)  # (..., t, D)
     # 4. the LM head
-    W_head = head_weight(params, config)  # (D, V)
+    W_head = head_weight(params, config) if head is None else head  # (D, V)
     z = linear_formula(h, W_head, None)  # (..., t, V)
     # 5. the logits' cap (Gemma 2)
     logits, cap = (z, None) if family.logits is None else family.logits(z, config)

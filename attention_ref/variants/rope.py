@@ -160,7 +160,11 @@ class RotaryHalf(NamedTuple):
             k, k_cache = rope_forward(k, self.k_positions, self.base, layout=self.layout)  # (..., Hkv, Nk, Dh)
         else:
             q, q_cache = self._rotate(q, self.q_positions)  # (..., H, Nq, Dh)
-            k, k_cache = self._rotate(k, self.k_positions)  # (..., Hkv, Nk, Dh)
+            if self.k_positions is self.q_positions and k.dtype == q.dtype:  # a block's: the same angles
+                cos, sin = q_cache.cos, q_cache.sin  # (..., N, Dh/2), computed once for q and k
+                k, k_cache = rotate(k, cos, sin, self.layout), RopeCache(cos, sin, k.shape, self.layout)
+            else:
+                k, k_cache = self._rotate(k, self.k_positions)  # (..., Hkv, Nk, Dh)
         return q, k, (q_cache, k_cache)
 
     def _rotate(self, x, positions):

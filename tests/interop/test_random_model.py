@@ -24,6 +24,11 @@ def test_every_family_writes_a_folder_that_loads(tmp_path, family):
     assert sorted(params) == sorted(expected)
     for name in params:
         np.testing.assert_array_equal(params[name], expected[name], err_msg=name)
+    # nn.Linear's (out, in) weights are moved into our (in, out) in place, rows contiguous (C order):
+    # a decoding step's x @ W then runs the faster matrix-vector kernel (docs/performance.md)
+    transposed = [name for name, v in params.items()
+                  if v.ndim == 2 and not v.flags.c_contiguous and v.flags.f_contiguous]
+    assert transposed == [], transposed
     params64, _ = load_pretrained(folder, dtype=np.float64)
     assert {v.dtype for v in params64.values()} == {np.dtype(np.float64)}
     state = read_safetensors(folder / "model.safetensors")

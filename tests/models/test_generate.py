@@ -225,3 +225,19 @@ def test_generate_modifies_nothing_and_leaves_numpy_settings():
     assert all(np.array_equal(copies[k], params[k]) for k in params)
     np.testing.assert_array_equal(ids, ids0)
     np.testing.assert_array_equal(mask, mask0)
+
+
+def test_the_decoder_keeps_the_head_with_its_rows_contiguous():
+    """A tied head (the token table's transpose, F order) is copied once, in blocks of columns, into a
+    C-ordered (D, V): the same numbers; an untied head already C-ordered is kept as it is."""
+    from attention_ref.models.config import family_of
+    from attention_ref.models.params import head_weight
+
+    for family, tied in (("llama", True), ("gpt_neox", False)):
+        config = ar.LMConfig.from_dict({**family_of(family).example, "model_type": family, "tie_word_embeddings": tied,
+                                        "vocab_size": 200})  # 200 columns: three full blocks of 64 and a part
+        params = ar.init_lm_params(config, seed=0, dtype=np.float32)
+        decoder = ar.LMDecoder(params, config)
+        W = head_weight(params, config)
+        assert decoder.head.flags.c_contiguous and (decoder.head is W) == (not tied)
+        np.testing.assert_array_equal(decoder.head, W)

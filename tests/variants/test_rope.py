@@ -191,3 +191,26 @@ def test_default_layout_is_transformers_llama():
 def test_positions_that_do_not_fit_what_they_rotate_are_refused(x_shape, positions_shape, hint):
     with pytest.raises(ValueError, match=r"^positions of shape .* does not fit x of shape .*" + hint):
         rope_forward(np.ones(x_shape), np.zeros(positions_shape))
+
+
+@pytest.mark.parametrize("same_positions", [True, False])
+def test_rotary_hook_shares_the_angles_of_q_and_k_only_at_the_same_positions(same_positions):
+    """RotaryHalf with given frequencies rotates k with q's cosines and sines when both are at the
+    same positions (one array): bit for bit what rotating k on its own gives."""
+    from attention_ref.variants.rope import RotaryHalf, rope_angles
+
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((2, 4, 5, 8)).astype(np.float32)  # (B, H, N, Dh)
+    k = rng.standard_normal((2, 2, 5, 8)).astype(np.float32)  # (B, Hkv, N, Dh)
+    positions = np.arange(3, 8)[None, None, :]  # (1, 1, N): a decoding step's, one per row
+    k_positions = positions if same_positions else positions.copy()
+    theta = 10000.0 ** (-np.arange(0, 8, 2) / 8)
+    q_rot, k_rot, (q_cache, k_cache) = RotaryHalf(positions, k_positions, 10000.0, theta).forward(q, k)
+    angles = rope_angles(positions, 8)  # the same frequencies, from the base
+    cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    half = 4
+    first, second = k[..., :half], k[..., half:]
+    expected_k = np.concatenate([first * cos - second * sin, first * sin + second * cos], -1)
+    np.testing.assert_array_equal(k_rot, expected_k)
+    np.testing.assert_array_equal(k_cache.cos, q_cache.cos)
+    assert k_rot.dtype == np.float32 and (k_cache.cos is q_cache.cos) == same_positions

@@ -1,0 +1,156 @@
+"""Where a decoding step's time goes, for every model of ``benchmarks/bench_decode.py``.
+
+Run from the repository root::
+
+    python benchmarks/profile_decode.py                 # every model, prints a markdown table
+    python benchmarks/profile_decode.py --quick         # the tiny models: checks that it runs
+    python benchmarks/profile_decode.py --model Gemma   # the rows whose name holds a word
+
+Each model runs in its own fresh process with one thread (as in ``bench_decode.py``): ``LMDecoder``
+prefills the 16-token prompt, decodes 3 tokens to warm up, then ``--steps`` more, greedily.
+
+Two kinds of figure, reported side by side:
+
+* **counted** (the same on any machine, however loaded): the weights a step must read (bytes, as
+  ``bench_decode.weight_bytes_per_token`` counts them), the bytes of the weight matrices the step's
+  products ``x W`` actually read (every call of the package's linear formula, whatever its path; a
+  family whose products go elsewhere, the experts of a mixture, reads less through it), how many of
+  those products a step makes, and how many Python function calls a step makes (``cProfile``'s count
+  over the steps, per step and per layer: the work outside BLAS that does not shrink with the weights);
+* **timed** (a loaded machine inflates them): milliseconds per step, the part of it inside the products
+  (``x W`` timed call by call), the rest (everything else: the norms, RoPE, the attention over the
+  cache, the cache's append, the checks, Python) per step and per layer, and the products' read rate
+  (bytes read over their time), to set against the machine's single-thread read bandwidth that
+  ``bench_decode.py`` measures.
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import datetime
+import json
+import os
+import pstats
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_decode  # noqa: E402  (the models, the one-thread settings and the bytes per token: one definition)
+
+
+def worker(config_dict: dict, steps: int) -> dict:
+    """The counted and timed figures of ``steps`` decoding steps of one model, in this process."""
+    import numpy as np
+
+    import attention_ref as ar
+    from attention_ref.core import linear as core_linear
+    from attention_ref.fast import linear as fast_linear
+
+    config, params, ids = bench_decode._model(config_dict)
+    decoder = ar.LMDecoder(params, config)
+    token = decoder.prefill(ids, last_only=True).argmax(-1)
+    for _ in range(3):  # warm-up
+        token = decoder.step(token).argmax(-1)
+    products = {"calls": 0, "bytes": 0, "seconds": 0.0}
+    originals = {module: module._linear_finite for module in (core_linear, fast_linear)}
+
+    def counted(original):
+        def linear_finite(x, W, b, names=("x", "W", "b")):
+            start = time.perf_counter()
+            y = original(x, W, b, names)
+            products["seconds"] += time.perf_counter() - start
+            products["calls"] += 1
+            products["bytes"] += W.nbytes
+            return y
+        return linear_finite
+
+    for module, original in originals.items():
+        module._linear_finite = counted(original)
+    try:
+        start = time.perf_counter()
+        for _ in range(steps):
+            token = decoder.step(token).argmax(-1)
+        seconds = time.perf_counter() - start
+    finally:
+        for module, original in originals.items():
+            module._linear_finite = original
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(steps):
+        token = decoder.step(token).argmax(-1)
+    profile.disable()
+    calls = pstats.Stats(profile).total_calls
+    return {"steps": steps, "layers": config.num_layers, "seconds": seconds, "calls": calls,
+            "products": products, "weight_bytes": bench_decode.weight_bytes_per_token(params, config),
+            "dtype": str(np.dtype(np.float32))}
+
+
+def _spawn(config_dict: dict, steps: int) -> dict:
+    env = {**os.environ, **bench_decode.ONE_THREAD, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, __file__, "--worker", json.dumps(config_dict), str(steps)],
+                          capture_output=True, text=True, env=env, cwd=ROOT)
+    if proc.returncode:
+        raise RuntimeError(f"the worker failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def render(results: dict, command: str) -> str:
+    """The markdown table of :func:`worker`'s results, one row per model."""
+    import numpy as np
+
+    load = ""
+    try:
+        load = f" Load average (1 minute) {os.getloadavg()[0]:.1f} at the end of the run."
+    except (AttributeError, OSError):
+        pass
+    lines = [f"Measured {datetime.date.today().isoformat()}, one thread, NumPy {np.__version__}, float32: `{command}`."
+             f"{load} Counted columns hold on any machine; timed ones are inflated by a loaded machine.", "",
+             "| model | weights MB/token | MB read by the products | products/step | Python calls/step |"
+             " calls/layer | ms/step | ms in products | ms elsewhere | elsewhere ms/layer | products' read GB/s |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for name, r in results.items():
+        n, layers, p = r["steps"], r["layers"], r["products"]
+        step, inside = 1e3 * r["seconds"] / n, 1e3 * p["seconds"] / n
+        rest = step - inside
+        megabytes = bench_decode._megabytes
+        lines.append(f"| {name} | {megabytes(r['weight_bytes'])} | {megabytes(p['bytes'] / n)} |"
+                     f" {p['calls'] / n:.0f} | {r['calls'] / n:.0f} | {r['calls'] / n / layers:.0f} | {step:.1f} |"
+                     f" {inside:.1f} | {rest:.1f} | {rest / layers:.2f} |"
+                     f" {p['bytes'] / max(p['seconds'], 1e-12) / 1e9:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="the tiny models: checks that it runs")
+    parser.add_argument("--steps", type=int, default=10, help="decoding steps timed and counted (default 10)")
+    parser.add_argument("--model", action="append", default=[], metavar="WORD",
+                        help="only the rows whose name contains WORD (repeatable; default: every row)")
+    parser.add_argument("--worker", nargs=2, metavar=("CONFIG", "STEPS"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        print(json.dumps(worker(json.loads(args.worker[0]), int(args.worker[1]))))
+        return 0
+    if args.steps < 1:
+        parser.error(f"--steps must be at least 1, got {args.steps}")
+    models = bench_decode.QUICK if args.quick else bench_decode.MODELS
+    if args.model:
+        models = {name: d for name, d in models.items() if any(word in name for word in args.model)}
+        if not models:
+            parser.error(f"--model {args.model}: no row's name contains these words")
+    results = {}
+    for name, config_dict in models.items():
+        print(f"{name}", file=sys.stderr, flush=True)  # progress
+        results[name] = _spawn(config_dict, args.steps)
+    command = ("python benchmarks/profile_decode.py" + (" --quick" if args.quick else "")
+               + ("" if args.steps == 10 else f" --steps {args.steps}")
+               + "".join(f" --model {word!r}" for word in args.model))
+    print(render(results, command), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
