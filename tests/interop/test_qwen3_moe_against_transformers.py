@@ -280,6 +280,9 @@ def test_a_sliding_window_on_every_layer(tmp_path):
     ("num_local_experts", 8, "num_experts = 4 and num_local_experts = 8"),
     ("mlp_only_layers", [0.5], "mlp_only_layers must be a list of layer indices"),
     ("shared_expert_intermediate_size", 8, "config.json key 'shared_expert_intermediate_size'"),
+    ("decoder_sparse_step", None, "decoder_sparse_step must be a positive integer"),  # was a TypeError of %
+    ("num_experts", None, "num_experts is null"),  # was read as the default 128
+    ("head_dim", None, "head_dim is null"),  # was hidden / heads; transformers reads None and cannot build it
 ])
 def test_fields_that_change_the_numbers_are_refused_by_name(field, value, match):
     from attention_ref.models.families import FAMILY

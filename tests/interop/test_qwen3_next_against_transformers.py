@@ -261,6 +261,8 @@ def test_one_padded_row_is_refused_by_name(saved):
     ("layer_types", ["linear_attention", "sliding_attention"], "layer_types must list"),
     ("rope_scaling", {"rope_type": "yarn", "factor": 2.0}, "rope_type = 'yarn' is not supported"),
     ("shared_expert_bias", 1, "config.json key 'shared_expert_bias'"),
+    ("head_dim", None, "head_dim is null"),  # transformers reads None (no hidden / heads): it cannot build the model
+    ("partial_rotary_factor", None, "partial_rotary_factor is null"),  # not the default 0.25: 4.57's RoPE fails
 ])
 def test_fields_that_change_the_numbers_are_refused_by_name(field, value, match):
     d = dict(EXAMPLE, model_type="qwen3_next")

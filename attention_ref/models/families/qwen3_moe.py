@@ -47,16 +47,24 @@ def sparse_layers(d, layers):
     if not isinstance(only, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in only):
         raise ValueError(f"{MODEL_TYPE}: mlp_only_layers must be a list of layer indices, got {only!r}")
     step = d.get("decoder_sparse_step", 1)
+    if isinstance(step, bool) or not isinstance(step, int) or step < 1:  # null too: transformers' modulo fails
+        raise ValueError(f"{MODEL_TYPE}: decoder_sparse_step must be a positive integer, got {step!r}")
     return tuple(i not in only and (i + 1) % step == 0 for i in range(layers))
 
 
 def read(d):
     """An LMConfig of Qwen3-MoE from its ``config.json`` (the module docstring lists the fields)."""
+    for name in ("num_experts", "num_local_experts"):
+        if name in d and d[name] is None:  # not the default 128: transformers builds no experts from null
+            raise ValueError(f"{MODEL_TYPE}: {name} is null in config.json; give the number of experts")
     given = [(name, d[name]) for name in ("num_experts", "num_local_experts") if d.get(name) is not None]
     if len(given) == 2 and given[0][1] != given[1][1]:
         raise ValueError(f"{MODEL_TYPE}: config.json gives num_experts = {given[0][1]!r} and num_local_experts ="
                          f" {given[1][1]!r} (one field, 4.57's and 5.x's spelling); keep one of them")
     experts = given[0][1] if given else 128
+    if "head_dim" in d and d["head_dim"] is None:  # Qwen3MoeAttention reads it with getattr: None, not hidden / heads
+        raise ValueError(f"{MODEL_TYPE}: head_dim is null in config.json (transformers cannot build that model); give"
+                         " the width or leave the key out (hidden_size / num_attention_heads)")
     if d.get("norm_topk_prob", False) not in (True, False):
         refuse("norm_topk_prob", d["norm_topk_prob"], MODEL_TYPE)
     settings = {"sparse_layers": sparse_layers(d, d["num_hidden_layers"]),

@@ -69,6 +69,10 @@ def _rope(d):
     rope, theta = rope_spellings(d, MODEL_TYPE)
     if rope["rope_type"] != "default":
         refuse("the RoPE scaling rope_type", rope["rope_type"], MODEL_TYPE)
+    for name, where in (("partial_rotary_factor", d), ("rope_parameters.partial_rotary_factor", rope)):
+        if "partial_rotary_factor" in where and where["partial_rotary_factor"] is None:  # not the default 0.25:
+            raise ValueError(f"{MODEL_TYPE}: {name} is null in config.json (transformers' RoPE cannot use it);"
+                             " give the fraction or leave the key out")
     factors = [(n, v) for n, v in (("partial_rotary_factor", d.get("partial_rotary_factor")),
                                    ("rope_parameters.partial_rotary_factor", rope.get("partial_rotary_factor")))
                if v is not None]
@@ -112,7 +116,9 @@ def read(d):
     theta, factor = _rope(d)
     D_, H = d["hidden_size"], d["num_attention_heads"]
     head_dim = d.get("head_dim", 256)
-    head_dim = D_ // H if head_dim is None else head_dim
+    if head_dim is None:  # Qwen3NextAttention reads it with getattr: None, not hidden / heads
+        raise ValueError(f"{MODEL_TYPE}: head_dim is null in config.json (transformers cannot build that model); give"
+                         " the width or leave the key out (Qwen3NextConfig's 256)")
     kv_heads = d.get("num_key_value_heads", 2)
     settings = {"linear_layers": tuple(kind == LINEAR for kind in kinds), "moe_layers": moe,
                 "linear_key_heads": d.get("linear_num_key_heads", 16), "linear_key_dim": d.get("linear_key_head_dim", 128),
