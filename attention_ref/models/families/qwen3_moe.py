@@ -15,7 +15,9 @@ Reader: Qwen3's fields (:func:`.llama.read_llama`: RoPE as Qwen3, ``head_dim``) 
 8, ``moe_intermediate_size`` 768, ``norm_topk_prob`` False, ``decoder_sparse_step`` 1,
 ``mlp_only_layers`` [], and ``use_sliding_window`` (False; when true every layer attends to its last
 ``sliding_window`` keys, 4096 by default, as transformers' sliding mask). The per-layer plan and the experts' width are the config's ``settings``:
-``sparse_layers`` (a bool per layer), ``moe_d_ff``, ``norm_topk_prob``. ``router_aux_loss_coef`` and
+``sparse_layers`` (a bool per layer), ``moe_d_ff``, ``norm_topk_prob``. A ``head_dim``, ``num_experts`` or
+``decoder_sparse_step`` written as null is refused by name (transformers reads None there and cannot build the
+model; an absent key takes the default). ``router_aux_loss_coef`` and
 ``output_router_logits`` only concern the auxiliary loss, which :func:`attention_ref.lm_loss` leaves
 out (transformers' language-modelling loss; the auxiliary term is
 :func:`attention_ref.nn.load_balancing_loss_forward`).

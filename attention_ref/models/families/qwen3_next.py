@@ -19,6 +19,8 @@ The difference from :mod:`.llama`:
 The family's own constants are in ``LMConfig.settings``: ``linear_layers`` and ``moe_layers`` (one flag per layer),
 ``linear_key_heads``, ``linear_key_dim``, ``linear_value_heads``, ``linear_value_dim``, ``conv_kernel``,
 ``moe_d_ff``, ``shared_d_ff``, ``norm_topk_prob``; the rotated share of each head is ``LMConfig.rotary_pct``.
+A ``head_dim`` or ``partial_rotary_factor`` written as null is refused by name (transformers reads None and cannot
+build the model; an absent key takes Qwen3NextConfig's 256 and 0.25).
 
 A block's numbered steps:
 
