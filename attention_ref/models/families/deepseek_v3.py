@@ -22,6 +22,13 @@ rotate ``head_dim`` features), a RoPE type other than the plain one and YaRN, a 
 cannot route (experts not a multiple of ``n_group``, groups of fewer than 2, ``topk_group`` above
 ``n_group``, more experts per token than the kept groups hold).
 
+Routing computes as transformers 5.x: the experts of the groups not kept have a choice score of minus
+infinity. transformers 4.57.1 gives them 0 instead, so on a token where a chosen expert's choice score
+(sigmoid plus correction bias) is negative, 4.57.1 may choose an expert of a dropped group and its
+numbers differ from 5.x's and these (measured on random models: 8.5e-3 and 0.44 relative in the logits
+on two seeds; equal on every seed with positive scores). The score is data, not a config field, so it
+is said here rather than refused (:mod:`attention_ref.nn.moe_routing`).
+
 The whole model's steps are Llama's (:mod:`attention_ref.models.families.llama`); the block is
 :func:`attention_ref.nn.deepseek_block.deepseek_block_forward` (transformers' module in brackets):
 
