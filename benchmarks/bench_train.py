@@ -205,11 +205,16 @@ def render(results: list, repeats: int, command: str, rounds: int = 1) -> str:
     import numpy as np
 
     versions = f"NumPy {np.__version__}"
-    if any("torch" in r for r in results):
-        import torch
-        import transformers
+    if any("torch" in r for r in results):  # their versions as installed (torch itself ran in its own processes)
+        from importlib.metadata import PackageNotFoundError, version
 
-        versions += f", torch {torch.__version__}, transformers {transformers.__version__}"
+        def installed(name):
+            try:
+                return version(name)
+            except PackageNotFoundError:
+                return "not installed"
+
+        versions += f", torch {installed('torch')}, transformers {installed('transformers')}"
     cpu = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
