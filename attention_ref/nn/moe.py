@@ -37,7 +37,7 @@ from .clamped_swiglu import (
     clamped_swiglu_formula,
 )
 from .moe_routing import Routing, check_choice_bias, check_routing, router_backward, router_formula
-from .swiglu import _sigmoid
+from .swiglu import _sigmoid, swiglu_backward_formula, swiglu_formula
 
 __all__ = ["MoECache", "moe_forward", "moe_backward", "EXPERT_KINDS", "SwiGLUMoECache", "swiglu_moe_forward",
            "swiglu_moe_backward"]
@@ -68,9 +68,9 @@ class _SwiGLUExpertCache(NamedTuple):
     u: np.ndarray  # (T_e, F), the up projection
 
 
-def _swiglu_expert_formula(x, W_gate_up, b_gate_up, W_down, b_down, alpha=None, limit=None):
+def _swiglu_expert_formula(x, W_gate_up, b_gate_up, W_down, b_down):
     """A plain SwiGLU expert with biases: 1. ``[a, u] = x W_gate_up + b_gate_up`` (gate's F columns, then up's);
-    2. ``m = silu(a) u``; 3. ``y = m W_down + b_down``. ``alpha`` and ``limit`` are gpt-oss's and unused."""
+    2. ``m = silu(a) u``; 3. ``y = m W_down + b_down``."""
     f = W_gate_up.shape[-1] // 2
     au = linear_formula(x, W_gate_up, b_gate_up)  # (T_e, 2F)
     a, u = au[..., :f], au[..., f:]
@@ -90,8 +90,13 @@ def _swiglu_expert_backward(dy, cache: _SwiGLUExpertCache):
     return dx, dW_gate_up, db_gate_up, dW_down, db_down
 
 
+#: each expert kind's (formula, backward): the formula takes one expert's weights (``W[e]`` of each of the
+#: mixture's (E, ...) arrays, in their order) then the kind's constants; the backward returns ``dx`` then one
+#: gradient per weight, in the same order. ``"swiglu_split"`` (:func:`swiglu_moe_forward`'s) is the plain SwiGLU
+#: with its gate and up weights apart and no biases (:func:`attention_ref.nn.swiglu_formula`)
 _EXPERTS = {"clamped_swiglu": (clamped_swiglu_formula, clamped_swiglu_backward_formula),
-            "swiglu": (_swiglu_expert_formula, _swiglu_expert_backward)}
+            "swiglu": (_swiglu_expert_formula, _swiglu_expert_backward),
+            "swiglu_split": (swiglu_formula, swiglu_backward_formula)}
 
 
 def _check_moe_inputs(x, W_router, b_router, W_gate_up, b_gate_up, W_down, b_down, routing, alpha, limit):
@@ -141,14 +146,18 @@ def moe_forward(x, W_router, b_router, W_gate_up, b_gate_up, W_down, b_down, rou
     """
     if expert not in EXPERT_KINDS:
         raise ValueError(f"expert must be one of {EXPERT_KINDS}, got {expert!r}")
-    return moe_formula(*_check_moe_inputs(x, W_router, b_router, W_gate_up, b_gate_up, W_down, b_down,
-                                          routing, alpha, limit), expert=expert)
+    x, W_router, b_router, *weights, routing, alpha, limit = _check_moe_inputs(
+        x, W_router, b_router, W_gate_up, b_gate_up, W_down, b_down, routing, alpha, limit)
+    return moe_formula(x, W_router, b_router, tuple(weights), routing, expert,
+                       constants=(alpha, limit) if expert == "clamped_swiglu" else ())
 
 
-def moe_formula(x, W_router, b_router, W_gate_up, b_gate_up, W_down, b_down, routing, alpha, limit,
-                expert="clamped_swiglu", choice_bias=None):
-    """:func:`moe_forward` on checked inputs (``choice_bias``: DeepSeek-V3's correction bias, which
-    moves the choice of experts and never their weights; :func:`swiglu_moe_forward` passes it)."""
+def moe_formula(x, W_router, b_router, weights, routing, expert="clamped_swiglu", choice_bias=None, constants=()):
+    """:func:`moe_forward` on checked inputs: ``weights`` the experts' (E, ...) arrays in the order the
+    kind's formula takes one expert's (``_EXPERTS``), ``constants`` its constants (gpt-oss's ``alpha``,
+    ``limit``); ``choice_bias``: DeepSeek-V3's correction bias, which moves the choice of experts and
+    never their weights (:func:`swiglu_moe_forward` passes it). Each expert reads its own weights in
+    place (``W[e]``, a view): a step copies no expert's weights."""
     tokens = x.reshape(-1, x.shape[-1])  # (T, D)
     # 1. the router
     w, idx, _, router_cache = router_formula(tokens, W_router, b_router, routing, choice_bias)  # (T, k) each
@@ -156,16 +165,13 @@ def moe_formula(x, W_router, b_router, W_gate_up, b_gate_up, W_down, b_down, rou
     y = np.zeros_like(tokens)  # (T, D)
     expert_formula = _EXPERTS[expert][0]
     experts = []
-    for e in range(W_gate_up.shape[0]):
+    for e in np.unique(idx).tolist():  # the experts chosen, in order
         t, j = np.nonzero(idx == e)  # (T_e,) tokens that chose e, and in which slot
-        if t.size == 0:
-            continue
-        y_e, cache_e = expert_formula(tokens[t], W_gate_up[e], b_gate_up[e], W_down[e], b_down[e],
-                                      alpha, limit)  # (T_e, D)
+        y_e, cache_e = expert_formula(tokens[t], *(W[e] for W in weights), *constants)  # (T_e, D)
         np.add.at(y, t, w[t, j][:, None] * y_e)  # a token appears once per expert; add.at keeps it plain
         experts.append((e, t, j, cache_e, y_e))
-    shapes = (W_gate_up.shape, b_gate_up.shape, W_down.shape, b_down.shape)
-    return y.reshape(x.shape), MoECache(router_cache, w, tuple(experts), x.shape, W_gate_up.shape[0], shapes,
+    shapes = tuple(W.shape for W in weights)
+    return y.reshape(x.shape), MoECache(router_cache, w, tuple(experts), x.shape, weights[0].shape[0], shapes,
                                         expert)
 
 
@@ -192,17 +198,18 @@ def moe_backward(dy, cache: MoECache):
     dy = as_upstream(dy, x_shape, dtype, "dy").reshape(-1, x_shape[-1])  # (T, D)
     dx = np.zeros_like(dy)  # (T, D)
     dw = np.zeros_like(w)  # (T, k)
-    dW_gate_up, db_gate_up, dW_down, db_down = (np.zeros(shape, dtype) for shape in shapes)
+    dweights = [np.zeros(shape, dtype) for shape in shapes]  # one per expert weight array, in its order
     for e, t, j, cache_e, y_e in experts:
         # 3. the weighted sum
         dw[t, j] = (dy[t] * y_e).sum(axis=-1)  # (T_e,)
         # 2. the expert
-        dx_e, dW_gate_up[e], db_gate_up[e], dW_down[e], db_down[e] = expert_backward(
-            w[t, j][:, None] * dy[t], cache_e)  # dx_e (T_e, D)
+        dx_e, *grads_e = expert_backward(w[t, j][:, None] * dy[t], cache_e)  # dx_e (T_e, D)
+        for dW, grad in zip(dweights, grads_e):
+            dW[e] = grad
         np.add.at(dx, t, dx_e)
     # 1. the router
     dx_router, dW_router, db_router = router_backward(dw, router_cache)  # (T, D), (D, E), (E,)
-    return (dx + dx_router).reshape(x_shape), dW_router, db_router, dW_gate_up, db_gate_up, dW_down, db_down
+    return ((dx + dx_router).reshape(x_shape), dW_router, db_router, *dweights)
 
 
 # ---- the same mixture with plain SwiGLU experts (Qwen3-MoE, DeepSeek-V3): the router and steps 1-3 as above ----
@@ -253,12 +260,10 @@ def swiglu_moe_forward(x, W_router, W_gate, W_up, W_down, routing: Routing, choi
 
 def swiglu_moe_formula(x, W_router, W_gate, W_up, W_down, routing, choice_bias=None):
     """:func:`swiglu_moe_forward` on checked inputs (the blocks call it): the one mixture
-    (:func:`moe_formula`) with expert ``"swiglu"``, the gate's and up's columns side by side and every bias 0."""
-    E, D, F = W_gate.shape
-    zeros = np.zeros
-    return moe_formula(x, W_router, zeros(E, x.dtype), np.concatenate([W_gate, W_up], axis=-1),
-                       zeros((E, 2 * F), x.dtype), W_down, zeros((E, D), x.dtype), routing, None, None,
-                       expert="swiglu", choice_bias=choice_bias)
+    (:func:`moe_formula`) with expert ``"swiglu_split"`` (each expert's ``W_gate[e]``, ``W_up[e]``,
+    ``W_down[e]`` read where they lie) and the router's bias 0."""
+    return moe_formula(x, W_router, np.zeros(W_gate.shape[0], x.dtype), (W_gate, W_up, W_down), routing,
+                       expert="swiglu_split", choice_bias=choice_bias)
 
 
 def swiglu_moe_backward(dy, cache: SwiGLUMoECache):
@@ -271,6 +276,5 @@ def swiglu_moe_backward(dy, cache: SwiGLUMoECache):
     dW_router : array (D, E)
     dW_gate, dW_up : arrays (E, D, F); dW_down : array (E, F, D) (zero for an expert no token chose)
     """
-    dx, dW_router, _, dW_gate_up, _, dW_down, _ = moe_backward(dy, cache)  # the biases are not parameters here
-    F = dW_gate_up.shape[-1] // 2
-    return dx, dW_router, dW_gate_up[..., :F], dW_gate_up[..., F:], dW_down
+    dx, dW_router, _, dW_gate, dW_up, dW_down = moe_backward(dy, cache)  # the router's bias is not a parameter here
+    return dx, dW_router, dW_gate, dW_up, dW_down

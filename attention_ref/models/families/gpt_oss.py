@@ -184,8 +184,9 @@ def gpt_oss_block(x, p, config, layer: GptOssLayer, mask, positions, kv):
     # 4. u = RMSNorm_2(h)
     u, norm2 = rms_norm_formula(hidden, p["post_attention_norm.weight"], config.eps)  # (..., N, D)
     # 5. m = MoE(u): the top k of the router's logits, a softmax over them, the chosen experts' weighted sum
-    m, moe = moe_formula(u, *(p[f"mlp.{name}"] for name in _MOE), Routing(config.experts_per_token),
-                         GPT_OSS_SWIGLU_ALPHA, GPT_OSS_SWIGLU_LIMIT)  # (..., N, D)
+    W_router, b_router, *experts = (p[f"mlp.{name}"] for name in _MOE)
+    m, moe = moe_formula(u, W_router, b_router, tuple(experts), Routing(config.experts_per_token),
+                         constants=(GPT_OSS_SWIGLU_ALPHA, GPT_OSS_SWIGLU_LIMIT))  # (..., N, D)
     # 6. y = h + m
     y = hidden + m  # (..., N, D)
     return y, (None if kv is not None else GptOssBlockCache(norm1, attn_cache, norm2, moe, m))
