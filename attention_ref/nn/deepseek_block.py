@@ -26,13 +26,15 @@ from typing import NamedTuple
 import numpy as np
 
 from .._checks import as_real_array
-from .mla import MLADecodeCache, MLAShape, mla_backward, mla_decode_absorbed, mla_forward
+from .mla import (MLADecodeCache, MLAShape, check_mla_decode_inputs, check_mla_inputs, mla_backward,
+                  mla_decode_absorbed_formula, mla_formula)
 from .moe import swiglu_moe_backward, swiglu_moe_formula
 from .moe_routing import Routing
 from .rms_norm import rms_norm_backward, rms_norm_formula
 from .swiglu import swiglu_backward, swiglu_formula
 
-__all__ = ["DeepSeekLayer", "DeepSeekBlockCache", "deepseek_block_forward", "deepseek_block_backward"]
+__all__ = ["DeepSeekLayer", "DeepSeekBlockCache", "deepseek_block_forward", "deepseek_block_backward",
+           "deepseek_block_formula"]
 
 _EXPERTS = ("mlp.experts.W_gate", "mlp.experts.W_up", "mlp.experts.W_down")
 _SHARED = ("mlp.shared.W_gate", "mlp.shared.W_up", "mlp.shared.W_down")
@@ -84,8 +86,8 @@ def _check_mlp(x, p, layer):
 def deepseek_block_forward(x, p, layer: DeepSeekLayer, theta, positions, mask=None, kv: MLADecodeCache | None = None):
     """The six steps on ``x`` (..., N, D) at ``positions`` (N,), RoPE frequencies ``theta`` (dr/2,).
 
-    Returns ``(y, cache)``; ``y`` (..., N, D). The attention's inputs are checked by
-    :func:`attention_ref.nn.mla_forward`, the MLP's names and shapes here.
+    Returns ``(y, cache)``; ``y`` (..., N, D). Every input is checked first: the attention's as
+    :func:`attention_ref.nn.mla_forward` checks them, the norms' and the MLP's names and shapes here.
 
     Decoding: with ``kv`` (an :class:`attention_ref.nn.MLADecodeCache`, the layer's latents so far),
     ``x`` (B, n, D) are the new tokens at ``positions`` (n,) or (B, n), ``mask`` broadcastable to
@@ -94,14 +96,33 @@ def deepseek_block_forward(x, p, layer: DeepSeekLayer, theta, positions, mask=No
     _check_mlp(x, p, layer)
     if kv is not None and not isinstance(kv, MLADecodeCache):
         raise TypeError(f"kv must be an attention_ref.nn.MLADecodeCache (a layer's latents), got {type(kv).__name__}")
-    attn_params = {k[len("self_attn."):]: v for k, v in p.items() if k.startswith("self_attn.")}
+    x, attn_params, theta, positions = check_mla_inputs(x, _attention_params(p), layer.attn, theta, positions,
+                                                        per_row=kv is not None)
+    if kv is not None:
+        check_mla_decode_inputs(x, layer.attn, kv.latent, mask)
+    return _block(x, p, attn_params, layer, theta, positions, mask, kv)
+
+
+def deepseek_block_formula(x, p, layer: DeepSeekLayer, theta, positions, mask=None, kv: MLADecodeCache | None = None):
+    """:func:`deepseek_block_forward` on checked inputs (the DeepSeek-V3 family's step list calls it:
+    ``lm_forward`` and ``LMDecoder`` check the model's params once, not at every block and step)."""
+    return _block(x, p, _attention_params(p), layer, theta, positions, mask, kv)
+
+
+def _attention_params(p):
+    """The attention's params, without their ``self_attn.`` prefix."""
+    return {k[len("self_attn."):]: v for k, v in p.items() if k.startswith("self_attn.")}
+
+
+def _block(x, p, attn_params, layer, theta, positions, mask, kv):
+    """The six steps."""
     # 1. z = RMSNorm_1(x)
     z, norm_1 = rms_norm_formula(np.asarray(x), p["input_norm.weight"], layer.eps)
     # 2. a = MLA(z) (decoding: in the absorbed form, over the cached latents and the new ones)
     if kv is None:
-        a, attn = mla_forward(z, attn_params, layer.attn, theta, positions, mask)  # (..., N, D)
+        a, attn = mla_formula(z, attn_params, theta, positions, layer.attn, mask)  # (..., N, D)
     else:
-        a, kv.latent = mla_decode_absorbed(z, attn_params, layer.attn, theta, positions, kv.latent, mask)
+        a, kv.latent = mla_decode_absorbed_formula(z, attn_params, theta, positions, layer.attn, kv.latent, mask)
         attn = None
     # 3. h = x + a
     h = x + a

@@ -134,7 +134,7 @@ def mla_scale(qk_head_dim, factor=None, mscale_all_dim=0.0) -> float:
     return scale
 
 
-def _check(x, p, shape, theta, positions, per_row=False):
+def check_mla_inputs(x, p, shape, theta, positions, per_row=False):
     """Checked inputs: ``shape`` an MLAShape, ``p`` exactly its parameters, all of one dtype;
     ``positions`` (N,), or also (B, N) when ``per_row``."""
     if not isinstance(shape, MLAShape):
@@ -222,7 +222,12 @@ def mla_forward(x, params, shape: MLAShape, theta, positions, mask=None):
     y : array (..., N, D)
     cache : MLACache for :func:`mla_backward`
     """
-    x, p, theta, positions = _check(x, params, shape, theta, positions)
+    return mla_formula(*check_mla_inputs(x, params, shape, theta, positions), shape, mask)
+
+
+def mla_formula(x, p, theta, positions, shape, mask=None):
+    """:func:`mla_forward` on checked inputs (the DeepSeek-V3 block calls it: the model's params are
+    checked once, by ``lm_forward`` or ``LMDecoder``)."""
     H, dn, dv = shape.num_heads, shape.qk_nope_head_dim, shape.v_head_dim
     n = x.shape[-2]
     cos, sin = _cos_sin(positions, theta, shape, x.dtype)  # (N, dr/2)
@@ -322,18 +327,22 @@ def mla_decode_absorbed(x, params, shape: MLAShape, theta, positions, latent: La
     ``(q_lat c_hat^T + q_pe k_pe^T) * scale``, causal; ``P = softmax``; ``o_lat = P c_hat`` (..., H, n, r);
     ``o = o_lat W_uv`` per head; heads merged, ``W_o``.
     """
-    x, p, theta, positions = _check(x, params, shape, theta, positions, per_row=True)
+    x, p, theta, positions = check_mla_inputs(x, params, shape, theta, positions, per_row=True)
+    check_mla_decode_inputs(x, shape, latent, mask)
+    return mla_decode_absorbed_formula(x, p, theta, positions, shape, latent, mask)
+
+
+def check_mla_decode_inputs(x, shape: MLAShape, latent, mask):
+    """:func:`mla_decode_absorbed`'s own checks: ``x`` (B, n, D), ``latent`` None or a LatentCache of ``B``
+    rows, ``mask`` None or a bool array broadcastable to (B, 1, n, T + n)."""
     if x.ndim != 3:
         raise ValueError(f"x must have shape (B, n, D) when decoding, got {x.shape}")
-    H, r = shape.num_heads, shape.kv_lora_rank
-    dn, dr, dv = shape.qk_nope_head_dim, shape.qk_rope_head_dim, shape.v_head_dim
+    r, dr = shape.kv_lora_rank, shape.qk_rope_head_dim
     B, n = x.shape[:2]
-    if latent is None:
-        latent = LatentCache(np.zeros((B, 0, r), x.dtype), np.zeros((B, 0, dr), x.dtype))
-    elif not isinstance(latent, LatentCache) or latent.c_hat.shape[::2] != (B, r) or latent.k_pe.shape != (
-            latent.c_hat.shape[:2] + (dr,)):
+    if latent is not None and (not isinstance(latent, LatentCache) or latent.c_hat.shape[::2] != (B, r)
+                               or latent.k_pe.shape != latent.c_hat.shape[:2] + (dr,)):
         raise ValueError(f"latent must be a LatentCache of shapes (B, T, {r}) and (B, T, {dr}) with B = {B}")
-    T = latent.c_hat.shape[1]
+    T = 0 if latent is None else latent.c_hat.shape[1]
     if mask is not None:
         mask = np.asarray(mask)
         if mask.dtype != bool:
@@ -343,6 +352,16 @@ def mla_decode_absorbed(x, params, shape: MLAShape, theta, positions, latent: La
         except ValueError:
             raise ValueError(f"mask must be broadcastable to (B, 1, n, T + n) = {(B, 1, n, T + n)}, got {mask.shape}"
                              ) from None
+
+
+def mla_decode_absorbed_formula(x, p, theta, positions, shape, latent=None, mask=None):
+    """:func:`mla_decode_absorbed` on checked inputs (the DeepSeek-V3 block's decoding step)."""
+    H, r = shape.num_heads, shape.kv_lora_rank
+    dn, dr, dv = shape.qk_nope_head_dim, shape.qk_rope_head_dim, shape.v_head_dim
+    B, n = x.shape[:2]
+    if latent is None:
+        latent = LatentCache(np.zeros((B, 0, r), x.dtype), np.zeros((B, 0, dr), x.dtype))
+    T = latent.c_hat.shape[1]
     cos, sin = _cos_sin(positions, theta, shape, x.dtype)  # (n, dr/2) or (B, n, dr/2)
     q = split_heads_formula(_query(x, p, shape)[0], H)  # (B, H, n, dn + dr)
     q_cos, q_sin = (cos, sin) if cos.ndim == 2 else (cos[:, None], sin[:, None])  # the heads' axis

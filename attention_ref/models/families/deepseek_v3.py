@@ -53,7 +53,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ...nn.deepseek_block import DeepSeekLayer, deepseek_block_backward, deepseek_block_forward
+from ...nn.deepseek_block import DeepSeekLayer, deepseek_block_backward, deepseek_block_formula
 from ...nn.mla import MLADecodeCache, MLAShape, mla_scale
 from ...nn.moe_routing import Routing
 from ..config import LMConfig, refuse
@@ -209,11 +209,11 @@ def deepseek_v3_layers(config):
 
 
 def deepseek_v3_block(x, p, config, layer: DeepSeekV3Layer, mask, positions, kv):
-    """Step 2, one block: :func:`attention_ref.nn.deepseek_block.deepseek_block_forward` over the
+    """Step 2, one block: :func:`attention_ref.nn.deepseek_block.deepseek_block_formula` over the
     sequence, or with ``kv`` (the layer's :class:`attention_ref.nn.MLADecodeCache`) its decoding
     step at ``positions`` (B, t); the model's key mask (..., 1, T) gains the heads' axis."""
     mask = None if mask is None else mask[..., None, :, :]  # (..., 1, 1, T)
-    return deepseek_block_forward(x, p, layer.block, layer.theta, positions, mask, kv)
+    return deepseek_block_formula(x, p, layer.block, layer.theta, positions, mask, kv)
 
 
 def deepseek_v3_new_cache(config, i):
