@@ -210,14 +210,19 @@ def _model(config_dict):
 
 def weight_bytes_per_token(params, config) -> int:
     """Bytes of the weights one decode step reads: every array once, except an embedding table
-    outside the layers (a name without a layer number) that is looked up, of which one row is read;
-    the token table of a tied head is read whole (the logits)."""
+    outside the layers (a name without a layer number) that is looked up, of which one row is read,
+    and a mixture's expert arrays (in a layer, one slice per expert: a first axis of
+    ``config.num_experts``), of which the ``experts_per_token`` chosen experts' slices are read; the
+    token table of a tied head is read whole (the logits)."""
     total = 0
     for name, w in params.items():
         in_layer = any(part.isdigit() for part in name.split("."))
         lookup = not in_layer and w.ndim == 2 and not name.startswith("lm_head")
+        experts = in_layer and config.num_experts and w.ndim >= 2 and w.shape[0] == config.num_experts
         if lookup and not (config.tie_word_embeddings and w.shape[0] == config.vocab_size):
             total += w.nbytes // w.shape[0]  # one row per token
+        elif experts:
+            total += w.nbytes // w.shape[0] * config.experts_per_token  # the chosen experts' slices
         else:
             total += w.nbytes
     return total

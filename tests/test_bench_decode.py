@@ -101,3 +101,47 @@ def test_profile_decode_counts_each_product_once(capsys):
     weights, read, products, calls = float(row[0]), float(row[1]), int(row[2]), int(row[3])
     assert products == 15 and calls > 0, printed
     assert read == pytest.approx(weights, abs=0.002), printed  # the norms' weights are not products: a few bytes
+
+
+def test_weights_read_per_token_count_the_chosen_experts_only():
+    """A mixture reads the k chosen experts' weights per token at batch 1: the count equals the
+    bytes a decoding step's products actually read (counted at the linear formula, as
+    ``profile_decode.py`` does), plus the vectors no product reads (norms) and the looked-up row."""
+    import numpy as np
+
+    import attention_ref as ar
+    from attention_ref.core import linear as core_linear
+    from attention_ref.fast import linear as fast_linear
+    from attention_ref.models.config import family_of
+
+    bench = _bench()
+    config = ar.LMConfig.from_dict({
+        "model_type": "qwen3_moe", "vocab_size": 300, "hidden_size": 32, "num_hidden_layers": 3,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "intermediate_size": 48,
+        "moe_intermediate_size": 16, "num_experts": 8, "num_experts_per_tok": 2, "decoder_sparse_step": 1,
+        "mlp_only_layers": [0], "tie_word_embeddings": False})
+    params = ar.init_lm_params(config, seed=0, dtype=np.float32)
+    decoder = ar.LMDecoder(params, config)
+    token = decoder.prefill(np.array([[1, 2, 3]]), last_only=True).argmax(-1)
+    read = []
+    originals = {module: module._linear_finite for module in (core_linear, fast_linear)}
+
+    def counted(original):
+        def linear_finite(x, W, b, names=("x", "W", "b")):
+            read.append(W.nbytes)
+            return original(x, W, b, names)
+        return linear_finite
+
+    try:
+        for module, original in originals.items():
+            module._linear_finite = counted(original)
+        decoder.step(token)
+    finally:
+        for module, original in originals.items():
+            module._linear_finite = original
+    vectors = sum(w.nbytes for w in params.values() if w.ndim == 1)
+    table_row = params[family_of(config).token_table][0].nbytes
+    full = sum(w.nbytes for w in params.values())
+    counted_bytes = bench.weight_bytes_per_token(params, config)
+    assert counted_bytes == sum(read) + vectors + table_row
+    assert counted_bytes < full - 2 * 16 * 32 * 4  # at least the unchosen experts of one layer are not counted
