@@ -27,6 +27,11 @@ from .params import check_lm_params, head_weight
 
 __all__ = ["LMDecoder", "generate"]
 
+#: :func:`generate` copies a tied LM head into the faster layout (``LMDecoder(copy_head=True)``) when it
+#: makes at least this many tokens: the copy took about as long as 15-20 decoding steps save
+#: (SmolLM-135M's and Gemma-3-270M's sizes, one thread; docs/performance.md, "Decoding at batch 1")
+COPY_HEAD_TOKENS = 32
+
 
 class LMDecoder:
     """A language model with one :class:`KVCache` per layer: :meth:`prefill` the prompts,
@@ -37,9 +42,16 @@ class LMDecoder:
     caches : list of KVCache, one per layer (a family's own decoding state where its ``new_cache`` says)
     keys_mask : bool (B, T_seen), which of the tokens seen so far are real (not padding)
     positions : int (B,), the position of each row's last token
+
+    ``copy_head`` (default True): keep the LM head as a row-contiguous (D, V) array, which a tied
+    head's token table is not, by copying its transpose once (V x D more numbers while the decoder
+    lives; a step's ``x @ W`` then reads the faster of BLAS's matrix-vector layouts). The copy costs
+    about 15-20 steps' saving, so :func:`generate` asks for it only for :data:`COPY_HEAD_TOKENS`
+    new tokens or more; an untied head laid out row-contiguous is never copied. Either way the
+    same products (the logits agree to rounding).
     """
 
-    def __init__(self, params, config: LMConfig):
+    def __init__(self, params, config: LMConfig, *, copy_head=True):
         self.params = check_lm_params(params, config)  # checked once: the steps compute on these
         self.config = config
         self.blocks = prepared_blocks(self.params, config)  # fused weights split once, not at every step
@@ -47,7 +59,8 @@ class LMDecoder:
         # the LM head (D, V) with its rows contiguous: a tied token table's transpose is copied once (V x D more
         # numbers held), since a step's x @ W reads a (D, V) row-major matrix faster than the table's transpose
         # (BLAS's two matrix-vector kernels; measured in docs/performance.md, "Decoding at batch 1")
-        self.head = _rows_contiguous(head_weight(self.params, config))
+        head = head_weight(self.params, config)
+        self.head = _rows_contiguous(head) if copy_head else head
         new_cache = family_of(config).new_cache  # a family's own decoding state (None: keys and values)
         self.caches = [KVCache() if new_cache is None else new_cache(config, i) for i in range(config.num_layers)]
         self.keys_mask = None
@@ -257,7 +270,7 @@ def generate(ids, params, config: LMConfig, max_new_tokens, attention_mask=None,
         if real + max_new_tokens > config.max_positions:
             raise ValueError(f"{real} prompt tokens + max_new_tokens = {max_new_tokens} is more than GPT-2's"
                              f" max_positions = {config.max_positions} (its position table has no row past it)")
-    decoder = LMDecoder(params, config)  # checks the params, once
+    decoder = LMDecoder(params, config, copy_head=max_new_tokens >= COPY_HEAD_TOKENS)  # checks the params, once
     if copies > 1:  # each prompt `copies` times in a row, as transformers' repeat_interleave
         ids, keep = np.repeat(ids, copies, axis=0), np.repeat(keep, copies, axis=0)  # (B copies, T)
     new = []  # one (B,) column per new token: memory for the tokens made, not those asked for

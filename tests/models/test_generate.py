@@ -241,3 +241,36 @@ def test_the_decoder_keeps_the_head_with_its_rows_contiguous():
         W = head_weight(params, config)
         assert decoder.head.flags.c_contiguous and (decoder.head is W) == (not tied)
         np.testing.assert_array_equal(decoder.head, W)
+
+
+def test_a_short_generate_reads_the_tied_head_where_it_lies():
+    """``copy_head=False`` keeps a tied head as the table's transpose (no copy); ``generate`` asks for
+    the copy only from ``COPY_HEAD_TOKENS`` new tokens on; the tokens are the same either way."""
+    import importlib
+
+    generate_module = importlib.import_module("attention_ref.models.generate")  # the module, not the function
+    from attention_ref.models.config import family_of
+    from attention_ref.models.params import head_weight
+
+    config = ar.LMConfig.from_dict({**family_of("llama").example, "model_type": "llama", "tie_word_embeddings": True,
+                                    "vocab_size": 200})
+    params = ar.init_lm_params(config, seed=0, dtype=np.float64)
+    decoder = ar.LMDecoder(params, config, copy_head=False)
+    assert np.shares_memory(decoder.head, head_weight(params, config)) and not decoder.head.flags.c_contiguous
+    made = []
+    original = generate_module.LMDecoder
+
+    class Recording(original):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self.head.flags.c_contiguous)
+
+    ids = np.array([[3, 4, 5]])
+    n = generate_module.COPY_HEAD_TOKENS
+    try:
+        generate_module.LMDecoder = Recording
+        short, long = (ar.generate(ids, params, config, k) for k in (n - 1, n))
+    finally:
+        generate_module.LMDecoder = original
+    assert made == [False, True]
+    np.testing.assert_array_equal(long[:, :short.shape[1]], short)
