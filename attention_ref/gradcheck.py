@@ -110,9 +110,9 @@ def numerical_gradient(f, x, eps: float = 1e-6) -> np.ndarray:
     -------
     grad : float64 array shaped like ``x``
     """
-    x = np.array(x, dtype=np.float64)  # a private copy we may perturb
+    x = np.array(x, dtype=np.float64, order="C")  # a private copy we may perturb (C order: ravel below is a view)
     grad = np.zeros_like(x)
-    flat, gflat = x.ravel(), grad.ravel()  # views (both are fresh C-contiguous arrays), one entry per position
+    flat, gflat = x.ravel(), grad.ravel()  # views (both fresh and C-contiguous, whatever x's layout), one entry per position
     for i in range(flat.size):
         orig = flat[i]
         flat[i] = orig + eps

@@ -546,3 +546,15 @@ def test_a_backward_that_only_reads_passes():
 
     report = gradcheck(forward, lambda dout, cache: 2.0 * dout.view(), np.ones(3))
     assert report.ok and report.errors == ()
+
+
+@pytest.mark.parametrize("layout", ["C", "F", "transposed view"])
+def test_numerical_gradient_whatever_the_input_layout(layout):
+    """An input laid out by columns (as the models' tall matrices are) is perturbed entry by entry like
+    any other: the gradient of sum(c * x) is c (a private copy in C order, so the perturbation lands)."""
+    from attention_ref.gradcheck import numerical_gradient
+
+    c = np.random.default_rng(0).standard_normal((4, 3))
+    x = {"C": np.ones((4, 3)), "F": np.asfortranarray(np.ones((4, 3))), "transposed view": np.ones((3, 4)).T}[layout]
+    np.testing.assert_allclose(numerical_gradient(lambda a: float((c * a).sum()), x), c, rtol=1e-8)
+    assert gradcheck(lambda a: (c * a, None), lambda d, cache: d * c, x).ok
