@@ -5,6 +5,7 @@ Run from the repository root::
     python benchmarks/profile_decode.py                 # every model, prints a markdown table
     python benchmarks/profile_decode.py --quick         # the tiny models: checks that it runs
     python benchmarks/profile_decode.py --model Gemma   # the rows whose name holds a word
+    python benchmarks/profile_decode.py --layouts       # one row times a matrix: by rows against by columns
 
 Each model runs in its own fresh process with one thread (as in ``bench_decode.py``): ``LMDecoder``
 prefills the 16-token prompt, decodes 3 tokens to warm up, then ``--steps`` more, greedily.
@@ -88,10 +89,66 @@ def worker(config_dict: dict, steps: int) -> dict:
             "dtype": str(np.dtype(np.float32))}
 
 
+#: (D_in, D_out) of the products of the decoding rows: SmolLM-135M's (q and o, k and v, gate and up, down),
+#: GPT-2's and Pythia's (q, the MLP's two), Gemma-3-270M's (its MLP's two)
+LAYOUT_SHAPES = ((576, 576), (576, 192), (576, 1536), (1536, 576), (768, 768), (768, 3072), (3072, 768),
+                 (640, 2048), (2048, 640))
+
+
+def layouts_worker(megabytes: int, repeats: int = 7) -> list:
+    """For each shape of :data:`LAYOUT_SHAPES`: the read rate of one float32 row times ``W``, ``W`` stored by
+    rows (C order) and by columns (the transpose of a C-ordered (D_out, D_in), as ``nn.Linear`` stores it),
+    over as many distinct matrices as make ``megabytes`` (beyond the caches), the best of ``repeats``
+    passes, the two layouts interleaved pass by pass."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for d_in, d_out in LAYOUT_SHAPES:
+        count = max(4, megabytes * 2 ** 20 // (4 * d_in * d_out))
+        by_rows = [rng.standard_normal((d_in, d_out), dtype=np.float32) for _ in range(count)]
+        by_columns = [np.asfortranarray(W) for W in by_rows]
+        x = rng.standard_normal(d_in, dtype=np.float32)
+        best = {"rows": float("inf"), "columns": float("inf")}
+        for _ in range(repeats):
+            for layout, matrices in (("rows", by_rows), ("columns", by_columns)):
+                start = time.perf_counter()
+                for W in matrices:
+                    x @ W
+                best[layout] = min(best[layout], time.perf_counter() - start)
+        total = 4 * d_in * d_out * count
+        rows.append({"shape": [d_in, d_out], "rows": total / best["rows"], "columns": total / best["columns"]})
+        del by_rows, by_columns
+    return rows
+
+
+def render_layouts(rows: list, command: str) -> str:
+    """The markdown table of :func:`layouts_worker`'s rates."""
+    import numpy as np
+
+    lines = [f"Measured {datetime.date.today().isoformat()}, one thread, NumPy {np.__version__}, float32: `{command}`."
+             f" Load average (1 minute) {_load():.1f} at the end.", "",
+             "| W (D_in, D_out) | by rows GB/s | by columns GB/s | time by columns / by rows | faster |",
+             "| --- | ---: | ---: | ---: | --- |"]
+    for r in rows:
+        ratio = r["rows"] / r["columns"]
+        lines.append(f"| {r['shape'][0]} x {r['shape'][1]} | {r['rows'] / 1e9:.1f} | {r['columns'] / 1e9:.1f} |"
+                     f" {ratio:.2f} | {'columns' if ratio < 1 else 'rows'} |")
+    return "\n".join(lines) + "\n"
+
+
+def _load() -> float:
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return float("nan")
+
+
 def _spawn(config_dict: dict, steps: int) -> dict:
     env = {**os.environ, **bench_decode.ONE_THREAD, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, __file__, "--worker", json.dumps(config_dict), str(steps)],
-                          capture_output=True, text=True, env=env, cwd=ROOT)
+    arguments = ["--layouts-worker", str(steps)] if config_dict is None else ["--worker", json.dumps(config_dict),
+                                                                              str(steps)]
+    proc = subprocess.run([sys.executable, __file__, *arguments], capture_output=True, text=True, env=env, cwd=ROOT)
     if proc.returncode:
         raise RuntimeError(f"the worker failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -101,11 +158,7 @@ def render(results: dict, command: str) -> str:
     """The markdown table of :func:`worker`'s results, one row per model."""
     import numpy as np
 
-    load = ""
-    try:
-        load = f" Load average (1 minute) {os.getloadavg()[0]:.1f} at the end of the run."
-    except (AttributeError, OSError):
-        pass
+    load = f" Load average (1 minute) {_load():.1f} at the end of the run."
     lines = [f"Measured {datetime.date.today().isoformat()}, one thread, NumPy {np.__version__}, float32: `{command}`."
              f"{load} Counted columns hold on any machine; timed ones are inflated by a loaded machine.", "",
              "| model | weights MB/token | MB read by the products | products/step | Python calls/step |"
@@ -129,10 +182,21 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=10, help="decoding steps timed and counted (default 10)")
     parser.add_argument("--model", action="append", default=[], metavar="WORD",
                         help="only the rows whose name contains WORD (repeatable; default: every row)")
+    parser.add_argument("--layouts", action="store_true",
+                        help="one row times a matrix of each shape of the rows, stored by rows against by columns")
     parser.add_argument("--worker", nargs=2, metavar=("CONFIG", "STEPS"), help=argparse.SUPPRESS)
+    parser.add_argument("--layouts-worker", metavar="MEGABYTES", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         print(json.dumps(worker(json.loads(args.worker[0]), int(args.worker[1]))))
+        return 0
+    if args.layouts_worker:
+        print(json.dumps(layouts_worker(int(args.layouts_worker))))
+        return 0
+    if args.layouts:
+        megabytes = 8 if args.quick else 256
+        print(render_layouts(_spawn(None, megabytes), "python benchmarks/profile_decode.py --layouts"
+                             + (" --quick" if args.quick else "")), end="")
         return 0
     if args.steps < 1:
         parser.error(f"--steps must be at least 1, got {args.steps}")

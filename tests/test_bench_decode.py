@@ -103,6 +103,19 @@ def test_profile_decode_counts_each_product_once(capsys):
     assert read == pytest.approx(weights, abs=0.002), printed  # the norms' weights are not products: a few bytes
 
 
+def test_profile_decode_layouts_runs_every_shape(capsys):
+    """``--layouts --quick``: one row per shape of the decoding rows, both layouts' rates positive."""
+    spec = importlib.util.spec_from_file_location("profile_decode", ROOT / "benchmarks" / "profile_decode.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--layouts", "--quick"]) == 0
+    printed = capsys.readouterr().out
+    rows = re.findall(r"^\| (\d+) x (\d+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \| (rows|columns) \|$", printed, flags=re.M)
+    assert [(int(a), int(b)) for a, b, *_ in rows] == list(module.LAYOUT_SHAPES), printed
+    assert all(float(r[2]) > 0 and float(r[3]) > 0 for r in rows), printed
+    assert "python benchmarks/profile_decode.py --layouts --quick" in printed
+
+
 def test_weights_read_per_token_count_the_chosen_experts_only():
     """A mixture reads the k chosen experts' weights per token at batch 1: the count equals the
     bytes a decoding step's products actually read (counted at the linear formula, as

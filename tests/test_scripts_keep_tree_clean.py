@@ -23,6 +23,7 @@ CHEAP_RUNS = {  # a few seconds each
     "variants --quick": ["benchmarks/variants.py", "--quick", "--min-time", "0", "--max-repeats", "1"],
     "profile_mha --quick": ["benchmarks/profile_mha.py", "--quick"],
     "profile_decode --quick": ["benchmarks/profile_decode.py", "--quick", "--steps", "1", "--model", "tiny Llama"],
+    "profile_decode --layouts --quick": ["benchmarks/profile_decode.py", "--layouts", "--quick"],
     "claims (print)": ["examples/claims.py"],
     "claims --check": ["examples/claims.py", "--check"],
     "make_training_docs (check)": ["examples/make_training_docs.py"],
