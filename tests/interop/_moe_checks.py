@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 import attention_ref as ar
-from attention_ref.interop import to_transformers
+from attention_ref.interop import load_pretrained, to_transformers
 from _transformers_api import returned_cache, with_cache
 
 #: every comparison with transformers' float64 model: relative to the largest entry of theirs
@@ -75,6 +75,17 @@ class MoEChecks(NamedTuple):
     router: str = "gate"  # the router's module in each layer with experts: mlp.<router>
     margins: Callable = top_k_margin  # (router module, x (T, D) at the real tokens, config) -> [margin, ...]
     tries: int = 20  # seeds drawn before giving up
+
+    def saved(self, make, folder, seed=0):
+        """A fixture's body: transformers' model ``make()`` (built under the float64 patch after
+        ``torch.manual_seed(seed)``), written by ``save_pretrained`` into ``folder`` and read by our
+        ``load_pretrained``; yields ``(model, params, config)`` with the patch still on."""
+        with self.in_float64():
+            torch.manual_seed(seed)
+            model = make()
+            model.save_pretrained(folder)
+            params, config = load_pretrained(folder)
+            yield model, params, config
 
     def routing_gap(self, model, ids, mask):
         """The smallest margin over every layer with experts (forward hooks on each ``mlp.<router>``)."""

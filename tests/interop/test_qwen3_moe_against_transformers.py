@@ -67,12 +67,7 @@ CHECKS = MoEChecks(in_float64)
 
 @pytest.fixture(params=["untied", "tied"])
 def saved(request, tmp_path):
-    with in_float64():
-        torch.manual_seed(0)
-        model = _model(tie=request.param == "tied")
-        model.save_pretrained(tmp_path)
-        params, config = load_pretrained(tmp_path)
-        yield model, params, config
+    yield from CHECKS.saved(lambda: _model(tie=request.param == "tied"), tmp_path)
 
 
 def test_the_small_model_has_what_the_real_one_has(saved):

@@ -61,13 +61,7 @@ CHECKS = MoEChecks(qwen3_next_in_float64)
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("qwen3_next")
-    with qwen3_next_in_float64():
-        torch.manual_seed(0)
-        model = _model()
-        model.save_pretrained(folder)
-        params, config = load_pretrained(folder)
-        yield model, params, config
+    yield from CHECKS.saved(_model, tmp_path_factory.mktemp("qwen3_next"))
 
 
 def test_the_small_model_has_what_the_real_one_has(saved):
