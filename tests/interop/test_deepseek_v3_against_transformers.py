@@ -13,22 +13,21 @@ the RMSNorms' cast, the router's ``F.linear`` and sigmoid, the RoPE angles and Y
 ``sdpa`` (the eager path's softmax is float32). The routing is checked far from ties: in every routed layer, for
 every real token, the kept groups' scores and the chosen experts' choice scores are at least ``GAP`` from the next
 ones, and every chosen choice score is positive (4.57 masks the groups not kept with 0, 5.x with -inf), else the
-inputs are drawn again.
+inputs are drawn again. The checks the mixture-of-experts families share are written once in
+tests/interop/_moe_checks.py; this file gives them DeepSeek-V3's difference (``CHECKS``: its float64 patch, its
+routing's margins, 30 draws).
 """
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import attention_ref as ar  # noqa: E402
-from attention_ref.interop import deepseek_v3_in_float64, load_pretrained, to_transformers  # noqa: E402
+from attention_ref.interop import deepseek_v3_in_float64, load_pretrained  # noqa: E402
 from attention_ref.models.families import FAMILY  # noqa: E402
-from _transformers_api import returned_cache, with_cache  # noqa: E402
+from _moe_checks import MoEChecks, close, weights_written_back  # noqa: E402
 
 FIVE = int(transformers.__version__.split(".")[0]) >= 5
-RTOL = 1e-10
-GAP = 1e-6
 EXAMPLE = FAMILY["deepseek_v3"].example
 
 
@@ -58,52 +57,27 @@ def _model(seed, **changes):
     return model
 
 
-def _routing_gap(model, ids, mask):
-    """The smallest margin of the routing over every routed layer and real token: between the kept groups' and
+def _routing_margins(gate, h, config):
+    """The margins of one routed layer's routing over the real tokens ``h`` (T, D): between the kept groups' and
     the next group's score, the chosen experts' and the next kept expert's choice score, and the smallest chosen
     choice score itself (it must be positive for 4.57's masking with 0 to agree with 5.x's -inf)."""
-    keep = torch.as_tensor(mask).reshape(-1).bool()
-    gaps, handles = [], []
+    gaps = []
     E, G, kept, k = (EXAMPLE[n] for n in ("n_routed_experts", "n_group", "topk_group", "num_experts_per_tok"))
-
-    def hook(gate, args, output):
-        h = args[0].reshape(-1, gate.weight.shape[1])[keep]
-        c = torch.sigmoid(h @ gate.weight.T) + gate.e_score_correction_bias  # (T, E)
-        groups = c.view(-1, G, E // G).topk(2, dim=-1)[0].sum(-1).sort(-1, descending=True).values
-        gaps.append(float((groups[:, kept - 1] - groups[:, kept]).min()) if kept < G else 1.0)
-        best = c.view(-1, G, E // G).topk(2, dim=-1)[0].sum(-1).topk(kept, dim=-1)[1]  # (T, kept)
-        inside = torch.zeros_like(c, dtype=torch.bool).view(-1, G, E // G)
-        inside[torch.arange(len(c))[:, None], best] = True
-        choice = c.masked_fill(~inside.view(-1, E), float("-inf")).sort(-1, descending=True).values
-        gaps.append(float(choice[:, k - 1].min()))
-        if k < kept * (E // G):
-            gaps.append(float((choice[:, k - 1] - choice[:, k]).min()))
-
-    for layer in model.model.layers:
-        if hasattr(layer.mlp, "gate"):
-            handles.append(layer.mlp.gate.register_forward_hook(hook))
-    try:
-        with torch.no_grad():
-            model(torch.as_tensor(ids), attention_mask=torch.as_tensor(mask))
-    finally:
-        for handle in handles:
-            handle.remove()
-    return min(gaps)
+    c = torch.sigmoid(h @ gate.weight.T) + gate.e_score_correction_bias  # (T, E)
+    groups = c.view(-1, G, E // G).topk(2, dim=-1)[0].sum(-1).sort(-1, descending=True).values
+    gaps.append(float((groups[:, kept - 1] - groups[:, kept]).min()) if kept < G else 1.0)
+    best = c.view(-1, G, E // G).topk(2, dim=-1)[0].sum(-1).topk(kept, dim=-1)[1]  # (T, kept)
+    inside = torch.zeros_like(c, dtype=torch.bool).view(-1, G, E // G)
+    inside[torch.arange(len(c))[:, None], best] = True
+    choice = c.masked_fill(~inside.view(-1, E), float("-inf")).sort(-1, descending=True).values
+    gaps.append(float(choice[:, k - 1].min()))
+    if k < kept * (E // G):
+        gaps.append(float((choice[:, k - 1] - choice[:, k]).min()))
+    return gaps
 
 
-def _draw(model, draw, tries=30):
-    for seed in range(tries):
-        ids, mask, *rest = draw(torch.Generator().manual_seed(seed))
-        if _routing_gap(model, ids, mask) >= GAP:
-            return (ids, mask, *rest)
-    raise AssertionError(f"no inputs without a near tie in the routing after {tries} draws")
-
-
-def _close(ours, theirs, what):
-    theirs = theirs.detach().numpy() if hasattr(theirs, "detach") else np.asarray(theirs)
-    scale = max(float(np.abs(theirs).max()), 1e-300)
-    err = float(np.abs(np.asarray(ours) - theirs).max())
-    assert err <= RTOL * scale, f"{what}: max abs error {err:.2e} against max |value| {scale:.2e}"
+#: DeepSeek-V3's difference in the shared checks: its float64 patch, its grouped routing's margins, 30 draws
+CHECKS = MoEChecks(deepseek_v3_in_float64, margins=_routing_margins, tries=30)
 
 
 @pytest.fixture(params=["q-lora", "no-q-lora"], scope="module")
@@ -129,92 +103,37 @@ def test_the_small_model_has_what_the_real_one_has(built):
 
 def test_logits_loss_and_every_gradient(built):
     model, params, config = built
-    V = config.vocab_size
     model.zero_grad()
 
     def draw(g):
-        ids = torch.randint(1, V, (2, 9), generator=g)
+        ids = torch.randint(1, config.vocab_size, (2, 9), generator=g)
         mask = torch.ones_like(ids)
         mask[1, 6:] = 0  # right padding in the second row
         return ids, mask
 
-    with deepseek_v3_in_float64():
-        ids, mask = _draw(model, draw)
-        labels = ids.masked_fill(mask == 0, -100)
-        out = model(ids, attention_mask=mask)
-        loss_64 = torch.nn.functional.cross_entropy(out.logits[:, :-1].reshape(-1, V), labels[:, 1:].reshape(-1))
-        loss_64.backward()
-    loss, grads, logits = ar.lm_loss(ids.numpy(), params, config, attention_mask=mask.numpy())
-    real = mask.numpy().astype(bool)
-    _close(logits[real], out.logits[mask.bool()], "logits")
-    assert abs(loss - loss_64.item()) <= RTOL * abs(loss_64.item()), (loss, loss_64.item())
-    theirs = to_transformers(grads, config)
-    named = dict(model.named_parameters(remove_duplicate=False))
+    theirs, named = CHECKS.loss_and_gradients(model, params, config, draw, labels=False)
     buffers = sorted(n for n in model.state_dict() if n.endswith("e_score_correction_bias"))
     assert sorted(theirs) == sorted(model.state_dict()) == sorted(list(named) + buffers)
     for name in buffers:  # the choice bias, a buffer: no gradient here either
         assert not theirs[name].any()
     for name, p in named.items():
         assert p.grad is not None and float(p.grad.abs().max()) > 0, name  # every weight reached
-        _close(theirs[name], p.grad, f"d {name}")
+        close(theirs[name], p.grad, f"d {name}")
 
 
 def test_to_transformers_gives_their_weights(built):
-    model, params, config = built
-    theirs = to_transformers(params, config)
-    for name, p in model.state_dict().items():
-        np.testing.assert_array_equal(theirs[name], p.numpy(), err_msg=name)
+    weights_written_back(*built)
 
 
 def test_generate_left_padded_batch_token_for_token(built):
-    model, params, config = built
-
-    def draw(g):
-        ids = torch.randint(1, config.vocab_size, (3, 6), generator=g)
-        mask = torch.ones_like(ids)
-        mask[1, :2] = 0
-        mask[2, :4] = 0
-        ids = ids.masked_fill(mask == 0, 0)
-        with torch.no_grad():
-            full = model.generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False, pad_token_id=0)
-        return full, torch.cat([mask, torch.ones(3, 6, dtype=mask.dtype)], dim=1), ids, mask
-
-    with deepseek_v3_in_float64():  # the gap checked over the prompt and every generated token
-        full, _, ids, mask = _draw(model, draw)
-    ours = ar.generate(ids.numpy(), params, config, 6, attention_mask=mask.numpy())
-    np.testing.assert_array_equal(ours, full.numpy())
+    CHECKS.generate_left_padded(*built, new_tokens=6)
 
 
 def test_each_decoding_step_against_past_key_values(built):
     """Our decoder (a latent per token and layer, the absorbed form) against transformers' model run step by step
     on its own cache (per-head keys and values), in float64, a left-padded batch: the logits of every step."""
     model, params, config = built
-
-    def draw(g):
-        ids = torch.randint(1, config.vocab_size, (2, 5), generator=g)
-        mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
-        steps = torch.randint(1, config.vocab_size, (2, 4), generator=g)
-        return (torch.cat([ids.masked_fill(mask == 0, 0), steps], 1),
-                torch.cat([mask, torch.ones(2, 4, dtype=mask.dtype)], 1))
-
-    with deepseek_v3_in_float64():
-        full, full_mask = _draw(model, draw)
-        ids, mask, steps = full[:, :5], full_mask[:, :5], full[:, 5:]
-        decoder = ar.LMDecoder(params, config)
-        ours = [decoder.prefill(ids.numpy(), mask.numpy())[:, -1]]
-        ours += [decoder.step(steps[:, i].numpy()) for i in range(4)]
-        with torch.no_grad():
-            positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
-            res = model(ids, attention_mask=mask, position_ids=positions, **with_cache(model, None))
-            theirs, past = [res.logits[:, -1]], returned_cache(res)
-            for i in range(4):
-                mask = torch.cat([mask, torch.ones(2, 1, dtype=mask.dtype)], dim=1)
-                positions = positions[:, -1:] + 1
-                res = model(steps[:, i:i + 1], attention_mask=mask, position_ids=positions, **with_cache(model, past))
-                theirs.append(res.logits[:, -1])
-                past = returned_cache(res)
-    for i, (a, b) in enumerate(zip(ours, theirs)):
-        _close(a, b, f"logits of step {i}")
+    decoder = CHECKS.decoding_steps(model, params, config)
     cache = decoder.caches[1]
     assert isinstance(cache, ar.MLADecodeCache) and cache.latent.c_hat.shape == (2, 9, config.setting("kv_lora_rank"))
 

@@ -9,8 +9,10 @@ The small model: 3 layers, layer 0 dense by ``mlp_only_layers`` (width ``interme
 with 4 experts of width ``moe_intermediate_size`` 12, of which each token takes 2 (``norm_topk_prob`` True and,
 in one test, False and ``decoder_sparse_step`` 2), head width 6 (not hidden / heads). Its routing is checked for
 near ties: the gap between each real token's k-th and (k+1)-th router logit, in every sparse layer, must be at
-least ``GAP`` of the logits' scale (else the inputs are drawn again), so that no rounding at 1e-15 can choose
-another expert in one implementation than in the other.
+least ``GAP`` (1e-6) of the logits' scale (else the inputs are drawn again), so that no rounding at 1e-15 can
+choose another expert in one implementation than in the other. The checks the mixture-of-experts families share are
+written once in tests/interop/_moe_checks.py; this file gives them Qwen3-MoE's difference (``CHECKS``: its float64
+patches, its router ``mlp.gate``).
 
 transformers' float32 steps inside a float64 model, run here as the same formulas in float64:
 * the RMSNorms' cast to float32 (``Qwen3MoeRMSNorm``, the q/k norms included) and the RoPE angles
@@ -32,13 +34,10 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import attention_ref as ar  # noqa: E402
-from attention_ref.interop import llama_in_float64, load_pretrained, moe_models_in_float64, to_transformers  # noqa: E402
-from _transformers_api import returned_cache, with_cache  # noqa: E402
+from attention_ref.interop import llama_in_float64, load_pretrained, moe_models_in_float64  # noqa: E402
+from _moe_checks import MoEChecks, close, pad_inside_and_right, weights_written_back  # noqa: E402
 
 FIVE = int(transformers.__version__.split(".")[0]) >= 5
-RTOL = 1e-10
-#: the smallest gap between a token's k-th and (k+1)-th router logit, relative to the logits' scale
-GAP = 1e-6
 ROPE = {"rope_parameters": {"rope_type": "default", "rope_theta": 500.0}} if FIVE else {"rope_theta": 500.0}
 SMALL = dict(vocab_size=41, hidden_size=16, intermediate_size=24, moe_intermediate_size=12, num_attention_heads=4,
              num_key_value_heads=2, head_dim=6, num_hidden_layers=3, num_experts=4, num_experts_per_tok=2,
@@ -53,13 +52,6 @@ def in_float64():
         yield
 
 
-def _close(ours, theirs, what):
-    theirs = theirs.detach().numpy() if hasattr(theirs, "detach") else np.asarray(theirs)
-    scale = max(float(np.abs(theirs).max()), 1e-300)
-    err = float(np.abs(np.asarray(ours) - theirs).max())
-    assert err <= RTOL * scale, f"{what}: max abs error {err:.2e} against max |value| {scale:.2e}"
-
-
 def _model(tie=False, **fields):
     config = transformers.Qwen3MoeConfig(**{**SMALL, **fields}, tie_word_embeddings=tie)
     model = transformers.Qwen3MoeForCausalLM(config).double().eval()
@@ -69,48 +61,13 @@ def _model(tie=False, **fields):
     return model
 
 
-def _routing_gap(model, ids, mask):
-    """The smallest gap between the k-th and (k+1)-th router logit of a real token, over every sparse
-    layer, relative to the largest logit (forward hooks on each ``mlp.gate``'s input)."""
-    k = model.config.num_experts_per_tok
-    gaps, handles = [], []
-    keep = torch.as_tensor(mask).reshape(-1).bool()
-
-    def hook(gate, args, output):
-        logits = torch.nn.functional.linear(args[0].reshape(-1, gate.weight.shape[1]), gate.weight)
-        top = logits[keep].sort(dim=-1, descending=True).values
-        gaps.append(float((top[:, k - 1] - top[:, k]).min() / top.abs().max()))
-
-    for layer in model.model.layers:
-        if hasattr(layer.mlp, "gate") and hasattr(layer.mlp, "experts"):
-            handles.append(layer.mlp.gate.register_forward_hook(hook))
-    try:
-        with torch.no_grad():
-            model(torch.as_tensor(ids), attention_mask=torch.as_tensor(mask))
-    finally:
-        for handle in handles:
-            handle.remove()
-    assert gaps, "no sparse layer"
-    return min(gaps)
-
-
-def _draw(model, draw, tries=20):
-    """Inputs from ``draw(generator)`` whose routing has no near tie (redrawn until it has none)."""
-    for seed in range(tries):
-        ids, mask, *rest = draw(torch.Generator().manual_seed(seed))
-        if _routing_gap(model, ids, mask) >= GAP:
-            return (ids, mask, *rest)
-    raise AssertionError(f"no inputs without a near tie in the routing after {tries} draws")
+#: Qwen3-MoE's difference in the shared checks: its float64 patches and its router, ``mlp.gate`` on the sparse layers
+CHECKS = MoEChecks(in_float64)
 
 
 @pytest.fixture(params=["untied", "tied"])
 def saved(request, tmp_path):
-    with in_float64():
-        torch.manual_seed(0)
-        model = _model(tie=request.param == "tied")
-        model.save_pretrained(tmp_path)
-        params, config = load_pretrained(tmp_path)
-        yield model, params, config
+    yield from CHECKS.saved(lambda: _model(tie=request.param == "tied"), tmp_path)
 
 
 def test_the_small_model_has_what_the_real_one_has(saved):
@@ -124,29 +81,7 @@ def test_the_small_model_has_what_the_real_one_has(saved):
 
 def test_logits_loss_and_every_gradient(saved):
     model, params, config = saved
-    V = config.vocab_size
-
-    def draw(g):
-        ids = torch.randint(1, V, (2, 9), generator=g)
-        ids[0, 4] = 0  # the pad token inside a sequence: its row is read, and gets no gradient
-        mask = torch.ones_like(ids)
-        mask[1, 6:] = 0  # right padding in the second row
-        return ids, mask
-
-    with in_float64():
-        ids, mask = _draw(model, draw)
-        labels = ids.masked_fill(mask == 0, -100)
-        out = model(ids, attention_mask=mask, labels=labels)
-        loss_64 = torch.nn.functional.cross_entropy(out.logits[:, :-1].reshape(-1, V), labels[:, 1:].reshape(-1))
-        loss_64.backward()
-
-    loss, grads, logits = ar.lm_loss(ids.numpy(), params, config, attention_mask=mask.numpy())
-    real = mask.numpy().astype(bool)
-    _close(logits[real], out.logits[mask.bool()], "logits")
-    assert abs(loss - loss_64.item()) <= RTOL * abs(loss_64.item()), (loss, loss_64.item())
-    assert abs(loss - out.loss.item()) <= 1e-6 * abs(loss)  # labels=: computed in float32 by transformers
-    theirs = to_transformers(grads, config)
-    named = dict(model.named_parameters(remove_duplicate=False))
+    theirs, named = CHECKS.loss_and_gradients(model, params, config, pad_inside_and_right(config.vocab_size))
     assert sorted(theirs) == sorted(named) == sorted(model.state_dict())  # router, experts, a tied head
     for name, p in named.items():
         assert p.grad is not None, name
@@ -154,65 +89,21 @@ def test_logits_loss_and_every_gradient(saved):
             assert not np.any(theirs[name]), name
             continue
         assert float(p.grad.abs().max()) > 0, name  # every other weight reached
-        _close(theirs[name], p.grad, f"d {name}")
+        close(theirs[name], p.grad, f"d {name}")
 
 
 def test_to_transformers_gives_their_weights(saved):
-    model, params, config = saved
-    theirs = to_transformers(params, config)
-    for name, p in model.state_dict().items():
-        np.testing.assert_array_equal(theirs[name], p.numpy(), err_msg=name)
+    weights_written_back(*saved)
 
 
 def test_generate_left_padded_batch_token_for_token(saved):
-    model, params, config = saved
-
-    def draw(g):
-        ids = torch.randint(1, config.vocab_size, (3, 6), generator=g)
-        mask = torch.ones_like(ids)
-        mask[1, :2] = 0
-        mask[2, :4] = 0
-        ids = ids.masked_fill(mask == 0, 0)
-        with torch.no_grad():
-            full = model.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False, pad_token_id=0)
-        return full, torch.cat([mask, torch.ones(3, 8, dtype=mask.dtype)], dim=1), ids, mask
-
-    with in_float64():  # the gap checked over the prompt and every generated token
-        full, _, ids, mask = _draw(model, draw)
-    ours = ar.generate(ids.numpy(), params, config, 8, attention_mask=mask.numpy())
-    np.testing.assert_array_equal(ours, full.numpy())
+    CHECKS.generate_left_padded(*saved)
 
 
 def test_each_decoding_step_against_past_key_values(saved):
     """Our decoder's logits at every step against transformers' model run step by step on its own
     cache, in float64, a left-padded batch."""
-    model, params, config = saved
-
-    def draw(g):
-        ids = torch.randint(1, config.vocab_size, (2, 5), generator=g)
-        mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
-        steps = torch.randint(1, config.vocab_size, (2, 4), generator=g)
-        return (torch.cat([ids.masked_fill(mask == 0, 0), steps], 1),
-                torch.cat([mask, torch.ones(2, 4, dtype=mask.dtype)], 1))
-
-    with in_float64():
-        full, full_mask = _draw(model, draw)
-        ids, mask, steps = full[:, :5], full_mask[:, :5], full[:, 5:]
-        decoder = ar.LMDecoder(params, config)
-        ours = [decoder.prefill(ids.numpy(), mask.numpy())[:, -1]]
-        ours += [decoder.step(steps[:, i].numpy()) for i in range(4)]
-        with torch.no_grad():
-            positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
-            res = model(ids, attention_mask=mask, position_ids=positions, **with_cache(model, None))
-            theirs, past = [res.logits[:, -1]], returned_cache(res)
-            for i in range(4):
-                mask = torch.cat([mask, torch.ones(2, 1, dtype=mask.dtype)], dim=1)
-                positions = positions[:, -1:] + 1
-                res = model(steps[:, i:i + 1], attention_mask=mask, position_ids=positions, **with_cache(model, past))
-                theirs.append(res.logits[:, -1])
-                past = returned_cache(res)
-    for i, (a, b) in enumerate(zip(ours, theirs)):
-        _close(a, b, f"logits of step {i}")
+    CHECKS.decoding_steps(*saved)
 
 
 LINEAR = {"rope_type": "linear", "factor": 2.0}
@@ -230,16 +121,7 @@ def test_plain_top_k_a_sparse_step_and_scaled_rope(tmp_path):
         params, config = load_pretrained(tmp_path)
         assert config.setting("sparse_layers") == (False, True, False, True)
         assert config.setting("norm_topk_prob") is False and dict(config.rope_scaling) == LINEAR
-
-        def draw(g):
-            ids = torch.randint(1, config.vocab_size, (2, 8), generator=g)
-            return ids, torch.ones_like(ids)
-
-        ids, mask = _draw(model, draw)
-        with torch.no_grad():
-            theirs = model(ids).logits
-    logits, _ = ar.lm_forward(ids.numpy(), params, config)
-    _close(logits, theirs, "logits")
+        CHECKS.full_batch_logits(model, params, config)
 
 
 def test_a_sliding_window_on_every_layer(tmp_path):
@@ -261,12 +143,12 @@ def test_a_sliding_window_on_every_layer(tmp_path):
                 full = model.generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False, pad_token_id=0)
             return ids, mask, full
 
-        ids, mask, full = _draw(model, draw)
+        ids, mask, full = CHECKS.draw(model, draw)
         with torch.no_grad():
             theirs = model(ids, attention_mask=mask).logits
     logits, _ = ar.lm_forward(ids.numpy(), params, config, attention_mask=mask.numpy())
     real = mask.numpy().astype(bool)
-    _close(logits[real], theirs[mask.bool()], "logits")
+    close(logits[real], theirs[mask.bool()], "logits")
     np.testing.assert_array_equal(ar.generate(ids.numpy(), params, config, 6, attention_mask=mask.numpy()), full.numpy())
     without = ar.LMConfig.from_dict({**ar.models.families.FAMILY["qwen3_moe"].example, "model_type": "qwen3_moe",
                                      "sliding_window": 3})

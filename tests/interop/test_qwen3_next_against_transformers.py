@@ -10,8 +10,10 @@ The small model has what the real one has: a Gated DeltaNet layer and a gated-at
 two key heads shared by four value heads, a convolution of width 3 (shorter than the prompts), RoPE on half of each
 head, 4 experts of which each token takes 2 (renormalised) and a gated shared expert, on every layer or (one test)
 with a dense MLP on the second. Its routing is checked for near ties: the gap between each real token's k-th and
-(k+1)-th router logit, in every layer, must be at least ``GAP`` of the logits' scale (else the inputs are drawn
-again), so that no rounding at 1e-15 can choose another expert here than there.
+(k+1)-th router logit, in every layer, must be at least ``GAP`` (1e-6) of the logits' scale (else the inputs are
+drawn again), so that no rounding at 1e-15 can choose another expert here than there. The checks the
+mixture-of-experts families share are written once in tests/interop/_moe_checks.py; this file gives them
+Qwen3-Next's difference (``CHECKS``: its float64 patch, its router ``mlp.gate``).
 
 transformers' float32 steps inside a float64 model run as the same formulas in float64
 (:func:`attention_ref.interop.qwen3_next_in_float64`): the gated delta rule's and the gated RMSNorm's
@@ -29,12 +31,9 @@ import attention_ref as ar  # noqa: E402
 from attention_ref.interop import load_pretrained, qwen3_next_in_float64, to_transformers  # noqa: E402
 from attention_ref.models.families import FAMILY  # noqa: E402
 from attention_ref.nn.cross_entropy import cross_entropy_backward, cross_entropy_forward  # noqa: E402
-from _transformers_api import returned_cache, with_cache  # noqa: E402
+from _moe_checks import RTOL, MoEChecks, close, weights_written_back  # noqa: E402
 
 FIVE = int(transformers.__version__.split(".")[0]) >= 5
-RTOL = 1e-10
-#: the smallest gap between a token's k-th and (k+1)-th router logit, relative to the logits' scale
-GAP = 1e-6
 EXAMPLE = FAMILY["qwen3_next"].example
 ROPE = ({"rope_parameters": {"rope_type": "default", "rope_theta": EXAMPLE["rope_theta"],
                              "partial_rotary_factor": EXAMPLE["partial_rotary_factor"]}} if FIVE
@@ -42,13 +41,6 @@ ROPE = ({"rope_parameters": {"rope_type": "default", "rope_theta": EXAMPLE["rope
 SMALL = dict({k: v for k, v in EXAMPLE.items() if k not in ("rope_theta", "partial_rotary_factor")}, **ROPE,
              pad_token_id=0, bos_token_id=None, eos_token_id=None, attn_implementation="eager",
              **({"experts_implementation": "eager"} if FIVE else {}))
-
-
-def _close(ours, theirs, what):
-    theirs = theirs.detach().numpy() if hasattr(theirs, "detach") else np.asarray(theirs)
-    scale = max(float(np.abs(theirs).max()), 1e-300)
-    err = float(np.abs(np.asarray(ours) - theirs).max())
-    assert err <= RTOL * scale, f"{what}: max abs error {err:.2e} against max |value| {scale:.2e}"
 
 
 def _model(**fields):
@@ -63,48 +55,13 @@ def _model(**fields):
     return model
 
 
-def _routing_gap(model, ids, mask):
-    """The smallest gap between the k-th and (k+1)-th router logit of a real token, over every expert layer,
-    relative to the largest logit (forward hooks on each ``mlp.gate``'s input)."""
-    k = model.config.num_experts_per_tok
-    gaps, handles = [], []
-    keep = torch.as_tensor(mask).reshape(-1).bool()
-
-    def hook(router, args, output):
-        logits = torch.nn.functional.linear(args[0].reshape(-1, router.weight.shape[1]), router.weight)
-        top = logits[keep].sort(dim=-1, descending=True).values
-        gaps.append(float((top[:, k - 1] - top[:, k]).min() / top.abs().max()))
-
-    for layer in model.model.layers:
-        if hasattr(layer.mlp, "gate") and hasattr(layer.mlp, "experts"):
-            handles.append(layer.mlp.gate.register_forward_hook(hook))
-    try:
-        with torch.no_grad():
-            model(torch.as_tensor(ids), attention_mask=torch.as_tensor(mask))
-    finally:
-        for handle in handles:
-            handle.remove()
-    return min(gaps)
-
-
-def _draw(model, draw, tries=20):
-    """Inputs from ``draw(generator)`` whose routing has no near tie (redrawn until it has none)."""
-    for seed in range(tries):
-        ids, mask, *rest = draw(torch.Generator().manual_seed(seed))
-        if _routing_gap(model, ids, mask) >= GAP:
-            return (ids, mask, *rest)
-    raise AssertionError(f"no inputs without a near tie in the routing after {tries} draws")
+#: Qwen3-Next's difference in the shared checks: its float64 patch and its router, ``mlp.gate`` on the expert layers
+CHECKS = MoEChecks(qwen3_next_in_float64)
 
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("qwen3_next")
-    with qwen3_next_in_float64():
-        torch.manual_seed(0)
-        model = _model()
-        model.save_pretrained(folder)
-        params, config = load_pretrained(folder)
-        yield model, params, config
+    yield from CHECKS.saved(_model, tmp_path_factory.mktemp("qwen3_next"))
 
 
 def test_the_small_model_has_what_the_real_one_has(saved):
@@ -135,7 +92,7 @@ def test_logits_loss_and_every_gradient(saved, padded):
 
     model.zero_grad()
     with qwen3_next_in_float64():
-        ids, mask = _draw(model, draw)
+        ids, mask = CHECKS.draw(model, draw)
         targets = torch.cat([ids[:, 1:], torch.zeros_like(ids[:, :1])], 1)  # the next token, at each position
         targets = targets.masked_fill((mask == 0) | (torch.cat([mask[:, 1:], torch.zeros_like(mask[:, :1])], 1) == 0),
                                       -100)  # real positions predicting a real token only
@@ -146,7 +103,7 @@ def test_logits_loss_and_every_gradient(saved, padded):
     loss, loss_cache = cross_entropy_forward(logits, targets.numpy())
     grads = ar.lm_backward(cross_entropy_backward(1.0, loss_cache), cache)
     real = mask.numpy().astype(bool)
-    _close(logits[real], out.logits[mask.bool()], "logits")
+    close(logits[real], out.logits[mask.bool()], "logits")
     if not padded:  # lm_loss is the same loss (transformers' labels= computes it in float32: 1e-6)
         assert ar.lm_loss(ids.numpy(), params, config)[0] == pytest.approx(float(loss), rel=1e-12)
     assert abs(loss - loss_64.item()) <= RTOL * abs(loss_64.item()), (loss, loss_64.item())
@@ -157,67 +114,22 @@ def test_logits_loss_and_every_gradient(saved, padded):
         if p.grad is None:  # 4.57: an expert no token chose has no gradient; ours is zero there
             assert not FIVE and ".experts." in name and not np.any(theirs[name]), name
             continue
-        _close(theirs[name], p.grad, f"d {name}")
+        close(theirs[name], p.grad, f"d {name}")
 
 
 def test_to_transformers_gives_their_weights(saved):
-    model, params, config = saved
-    theirs = to_transformers(params, config)
-    for name, p in model.state_dict().items():
-        np.testing.assert_array_equal(theirs[name], p.numpy(), err_msg=name)
+    weights_written_back(*saved)
 
 
 def test_generate_left_padded_batch_token_for_token(saved):
-    model, params, config = saved
-
-    def draw(g):
-        ids = torch.randint(1, config.vocab_size, (3, 6), generator=g)
-        mask = torch.ones_like(ids)
-        mask[1, :2] = 0
-        mask[2, :4] = 0
-        ids = ids.masked_fill(mask == 0, 0)
-        with torch.no_grad():
-            full = model.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False, pad_token_id=0)
-        return full, torch.cat([mask, torch.ones(3, 8, dtype=mask.dtype)], dim=1), ids, mask
-
-    with qwen3_next_in_float64():  # the gap checked over the prompt and every generated token
-        full, _, ids, mask = _draw(model, draw)
-    ours = ar.generate(ids.numpy(), params, config, 8, attention_mask=mask.numpy())
-    np.testing.assert_array_equal(ours, full.numpy())
+    CHECKS.generate_left_padded(*saved)
 
 
 def test_each_decoding_step_against_the_cache(saved):
     """Our decoder's logits at every step against transformers' model run step by step on its own cache (the
     linear layer's ``conv_states`` and ``recurrent_states``, the full layer's keys and values), a left-padded
     batch."""
-    model, params, config = saved
-
-    def draw(g):
-        ids = torch.randint(1, config.vocab_size, (2, 5), generator=g)
-        mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
-        steps = torch.randint(1, config.vocab_size, (2, 4), generator=g)
-        return (torch.cat([ids.masked_fill(mask == 0, 0), steps], 1),
-                torch.cat([mask, torch.ones(2, 4, dtype=mask.dtype)], 1))
-
-    with qwen3_next_in_float64():
-        full, full_mask = _draw(model, draw)
-        ids, mask, steps = full[:, :5], full_mask[:, :5], full[:, 5:]
-        decoder = ar.LMDecoder(params, config)
-        ours = [decoder.prefill(ids.numpy(), mask.numpy())[:, -1]]
-        ours += [decoder.step(steps[:, i].numpy()) for i in range(4)]
-        with torch.no_grad():
-            positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
-            res = model(ids, attention_mask=mask, position_ids=positions, **with_cache(model, None))
-            theirs, past = [res.logits[:, -1]], returned_cache(res)
-            for i in range(4):
-                mask = torch.cat([mask, torch.ones(2, 1, dtype=mask.dtype)], dim=1)
-                positions = positions[:, -1:] + 1
-                res = model(steps[:, i:i + 1], attention_mask=mask, position_ids=positions,
-                            **with_cache(model, past))
-                theirs.append(res.logits[:, -1])
-                past = returned_cache(res)
-    for i, (a, b) in enumerate(zip(ours, theirs)):
-        _close(a, b, f"logits of step {i}")
+    decoder = CHECKS.decoding_steps(*saved)
     assert [c.length for c in decoder.caches] == [9, 9]
 
 
@@ -233,16 +145,7 @@ def test_default_layer_types_and_a_dense_layer(tmp_path):
         params, config = load_pretrained(tmp_path)
         assert config.setting("linear_layers") == (True, True, True, False)
         assert config.setting("moe_layers") == (False, True, False, False)
-
-        def draw(g):
-            ids = torch.randint(1, config.vocab_size, (2, 8), generator=g)
-            return ids, torch.ones_like(ids)
-
-        ids, mask = _draw(model, draw)
-        with torch.no_grad():
-            theirs = model(ids).logits
-    logits, _ = ar.lm_forward(ids.numpy(), params, config)
-    _close(logits, theirs, "logits")
+        CHECKS.full_batch_logits(model, params, config)
 
 
 def test_one_padded_row_is_refused_by_name(saved):

@@ -16,9 +16,13 @@ other interop tests do): ``llama_in_float64()`` (RMSNorm and RoPE angles of the 
 families, GPT-NeoX's and Phi-3's), ``gemma3_in_float64()`` / ``gemma2_in_float64()`` (Gemma's
 norms, RoPE, embedding scale; Gemma 2's eager softmax); the softmax runs in the model's dtype
 with ``sdpa`` (Gemma 2: eager, patched). Runs on transformers 4.57 and 5.x.
-DeepSeek-V3 (``deepseek_v3_in_float64()``): its routing drawn far from ties (``_no_near_group_tie``); 4.57's
-router returns the chosen indices (in ``torch.topk``'s unsorted order) and has no ``mlp.experts`` module of its
-own: both left out of the 4.57 comparison; 5.x's ``kv_b_proj`` records (B, 1, T, ...) (its latent as one head).
+
+What is left out or adjusted is read from the family's data where it is a property of the family: every router's
+inputs are checked far from a tie by its routing (our forward's router caches: a softmax routing's top-k logits, a
+grouped sigmoid routing's groups and choice scores), and experts that 4.57 keeps as one module per expert
+(``Family.experts_5x``) have no ``mlp.experts`` output there. What one release's module of one family records
+otherwise (4.57's DeepSeek-V3 router returns its chosen indices in ``torch.topk``'s unsorted order; 5.x's
+``kv_b_proj`` records (B, 1, T, ...), its latent as one head) is in one table by name, ``RELEASE_QUIRKS``.
 """
 import contextlib
 
@@ -34,8 +38,30 @@ from attention_ref.interop import (deepseek_v3_in_float64, gemma2_in_float64, ge
 from attention_ref.interop.float64 import bloom_in_float64, qwen3_next_in_float64  # noqa: E402
 from attention_ref.models.config import family_of  # noqa: E402
 from attention_ref.models.families import FAMILIES, FAMILY  # noqa: E402
+from attention_ref.nn.moe_routing import RouterCache  # noqa: E402
 
 FIVE = int(transformers.__version__.split(".")[0]) >= 5
+RELEASE = 5 if FIVE else 4
+#: One transformers release's own way of writing one family's module, which the family's data cannot say (the other
+#: release's module of the same family records as the trace does): (family, release) -> what its hooks record
+#: otherwise than the trace (5.x's names and outputs), handled where the tests read it
+RELEASE_QUIRKS = {
+    # 4.57's Gemma 2 scales the embedding after its plain nn.Embedding (5.x: inside Gemma2TextScaledWordEmbedding):
+    # its model.embed_tokens hook records the unscaled lookup, compared with the token table's rows
+    # (docs/whole_models.md, the trace's 4.x names)
+    ("gemma2", 4): "unscaled embedding",
+    # 4.57's gpt-oss mlp.router returns the top-k softmax weights scattered into (B T, E) (5.x: the logits) and its
+    # mlp.experts (B, T, D) (5.x: (B T, D)): compared with the same formulas on the trace's logits and outputs
+    ("gpt_oss", 4): "scattered router",
+    # 4.57's Qwen3-Next MoE block calls its router before its shared expert (5.x: after it)
+    ("qwen3_next", 4): "router first",
+    # 4.57's DeepSeek-V3 mlp.gate returns the chosen indices, in torch.topk's unsorted order: left out
+    ("deepseek_v3", 4): "unsorted router",
+    # 5.x's DeepSeek-V3 kv_b_proj reads the latent viewed as one head: (B, 1, T, H (dn + dv)), the same numbers
+    ("deepseek_v3", 5): "latent as one head",
+}
+#: the module whose output 4.57's Gemma 2 records unscaled
+EMBEDDING = "model.embed_tokens"
 RTOL = 1e-10
 SMALL = dict(vocab_size=41, hidden_size=16, intermediate_size=24, num_attention_heads=4, num_key_value_heads=2,
              num_hidden_layers=2, max_position_embeddings=64, pad_token_id=0, bos_token_id=None, eos_token_id=None)
@@ -114,20 +140,43 @@ BUILD = {
                      **({"experts_implementation": "eager"} if FIVE else {})},
                     deepseek_v3_in_float64),
 }
-#: transformers 4.57's Gemma 2 scales the embedding after its plain ``nn.Embedding`` (5.x: inside
-#: ``Gemma2TextScaledWordEmbedding``): its ``model.embed_tokens`` hook records the unscaled lookup, compared
-#: here with the token table's rows (docs/whole_models.md, the trace's 4.x names)
-UNSCALED_4X = {"gemma2": "model.embed_tokens"}
-#: transformers 4.57's gpt-oss records other MoE outputs than 5.x (the trace's): ``mlp.router``'s first output is
-#: the top-k softmax weights scattered into (B T, E) (5.x: the logits), ``mlp.experts`` is (B, T, D) (5.x: (B T, D));
-#: compared here with the same formulas on the trace's logits and outputs
-def _no_near_tie(trace, config):
-    """gpt-oss's, Qwen3-MoE's and Qwen3-Next's routing has no near tie (the k-th and (k+1)-th router logits of every
-    token apart by 1e-6 of their scale), so both implementations choose the same experts."""
-    k = config.experts_per_token
-    for name in [n for n in trace if n.endswith(("mlp.router", "mlp.gate")) and trace[n].shape[-1] == config.num_experts]:
-        top = np.sort(trace[name], axis=-1)  # (B T, E)
-        assert (top[:, -k] - top[:, -k - 1]).min() > 1e-6 * np.abs(top).max(), f"a near tie in {name}: draw again"
+def _routers(params, config, ids, mask):
+    """(layer, :class:`RouterCache`) of every router our forward runs, read from each block's cache (a tree of
+    named tuples and tuples)."""
+    def found(cache):
+        if isinstance(cache, RouterCache):
+            return [cache]
+        return [r for part in cache for r in found(part)] if isinstance(cache, tuple) else []
+
+    _, cache = ar.lm_forward(ids, params, config, attention_mask=mask)
+    return [(layer, router) for layer, block in enumerate(cache.blocks) for router in found(block)]
+
+
+def _no_near_tie(params, config, ids, mask):
+    """Every router's choice has no near tie, so both implementations choose the same experts. By its routing: a
+    softmax routing's (gpt-oss's, Qwen3-MoE's, Qwen3-Next's) k-th and (k+1)-th logits of every token apart by 1e-6
+    of their scale; a grouped sigmoid routing's (DeepSeek-V3's) kept groups' scores and the next group's, and the
+    chosen experts' choice scores and the next kept expert's, at least 1e-6 apart, and every chosen choice score
+    positive (4.57 masks the groups not kept with 0, 5.x with -inf)."""
+    if config.num_experts is None:
+        return
+    for layer, router in _routers(params, config, ids, mask):
+        r, name = router.routing, f"layer {layer}'s router"
+        if r.order != "sigmoid_topk":
+            b = params.get(f"layers.{layer}.mlp.b_router", 0.0)  # gpt-oss's router has a bias
+            top = np.sort(router.linear.x @ router.linear.W + b, axis=-1)  # (B T, E): the logits, sorted
+            assert (top[:, -r.top_k] - top[:, -r.top_k - 1]).min() > 1e-6 * np.abs(top).max(), f"a near tie in {name}"
+            continue
+        c = router.p + params[f"layers.{layer}.mlp.e_score_correction_bias"]  # (B T, E): the choice scores
+        E, G, kept, k = c.shape[-1], r.n_group, r.topk_group, r.top_k
+        groups = np.sort(np.sort(c.reshape(-1, G, E // G), -1)[..., -2:].sum(-1), -1)[:, ::-1]  # (B T, G)
+        assert kept == G or (groups[:, kept - 1] - groups[:, kept]).min() > 1e-6, f"a near group tie in {name}"
+        best = np.argsort(-np.sort(c.reshape(-1, G, E // G), -1)[..., -2:].sum(-1), axis=-1, kind="stable")[:, :kept]
+        inside = np.zeros((len(c), G), bool)
+        np.put_along_axis(inside, best, True, axis=-1)
+        choice = np.sort(np.where(np.repeat(inside, E // G, axis=-1), c, -np.inf), -1)[:, ::-1]
+        assert choice[:, k - 1].min() > 1e-6, f"a chosen choice score near 0 in {name}"
+        assert k == kept * (E // G) or (choice[:, k - 1] - choice[:, k]).min() > 1e-6, f"a near tie in {name}"
 
 
 def _gpt_oss_4x(ours, config):
@@ -145,37 +194,18 @@ def _gpt_oss_4x(ours, config):
         ours[experts] = mlp  # (B, T, D)
 
 
-def _no_near_group_tie(trace, params, config):
-    """DeepSeek-V3's routing has no near tie: in every routed layer, for every token, the kept groups' scores and
-    the next group's, and the chosen experts' choice scores and the next kept expert's, at least 1e-6 apart, and
-    every chosen choice score positive (4.57 masks the groups not kept with 0, 5.x with -inf)."""
-    s = dict(config.settings)
-    E, G, kept, k = config.num_experts, s["n_group"], s["topk_group"], config.experts_per_token
-    for name in [n for n in trace if n.endswith("mlp.gate")]:
-        layer = name.split(".")[2]
-        c = 1 / (1 + np.exp(-trace[name])) + params[f"layers.{layer}.mlp.e_score_correction_bias"]  # (B T, E)
-        groups = np.sort(np.sort(c.reshape(-1, G, E // G), -1)[..., -2:].sum(-1), -1)[:, ::-1]  # (B T, G)
-        assert kept == G or (groups[:, kept - 1] - groups[:, kept]).min() > 1e-6, f"a near group tie in {name}"
-        best = np.argsort(-np.sort(c.reshape(-1, G, E // G), -1)[..., -2:].sum(-1), axis=-1, kind="stable")[:, :kept]
-        inside = np.zeros((len(c), G), bool)
-        np.put_along_axis(inside, best, True, axis=-1)
-        choice = np.sort(np.where(np.repeat(inside, E // G, axis=-1), c, -np.inf), -1)[:, ::-1]
-        assert choice[:, k - 1].min() > 1e-6, f"a chosen choice score near 0 in {name}"
-        assert k == kept * (E // G) or (choice[:, k - 1] - choice[:, k]).min() > 1e-6, f"a near tie in {name}"
-
-
 @contextlib.contextmanager
 def _both(first, second):
     with first, second:
         yield
 
 
-def _qwen3_next_4x(ours):
-    """transformers 4.57's Qwen3-Next MoE block calls its router first and keeps its experts in a module list (no
-    ``mlp.experts`` output of its own): the trace's 5.x order and names as 4.57 hooks them."""
+def _router_first(ours):
+    """The trace's (5.x's) order with each ``mlp.gate`` moved before its shared expert, where 4.57's Qwen3-Next
+    calls it."""
     out = {}
     for name, value in ours.items():
-        if name.endswith("mlp.experts") or name.endswith("mlp.gate"):
+        if name.endswith("mlp.gate"):
             continue
         if name.endswith("mlp.shared_expert.gate_proj"):
             gate = name[:-len("shared_expert.gate_proj")] + "gate"
@@ -184,13 +214,11 @@ def _qwen3_next_4x(ours):
     return out
 
 
-#: modules of each family that run on other inputs than the trace's steps: the experts' inner modules of Qwen3-MoE
-#: and Qwen3-Next (each on its own tokens: 5.x's ``mlp.experts.act_fn`` once per expert, 4.57's
-#: ``mlp.experts.<e>.*``) and 4.57's raw padded convolution ``linear_attn.conv1d`` (B, C, T + K - 1), whose SiLU
-#: Qwen3-Next's layer applies outside it. 4.57's Qwen3-MoE has no ``mlp.experts`` module of its own (a ModuleList):
-#: the trace's (5.x's) is left out of the 4.57 comparison
-NOT_TRACED = {"qwen3_moe": (".mlp.experts.",), "qwen3_next": (".mlp.experts.", ".linear_attn.conv1d"),
-              "deepseek_v3": (".mlp.experts.",)}
+#: modules that run on other inputs than the trace's steps, in whichever family has them: the experts' inner
+#: modules (each on its own tokens: 5.x's ``mlp.experts.act_fn`` once per expert, 4.57's ``mlp.experts.<e>.*``;
+#: gpt-oss's experts have none) and the Gated DeltaNet's raw padded convolution ``linear_attn.conv1d``
+#: (B, C, T + K - 1), whose SiLU Qwen3-Next's layer applies outside it
+NOT_TRACED = (".mlp.experts.", ".linear_attn.conv1d")
 
 #: modules whose output is not an activation: left out of the trace (and of this comparison)
 SKIPPED = ("Dropout", "RotaryEmbedding", "ModuleList")
@@ -208,12 +236,11 @@ def _model(family):
     return model
 
 
-def _hooked(model, ids, mask, family=None):
+def _hooked(model, ids, mask):
     """Every module's output, in the order the forward hooks fire: a list of (name, array)."""
     fired, handles = [], []
     for name, module in model.named_modules():
-        if any(kind in type(module).__name__ for kind in SKIPPED) or any(
-                part in name for part in NOT_TRACED.get(family, ())):
+        if any(kind in type(module).__name__ for kind in SKIPPED) or any(part in name for part in NOT_TRACED):
             continue
 
         def hook(module, args, output, name=name):
@@ -256,33 +283,30 @@ def test_every_hooked_module_in_hook_order(family_run):
     ids = rng.integers(1, config.vocab_size, (2, 7))
     mask = np.ones_like(ids)
     with _float64(family):
-        fired = _hooked(model, ids, mask, family)
+        fired = _hooked(model, ids, mask)
     trace = ar.lm_trace(ids, params, config)
+    _no_near_tie(params, config, ids, None)
     to_4x = ar.trace_names_4x(config) if not FIVE else {}
     ours = {to_4x.get(name, name): value for name, value in trace.items()}
-    if not FIVE and family in UNSCALED_4X:
-        ours[UNSCALED_4X[family]] = params[family_of(config).token_table][ids]
-    if family in ("gpt_oss", "qwen3_moe", "qwen3_next"):
-        _no_near_tie(trace, config)
-    if family == "deepseek_v3":
-        _no_near_group_tie(trace, params, config)
-        if FIVE:  # 5.x's kv_b_proj reads the latent viewed as one head: (B, 1, T, H (dn + dv)), the same numbers
-            ours = {n: v[:, None] if n.endswith(".kv_b_proj") else v for n, v in ours.items()}
-    if not FIVE and family == "gpt_oss":
+    if not FIVE and family_of(config).experts_5x:  # 4.57 keeps them as one module per expert: no mlp.experts output
+        ours = {n: v for n, v in ours.items() if not n.endswith(".mlp.experts")}
+    quirk = RELEASE_QUIRKS.get((family, RELEASE))
+    if quirk == "unscaled embedding":
+        ours[EMBEDDING] = params[family_of(config).token_table][ids]
+    if quirk == "scattered router":
         _gpt_oss_4x(ours, config)
-    if not FIVE and family == "qwen3_next":
-        ours = _qwen3_next_4x(ours)
+    if quirk == "router first":
+        ours = _router_first(ours)
+    if quirk == "unsorted router":
+        ours = {n: v for n, v in ours.items() if not n.endswith(".mlp.gate")}
+        fired = [(name, value) for name, value in fired if not name.endswith(".mlp.gate")]
+    if quirk == "latent as one head":
+        ours = {n: v[:, None] if n.endswith(".kv_b_proj") else v for n, v in ours.items()}
     order = [name for name in ours if ":" not in name]
     positions = []
     worst = 0.0
     probs = [name for name, _ in fired if name.endswith(":probs")]
     assert bool(probs) == (BUILD[family][2]["attn_implementation"] == "eager")  # eager returns its weights
-    if not FIVE:
-        ours = {n: v for n, v in ours.items() if not (family in ("qwen3_moe", "deepseek_v3") and n.endswith(".mlp.experts"))}
-        if family == "deepseek_v3":  # 4.57's router returns the chosen indices (in torch.topk's unsorted order)
-            ours = {n: v for n, v in ours.items() if not n.endswith(".mlp.gate")}
-            fired = [(name, value) for name, value in fired if not name.endswith(".mlp.gate")]
-        order = [name for name in ours if ":" not in name]
     for name, theirs in fired:
         assert name in ours, f"{family}: {name!r} hooked in transformers, not in the trace"
         value = np.broadcast_to(ours[name], theirs.shape)
@@ -306,18 +330,17 @@ def test_left_padded_real_positions(family_run):
     mask = np.ones_like(ids)
     mask[1, :3] = 0
     with _float64(family):
-        fired = dict(_hooked(model, ids, mask, family))
+        fired = dict(_hooked(model, ids, mask))
     trace = ar.lm_trace(ids, params, config, attention_mask=mask)
+    _no_near_tie(params, config, ids, mask)
     to_4x = ar.trace_names_4x(config) if not FIVE else {}
-    if family in ("gpt_oss", "qwen3_moe", "qwen3_next"):
-        _no_near_tie(trace, config)
-    if family == "deepseek_v3":
-        _no_near_group_tie(trace, params, config)
-    if not FIVE and family == "gpt_oss":
+    quirk = RELEASE_QUIRKS.get((family, RELEASE))
+    if quirk == "scattered router":
         _gpt_oss_4x(trace, config)
     for name, value in trace.items():
         name = to_4x.get(name, name)
-        if name not in fired or (not FIVE and UNSCALED_4X.get(family) == name) or fired[name].ndim < 3 or fired[name].shape[:2] != ids.shape:
+        if name not in fired or (quirk == "unscaled embedding" and name == EMBEDDING) or fired[name].ndim < 3 \
+                or fired[name].shape[:2] != ids.shape:
             continue  # per-position outputs (B, T, ...) only
         theirs, value = fired[name][mask == 1], np.broadcast_to(value, fired[name].shape)[mask == 1]
         scale = max(float(np.abs(theirs).max()), 1e-300)
