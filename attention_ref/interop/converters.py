@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 
-from ..models.params import decoding_layout
 from .mappings import MAPPINGS
 
 __all__ = ["load_state", "from_torch_multihead_attention", "from_gpt2_attention", "from_llama_attention",
@@ -45,19 +44,17 @@ def _tensor(state, key):
     return np.asarray(state[key])
 
 
-def _apply(model, state, prefix, copy=True, rules=None, experts=None, block=False):
+def _apply(model, state, prefix, copy=True, rules=None, experts=None):
     """Apply one table of :data:`MAPPINGS` to ``state`` (keys ``prefix + theirs``); ``copy=False``
     returns views (for a state that is already ours); ``rules``: those of the table to apply (a
     block's that its layer has; None: all); ``experts``: E, the number of experts a ``"stack experts,
-    transpose"`` row reads (``{e}`` = 0..E-1 in its name). Every transposed weight, and with
-    ``block`` every matrix of the block, is laid out as decoding reads it fastest
-    (:func:`attention_ref.models.params.decoding_layout`; a table looked up by rows stays in rows)."""
+    transpose"`` row reads (``{e}`` = 0..E-1 in its name)."""
     state = load_state(state)
     out = {}
     for rule in MAPPINGS[model] if rules is None else rules:
         key = prefix + rule.theirs
         if rule.how == "stack experts, transpose":
-            out[rule.ours[0]] = _stack_experts(state, key, experts)  # in the decoding layout
+            out[rule.ours[0]] = _stack_experts(state, key, experts)
             continue
         if rule.optional and key not in state:
             out.update({name: None for name in rule.ours})
@@ -70,18 +67,15 @@ def _apply(model, state, prefix, copy=True, rules=None, experts=None, block=Fals
                                  " (Q, K and V fused)")
             parts = np.split(t, 3, axis=axis)  # Q, K, V
             if rule.how == "split rows, transpose":
-                parts = [p.T for p in parts]  # (out, in) -> (in, out)
+                parts = [p.T if copy else _transposed_in_place(p) for p in parts]  # (out, in) -> (in, out)
         elif rule.how == "transpose":
             if t.ndim != 2:
                 raise ValueError(f"{key} must be a matrix (out, in), got shape {t.shape}")
-            parts = [t.T]  # nn.Linear's (out, in) -> our (in, out)
+            parts = [t.T if copy else _transposed_in_place(t)]  # nn.Linear's (out, in) -> our (in, out)
         else:
             parts = [t]
-        if "transpose" in rule.how or block:
-            parts = [_laid_out(p, copy) for p in parts]
-        elif copy:
-            parts = [np.array(p, order="C") for p in parts]  # copies, ours to keep
-        out.update(zip(rule.ours, parts))
+        # copies, ours to keep, with their rows contiguous (C order: see _transposed_in_place)
+        out.update({name: np.array(p, order="C") if copy else p for name, p in zip(rule.ours, parts)})
     return out
 
 
@@ -93,9 +87,7 @@ def _stack_experts(state, key, experts):
     first = _tensor(state, key.format(e=0))
     if first.ndim != 2:
         raise ValueError(f"{key.format(e=0)} must be a matrix (out, in), got shape {first.shape}")
-    by_columns = first.shape[1] > first.shape[0]  # each expert's (in, out) is tall: decoding_layout reads it by columns
-    stored = np.empty((experts,) + (first.shape if by_columns else first.shape[::-1]), dtype=first.dtype)  # one copy
-    out = stored.transpose(0, 2, 1) if by_columns else stored  # (E, in, out) either way
+    out = np.empty((experts,) + first.shape[::-1], dtype=first.dtype)  # (E, in, out): one copy, no views
     for e in range(experts):
         t = first if e == 0 else _tensor(state, key.format(e=e))
         if t.shape != first.shape or t.dtype != first.dtype:
@@ -103,26 +95,17 @@ def _stack_experts(state, key, experts):
                              f" {key.format(e=0)} has {first.shape} and {first.dtype}: the experts must agree")
         out[e] = t.T  # (out, in) -> (in, out)
     return out
-def _laid_out(W, copy):
-    """``W`` (..., in, out) in :func:`attention_ref.models.params.decoding_layout`: with ``copy`` a copy,
-    ours to keep; else (``W`` a view on a state that is ours: one read of a file, every tensor a view
-    on it) ``W``'s own bytes rewritten in that layout when ``W`` covers them whole and may be written,
-    so the loaded model still takes about the file's size (one matrix's worth of temporary memory);
-    a read-only or strided ``W`` stays the view it is."""
-    if copy:
-        return decoding_layout(np.array(W))
-    if W.ndim < 2:
-        return W
-    by_columns = W.shape[-2] > W.shape[-1]
-    if (np.swapaxes(W, -1, -2) if by_columns else W).flags.c_contiguous or not W.flags.writeable:
-        return W  # laid out already, or not ours to write
-    own = np.ravel(W, order="K")  # W's own bytes in memory order, when they are one block
-    if not np.shares_memory(own, W):
-        return W  # strided (a column block of a fused matrix): the view as it is
-    own[:] = np.ravel(decoding_layout(W), order="K")  # a temporary copy in the wanted layout, written over
-    if by_columns:
-        return np.swapaxes(own.reshape(W.shape[:-2] + (W.shape[-1], W.shape[-2])), -1, -2)
-    return own.reshape(W.shape)
+def _transposed_in_place(t):
+    """``t.T`` (in, out) of a matrix ``t`` (out, in) of a state that is ours (one read of a file, every
+    tensor a view on it), with its rows contiguous (C order): the numbers are moved within ``t``'s own
+    bytes, so the loaded model still takes about the file's size. One row times a C-ordered matrix
+    (a decoding step's product) runs BLAS's faster matrix-vector kernel than on the transposed view
+    (docs/performance.md, "Decoding at batch 1"). A read-only or non-contiguous ``t``: the view."""
+    if not (t.flags.c_contiguous and t.flags.writeable):
+        return t.T
+    flat = t.reshape(-1)  # a view: t is C-contiguous
+    flat[:] = t.T.reshape(-1)  # a (t.size,) copy of the transposed numbers, written over t's own
+    return flat.reshape(t.shape[::-1])  # (in, out), C order, on the file's bytes
 
 
 def from_torch_multihead_attention(state, prefix=""):

@@ -144,7 +144,7 @@ def _params_from_state(state, config, dtype, copy):
         raise KeyError("the config says tie_word_embeddings = False but the state has no 'lm_head.weight'")
     for i in range(config.num_layers):
         block = _apply(block_table, state, layer_prefix.format(i=i), copy=copy, rules=_layer_rules(config, i),
-                       experts=config.num_experts, block=True)
+                       experts=config.num_experts)
         params.update({f"{LAYER_PREFIX[config.family]}.{i}.{k}": v for k, v in block.items() if v is not None})
     start = layer_prefix.split("{")[0]
     indices = {k: k[len(start):].split(".")[0] for k in state if k.startswith(start)}

@@ -32,7 +32,7 @@ from .families.phi3 import PHI3_PARAM_NAMES, phi3_block_shapes
 
 __all__ = ["PHI3_PARAM_NAMES", "param_names", "tensor_shapes", "block_params", "init_lm_params", "check_lm_params",
            "check_lm_inputs", "head_weight", "add_head_gradient", "TOKEN_TABLE", "LAYER_PREFIX",
-           "gpt_neox_block_shapes", "phi3_block_shapes", "optional_names", "decoding_layout"]
+           "gpt_neox_block_shapes", "phi3_block_shapes", "optional_names"]
 
 #: The token table's name and a layer's prefix in each family (from the family modules).
 TOKEN_TABLE = {name: f.token_table for name, f in FAMILY.items()}
@@ -142,27 +142,11 @@ def add_head_gradient(grads: dict, dW_head, config: LMConfig) -> None:
         grads["lm_head.W"] = dW_head
 
 
-def decoding_layout(W):
-    """``W`` (..., D_in, D_out), the same numbers laid out as a decoding step's one-row product
-    ``x @ W`` reads them fastest: rows contiguous (C order) when ``D_in <= D_out``, columns
-    contiguous (each ``(D_in, D_out)`` matrix the transpose of a C-ordered ``(D_out, D_in)``, as
-    ``nn.Linear`` stores it) when ``D_in > D_out``. OpenBLAS's two matrix-vector kernels read a wide
-    matrix faster by rows and a tall one faster by columns (1.3-1.7x either way at these models'
-    sizes; docs/performance.md, "Decoding at batch 1"). A copy only when the layout differs; a
-    vector as it is."""
-    if np.ndim(W) < 2:
-        return W
-    if W.shape[-2] > W.shape[-1]:
-        return np.swapaxes(np.ascontiguousarray(np.swapaxes(W, -1, -2)), -1, -2)
-    return np.ascontiguousarray(W)
-
-
 def init_lm_params(config: LMConfig, *, seed=None, dtype=np.float64) -> dict:
     """Random weights of the config's shapes: normal with std 0.02 (transformers'
     ``initializer_range``; GPT-2's position table 0.01, as GPT-2's own initialisation), norms at
     1 (Gemma's (1 + w) at w = 0) and biases at 0, as the family's parameter table says (a
-    family's own block initialiser when it has one). Each block's matrices in
-    :func:`decoding_layout` (the tables and the head in rows: a token is looked up by its row)."""
+    family's own block initialiser when it has one)."""
     family = family_of(config)
     rng = as_generator(seed)
     params = {}
@@ -181,6 +165,6 @@ def init_lm_params(config: LMConfig, *, seed=None, dtype=np.float64) -> dict:
         else:
             block_rng = np.random.default_rng(seed_i)
             block = {n: draw(t, block_rng) for n, t in _ours(family.block, config, i)}
-        params.update({f"{family.layer_prefix}.{i}.{k}": decoding_layout(v) for k, v in block.items()})
+        params.update({f"{family.layer_prefix}.{i}.{k}": v for k, v in block.items()})
     params.update({n: draw(t, rng) for n, t in _ours(family.final, config)})  # the final norm, the head
     return {name: params[name] for name in param_names(config) if name in params}

@@ -274,29 +274,3 @@ def test_a_short_generate_reads_the_tied_head_where_it_lies():
         generate_module.LMDecoder = original
     assert made == [False, True]
     np.testing.assert_array_equal(long[:, :short.shape[1]], short)
-
-
-def test_block_matrices_are_laid_out_as_decoding_reads_them():
-    """``decoding_layout``: the same numbers, a wide matrix by rows, a tall one (and each tall slice of
-    a stack of experts) by columns, no copy when already so; ``init_lm_params`` lays out every
-    block's matrices so (the tables by rows: a token is looked up by its row)."""
-    from attention_ref.models.config import family_of
-    from attention_ref.models.families import FAMILY_NAMES
-    from attention_ref.models.params import decoding_layout
-
-    rng = np.random.default_rng(0)
-    for shape in ((3, 5), (5, 3), (2, 5, 3), (2, 3, 5), (4, 4), (4,)):
-        W = rng.standard_normal(shape)
-        out = decoding_layout(W)
-        np.testing.assert_array_equal(out, W)
-        tall = len(shape) >= 2 and shape[-2] > shape[-1]
-        assert (np.swapaxes(out, -1, -2) if tall else out).flags.c_contiguous, shape
-        assert decoding_layout(out) is out or tall  # laid out already: no copy (a tall one: a new view, same bytes)
-        assert np.shares_memory(decoding_layout(out), out)
-    for family in FAMILY_NAMES:
-        config = ar.LMConfig.from_dict({**family_of(family).example, "model_type": family})
-        params = ar.init_lm_params(config, seed=0, dtype=np.float32)
-        for name, v in params.items():
-            in_block = any(part.isdigit() for part in name.split("."))
-            tall = in_block and v.ndim >= 2 and v.shape[-2] > v.shape[-1]
-            assert (np.swapaxes(v, -1, -2) if tall else v).flags.c_contiguous, (family, name)
