@@ -132,7 +132,10 @@ def worker(library: str, config_dict: dict, T: int, repeats: int, threads: int) 
 
         torch.set_num_threads(threads)
         peak = _peak(np)  # NumPy's BLAS, for the same column; torch's own products are timed in the step
-        model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**config_dict))
+        torch_config = transformers.AutoConfig.for_model(**config_dict)
+        if getattr(torch_config, "pad_token_id", None) is not None and torch_config.pad_token_id >= config.vocab_size:
+            torch_config.pad_token_id = None  # a class default past the small vocabulary (Phi-3's 32000); no token pads
+        model = transformers.AutoModelForCausalLM.from_config(torch_config)
         model = model.float().eval()  # autograd runs in eval mode too; train mode adds only dropout (GPT-2's 0.1)
         state = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in to_transformers(params, config).items()}
         model.load_state_dict(state, strict=True)
@@ -142,7 +145,7 @@ def worker(library: str, config_dict: dict, T: int, repeats: int, threads: int) 
             model.zero_grad(set_to_none=True)
             loss = model(ids_t, labels=ids_t).loss
             loss.backward()
-            return float(loss)
+            return float(loss.detach())
     loss = step()  # warm-up
     best = float("inf")
     for _ in range(repeats):

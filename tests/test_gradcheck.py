@@ -550,8 +550,9 @@ def test_a_backward_that_only_reads_passes():
 
 @pytest.mark.parametrize("layout", ["C", "F", "transposed view"])
 def test_numerical_gradient_whatever_the_input_layout(layout):
-    """An input laid out by columns (as the models' tall matrices are) is perturbed entry by entry like
-    any other: the gradient of sum(c * x) is c (a private copy in C order, so the perturbation lands)."""
+    """An input laid out by columns (an F-ordered array, a transposed view such as nn.Linear's weight.T)
+    is perturbed entry by entry like any other: the gradient of sum(c * x) is c (a private copy in C
+    order, so the perturbation lands)."""
     from attention_ref.gradcheck import numerical_gradient
 
     c = np.random.default_rng(0).standard_normal((4, 3))
