@@ -42,3 +42,25 @@ def penalty_skips_padding() -> bool:
     from transformers.generation.utils import GenerationMixin
 
     return "prompt_ignore_length" in inspect.getsource(GenerationMixin._get_logits_processor)
+
+
+def decode_side_by_side(model, decoder, ids, mask, steps):
+    """Our ``decoder`` (an ``LMDecoder``) and transformers' ``model`` on the same left-padded prompts
+    ``ids`` (B, T) with ``mask`` (torch tensors), then the new tokens ``steps`` (B, n) one at a time, the
+    model on its own cache with the positions and masks ``generate`` gives it. Returns
+    ``(ours, theirs)``: the last position's logits after the prompt and after each step."""
+    import torch
+
+    ours = [decoder.prefill(ids.numpy(), mask.numpy())[:, -1]]
+    ours += [decoder.step(steps[:, i].numpy()) for i in range(steps.shape[1])]
+    with torch.no_grad():
+        positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
+        res = model(ids, attention_mask=mask, position_ids=positions, **with_cache(model, None))
+        theirs, past = [res.logits[:, -1]], returned_cache(res)
+        for i in range(steps.shape[1]):
+            mask = torch.cat([mask, torch.ones(mask.shape[0], 1, dtype=mask.dtype)], dim=1)
+            positions = positions[:, -1:] + 1
+            res = model(steps[:, i:i + 1], attention_mask=mask, position_ids=positions, **with_cache(model, past))
+            theirs.append(res.logits[:, -1])
+            past = returned_cache(res)
+    return ours, theirs

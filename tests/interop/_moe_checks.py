@@ -24,7 +24,7 @@ import torch
 
 import attention_ref as ar
 from attention_ref.interop import load_pretrained, to_transformers
-from _transformers_api import returned_cache, with_cache
+from _transformers_api import decode_side_by_side
 
 #: every comparison with transformers' float64 model: relative to the largest entry of theirs
 RTOL = 1e-10
@@ -169,19 +169,7 @@ class MoEChecks(NamedTuple):
             full, full_mask = self.draw(model, draw)
             ids, mask, steps = full[:, :5], full_mask[:, :5], full[:, 5:]
             decoder = ar.LMDecoder(params, config)
-            ours = [decoder.prefill(ids.numpy(), mask.numpy())[:, -1]]
-            ours += [decoder.step(steps[:, i].numpy()) for i in range(4)]
-            with torch.no_grad():
-                positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
-                res = model(ids, attention_mask=mask, position_ids=positions, **with_cache(model, None))
-                theirs, past = [res.logits[:, -1]], returned_cache(res)
-                for i in range(4):
-                    mask = torch.cat([mask, torch.ones(2, 1, dtype=mask.dtype)], dim=1)
-                    positions = positions[:, -1:] + 1
-                    res = model(steps[:, i:i + 1], attention_mask=mask, position_ids=positions,
-                                **with_cache(model, past))
-                    theirs.append(res.logits[:, -1])
-                    past = returned_cache(res)
+            ours, theirs = decode_side_by_side(model, decoder, ids, mask, steps)
         for i, (a, b) in enumerate(zip(ours, theirs)):
             close(a, b, f"logits of step {i}")
         return decoder

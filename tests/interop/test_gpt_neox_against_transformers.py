@@ -22,7 +22,7 @@ transformers = pytest.importorskip("transformers")
 import attention_ref as ar  # noqa: E402
 from attention_ref.interop import (from_transformers_state, load_pretrained, to_transformers,  # noqa: E402
                                   write_safetensors)
-from _transformers_api import returned_cache, with_cache  # noqa: E402
+from _transformers_api import decode_side_by_side  # noqa: E402
 
 RTOL = 1e-10
 
@@ -123,19 +123,7 @@ def test_each_decoding_step_against_past_key_values(saved):
     mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
     ids = ids.masked_fill(mask == 0, 0)
     steps = torch.randint(1, config.vocab_size, (2, 4))
-    decoder = ar.LMDecoder(params, config)
-    ours = [decoder.prefill(ids.numpy(), mask.numpy())[:, -1]]
-    ours += [decoder.step(steps[:, i].numpy()) for i in range(4)]
-    with torch.no_grad():
-        positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
-        res = model(ids, attention_mask=mask, position_ids=positions, **with_cache(model, None))
-        theirs, past = [res.logits[:, -1]], returned_cache(res)
-        for i in range(4):
-            mask = torch.cat([mask, torch.ones(2, 1, dtype=mask.dtype)], dim=1)
-            positions = positions[:, -1:] + 1
-            res = model(steps[:, i:i + 1], attention_mask=mask, position_ids=positions, **with_cache(model, past))
-            theirs.append(res.logits[:, -1])
-            past = returned_cache(res)
+    ours, theirs = decode_side_by_side(model, ar.LMDecoder(params, config), ids, mask, steps)
     for i, (a, b) in enumerate(zip(ours, theirs)):
         _close(a, b, f"logits of step {i}")
 
