@@ -127,7 +127,7 @@ def render_layouts(rows: list, command: str) -> str:
     import numpy as np
 
     lines = [f"Measured {datetime.date.today().isoformat()}, one thread, NumPy {np.__version__}, float32: `{command}`."
-             f" Load average (1 minute) {_load():.1f} at the end.", "",
+             + _load_note("at the end"), "",
              "| W (D_in, D_out) | by rows GB/s | by columns GB/s | time by columns / by rows | faster |",
              "| --- | ---: | ---: | ---: | --- |"]
     for r in rows:
@@ -137,17 +137,15 @@ def render_layouts(rows: list, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _load() -> float:
-    try:
-        return os.getloadavg()[0]
-    except (AttributeError, OSError):
-        return float("nan")
+def _load_note(when: str) -> str:
+    """`` Load average (1 minute) x.x <when>.``, or nothing where the system does not give it."""
+    load = bench_decode._load_average()
+    return "" if load is None else f" Load average (1 minute) {load:.1f} {when}."
 
 
-def _spawn(config_dict: dict, steps: int) -> dict:
+def _spawn(*arguments: str) -> dict:
+    """This script run with ``arguments`` (a worker's) in a fresh one-thread process: the JSON it prints."""
     env = {**os.environ, **bench_decode.ONE_THREAD, "PYTHONPATH": str(ROOT)}
-    arguments = ["--layouts-worker", str(steps)] if config_dict is None else ["--worker", json.dumps(config_dict),
-                                                                              str(steps)]
     proc = subprocess.run([sys.executable, __file__, *arguments], capture_output=True, text=True, env=env, cwd=ROOT)
     if proc.returncode:
         raise RuntimeError(f"the worker failed:\n{proc.stderr[-3000:]}")
@@ -158,7 +156,7 @@ def render(results: dict, command: str) -> str:
     """The markdown table of :func:`worker`'s results, one row per model."""
     import numpy as np
 
-    load = f" Load average (1 minute) {_load():.1f} at the end of the run."
+    load = _load_note("at the end of the run")
     lines = [f"Measured {datetime.date.today().isoformat()}, one thread, NumPy {np.__version__}, float32: `{command}`."
              f"{load} Counted columns hold on any machine; timed ones are inflated by a loaded machine.", "",
              "| model | weights MB/token | MB read by the products | products/step | Python calls/step |"
@@ -195,8 +193,8 @@ def main(argv=None) -> int:
         return 0
     if args.layouts:
         megabytes = 8 if args.quick else 256
-        print(render_layouts(_spawn(None, megabytes), "python benchmarks/profile_decode.py --layouts"
-                             + (" --quick" if args.quick else "")), end="")
+        command = "python benchmarks/profile_decode.py --layouts" + (" --quick" if args.quick else "")
+        print(render_layouts(_spawn("--layouts-worker", str(megabytes)), command), end="")
         return 0
     if args.steps < 1:
         parser.error(f"--steps must be at least 1, got {args.steps}")
@@ -208,7 +206,7 @@ def main(argv=None) -> int:
     results = {}
     for name, config_dict in models.items():
         print(f"{name}", file=sys.stderr, flush=True)  # progress
-        results[name] = _spawn(config_dict, args.steps)
+        results[name] = _spawn("--worker", json.dumps(config_dict), str(args.steps))
     command = ("python benchmarks/profile_decode.py" + (" --quick" if args.quick else "")
                + ("" if args.steps == 10 else f" --steps {args.steps}")
                + "".join(f" --model {word!r}" for word in args.model))

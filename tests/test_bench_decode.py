@@ -10,11 +10,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location("bench_decode", ROOT / "benchmarks" / "bench_decode.py")
+def _script(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _bench():
+    return _script("bench_decode")
 
 
 def test_quick_run_prints_a_row_per_model_and_writes_only_out(tmp_path, capsys):
@@ -92,9 +96,7 @@ def test_ratios_and_shares_of_the_bound_are_taken_round_by_round(monkeypatch):
 def test_profile_decode_counts_each_product_once(capsys):
     """benchmarks/profile_decode.py on the tiny Llama, one step: 2 layers of 7 products (q, k, v, o,
     gate, up, down) and the head, and the products read every weight but the looked-up table once."""
-    spec = importlib.util.spec_from_file_location("profile_decode", ROOT / "benchmarks" / "profile_decode.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _script("profile_decode")
     assert module.main(["--quick", "--steps", "1", "--model", "tiny Llama"]) == 0
     printed = capsys.readouterr().out
     (row,) = re.findall(r"^\| tiny Llama \| ([\d.]+) \| ([\d.]+) \| (\d+) \| (\d+) \|", printed, flags=re.M)
@@ -105,9 +107,7 @@ def test_profile_decode_counts_each_product_once(capsys):
 
 def test_profile_decode_layouts_runs_every_shape(capsys):
     """``--layouts --quick``: one row per shape of the decoding rows, both layouts' rates positive."""
-    spec = importlib.util.spec_from_file_location("profile_decode", ROOT / "benchmarks" / "profile_decode.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _script("profile_decode")
     assert module.main(["--layouts", "--quick"]) == 0
     printed = capsys.readouterr().out
     rows = re.findall(r"^\| (\d+) x (\d+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \| (rows|columns) \|$", printed, flags=re.M)
@@ -118,43 +118,21 @@ def test_profile_decode_layouts_runs_every_shape(capsys):
 
 def test_weights_read_per_token_count_the_chosen_experts_only():
     """A mixture reads the k chosen experts' weights per token at batch 1: the count equals the
-    bytes a decoding step's products actually read (counted at the linear formula, as
-    ``profile_decode.py`` does), plus the vectors no product reads (norms) and the looked-up row."""
-    import numpy as np
-
-    import attention_ref as ar
-    from attention_ref.core import linear as core_linear
-    from attention_ref.fast import linear as fast_linear
+    bytes a decoding step's products actually read (``profile_decode.py``'s own count at the
+    linear formula), plus the vectors no product reads (norms) and the looked-up row."""
     from attention_ref.models.config import family_of
 
-    bench = _bench()
-    config = ar.LMConfig.from_dict({
+    bench, profile = _bench(), _script("profile_decode")
+    config_dict = {
         "model_type": "qwen3_moe", "vocab_size": 300, "hidden_size": 32, "num_hidden_layers": 3,
         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "intermediate_size": 48,
         "moe_intermediate_size": 16, "num_experts": 8, "num_experts_per_tok": 2, "decoder_sparse_step": 1,
-        "mlp_only_layers": [0], "tie_word_embeddings": False})
-    params = ar.init_lm_params(config, seed=0, dtype=np.float32)
-    decoder = ar.LMDecoder(params, config)
-    token = decoder.prefill(np.array([[1, 2, 3]]), last_only=True).argmax(-1)
-    read = []
-    originals = {module: module._linear_finite for module in (core_linear, fast_linear)}
-
-    def counted(original):
-        def linear_finite(x, W, b, names=("x", "W", "b")):
-            read.append(W.nbytes)
-            return original(x, W, b, names)
-        return linear_finite
-
-    try:
-        for module, original in originals.items():
-            module._linear_finite = counted(original)
-        decoder.step(token)
-    finally:
-        for module, original in originals.items():
-            module._linear_finite = original
+        "mlp_only_layers": [0], "tie_word_embeddings": False}
+    run = profile.worker(config_dict, 1)  # one step after the prompt and the warm-up
+    config, params, _ = bench._model(config_dict)  # the same params the worker decoded with
     vectors = sum(w.nbytes for w in params.values() if w.ndim == 1)
     table_row = params[family_of(config).token_table][0].nbytes
     full = sum(w.nbytes for w in params.values())
-    counted_bytes = bench.weight_bytes_per_token(params, config)
-    assert counted_bytes == sum(read) + vectors + table_row
-    assert counted_bytes < full - 2 * 16 * 32 * 4  # at least the unchosen experts of one layer are not counted
+    assert run["weight_bytes"] == bench.weight_bytes_per_token(params, config)
+    assert run["weight_bytes"] == run["products"]["bytes"] + vectors + table_row
+    assert run["weight_bytes"] < full - 2 * 16 * 32 * 4  # at least the unchosen experts of one layer are not counted
