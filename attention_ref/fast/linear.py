@@ -43,7 +43,10 @@ def _linear_backward(dy, cache: LinearCache):
     x2, dy2 = x.reshape(rows, x.shape[-1]), dy.reshape(rows, dy.shape[-1])  # (rows, Din), (rows, Dout)
     with np.errstate(under="ignore"):  # a gradient far below 1 (past a tiny weight) may round to 0
         dx = _matmul_rows(dy, W.T)  # (..., Din)
-        dW = x2.T @ dy2  # (Din, Dout)
+        if W.flags.f_contiguous and not W.flags.c_contiguous:  # a transposed view (a tied head's table.T)
+            dW = (dy2.T @ x2).T  # (Din, Dout) in W's own layout: its transpose adds to the table fast
+        else:
+            dW = x2.T @ dy2  # (Din, Dout)
         db = dy2.sum(axis=0) if has_bias else None  # (Dout,)
         signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
     return dx, dW, db

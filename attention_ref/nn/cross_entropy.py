@@ -55,14 +55,14 @@ def cross_entropy_forward(logits, targets, ignore_index=-100):
     logits, targets, kept = check_cross_entropy_inputs(logits, targets, ignore_index)
     t = np.where(kept, targets, 0)  # (...,): a dropped row reads index 0, then counts for nothing
     with np.errstate(under="ignore"):
-        # 1. stable log-softmax
+        # 1. stable softmax and its log-normaliser: p = exp(z - m) / s, log p = z - m - log s
         shifted = logits - logits.max(axis=-1, keepdims=True)  # (..., V), max 0
-        log_p = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))  # (..., V)
+        e = np.exp(shifted)  # (..., V), far below the maximum: 0
+        s = e.sum(axis=-1, keepdims=True)  # (..., 1), at least 1 (the maximum's exp(0))
+        p = np.divide(e, s, out=e)  # (..., V), for the backward
         signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
-        p = np.exp(log_p)  # (..., V), for the backward; far below the maximum: 0
-        signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
-    # 2. the target's negative log-probability, kept rows only
-    nll = -np.take_along_axis(log_p, t[..., None], axis=-1)[..., 0]  # (...,)
+    # 2. the target's negative log-probability, kept rows only: -log p[t] = log s - (z[t] - m)
+    nll = np.log(s[..., 0]) - np.take_along_axis(shifted, t[..., None], axis=-1)[..., 0]  # (...,)
     # 3. mean over the kept rows
     count = int(kept.sum())
     loss = np.asarray(np.where(kept, nll, 0).sum() / max(count, 1), dtype=logits.dtype)  # ()
@@ -76,12 +76,16 @@ def cross_entropy_backward(dloss, cache: CrossEntropyCache):
     ``dlogits = dloss / K * (p - onehot(target))`` on the kept rows, 0 on the ignored ones.
     """
     dloss = as_upstream(dloss, (), cache.p.dtype, "dloss")
-    onehot = np.zeros_like(cache.p)  # (..., V)
-    np.put_along_axis(onehot, cache.targets[..., None], 1.0, axis=-1)
+    scale = dloss / max(cache.count, 1)  # () in the logits' dtype
+    p = cache.p.reshape(-1, cache.p.shape[-1])  # (rows, V)
+    kept, targets = cache.kept.reshape(-1), cache.targets.reshape(-1)  # (rows,)
+    rows = np.flatnonzero(kept)  # the kept rows
     with np.errstate(under="ignore"):  # a probability far below 1, scaled, may round to 0: harmless
-        dz = (cache.p - onehot) * (dloss / max(cache.count, 1))  # (..., V)
+        dz = p * scale  # (rows, V): (p - onehot) * scale away from the targets
+        dz[rows, targets[rows]] = (p[rows, targets[rows]] - 1) * scale  # (p - 1) * scale at the targets
         signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
-    return np.where(cache.kept[..., None], dz, 0).astype(cache.p.dtype, copy=False)  # (..., V)
+    dz[~kept] = 0  # the ignored rows count for nothing
+    return dz.reshape(cache.p.shape)  # (..., V)
 
 
 def next_token_targets(ids, attention_mask=None, ignore_index=-100):
