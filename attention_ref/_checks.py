@@ -66,12 +66,29 @@ def as_real_array(x, name: str, *, allow_neg_inf: bool = False,
     if arr.dtype.kind == "b":
         raise TypeError(f"{name} must hold real numbers, got a boolean {_describe(arr)}{bool_hint}")
     arr = _real_dtype(arr, name)
-    if not np.isfinite(arr).all():
+    if not all_finite(arr):
         if np.isnan(arr).any():
             raise ValueError(f"{name} contains NaN ({_describe(arr)})")
         if not allow_neg_inf or np.isposinf(arr).any():
             raise ValueError(f"{name} contains infinity ({_describe(arr)})")
     return arr
+
+
+#: Fewest entries for which :func:`all_finite` reads a sum instead of an array of booleans.
+_SUM_TEST_MIN = 1 << 14
+
+
+def all_finite(arr: np.ndarray) -> bool:
+    """Whether every entry of a float array is finite, exactly. From ``_SUM_TEST_MIN`` entries
+    on it reads one sum and allocates nothing (``np.isfinite(arr).all()`` makes an array of
+    booleans as large as ``arr``, a fresh allocation at every check): the sum is NaN or infinite
+    whenever an entry is, and when a finite array's sum overflows the exact test settles it."""
+    if arr.size < _SUM_TEST_MIN:
+        return bool(np.isfinite(arr).all())
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflowing sum, or inf - inf: the exact test follows
+        total = np.add.reduce(arr, axis=None)
+        signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
+    return bool(np.isfinite(total)) or bool(np.isfinite(arr).all())
 
 
 def _real_dtype(arr: np.ndarray, name: str) -> np.ndarray:

@@ -25,6 +25,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ._checks import (
+    all_finite,
     as_gradient,
     as_mask,
     as_real_array,
@@ -93,7 +94,7 @@ def check_linear_inputs(x, W, b, names=("x", "W", "b")):
 
 def check_result_finite(y, x, W, b, names=("x", "W", "b")) -> None:
     """Raise ``FloatingPointError`` naming ``x, W, b`` when ``y = x W + b`` overflowed."""
-    if np.isfinite(y).all():
+    if all_finite(y):
         return
     x_name, W_name, b_name = names
     inputs = [(x_name, x), (W_name, W)] + ([] if b is None else [(b_name, b)])
@@ -187,7 +188,7 @@ def check_attention_inputs(q, k, v, mask, names=("q", "k", "v")):
 def check_scores_finite(scores, masked, mask, q, k, names=("q", "k")) -> None:
     """After the attention's formulas: raise ``FloatingPointError`` naming ``q`` and ``k``
     when the scores ``q k^T / sqrt(d_k)`` overflowed, or when adding a float mask did."""
-    if not np.isfinite(scores).all():
+    if not all_finite(scores):
         raise overflow_error("the attention scores q k^T / sqrt(d_k)", q.dtype, zip(names, (q, k)))
     if masked is not scores and np.isposinf(masked).any():  # finite scores: a huge positive float mask
         what = f"the scores q k^T / sqrt(d_k) + mask (largest mask value {mask.max():.3g})"

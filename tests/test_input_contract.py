@@ -702,3 +702,33 @@ def test_weights_keep_the_batch_axes_of_q_k_and_the_mask_only():
     out, cache = ar.scaled_dot_product_attention_forward(np.ones((2, 3)), np.ones((4, 3)), np.ones((5, 4, 2)),
                                                          np.ones((5, 2, 4), bool))
     assert cache.weights.shape == (5, 2, 4)
+
+
+# --- the finiteness test without an array of booleans ------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_all_finite_is_exact_when_the_sum_overflows_or_an_entry_is_not_finite(dtype):
+    """``all_finite`` reads a sum from ``_SUM_TEST_MIN`` entries on: a finite array whose sum
+    overflows is still finite, and one NaN or infinity anywhere is found; no warning escapes and
+    the user's error settings stay as they were."""
+    from attention_ref._checks import _SUM_TEST_MIN, all_finite
+
+    big = np.full(_SUM_TEST_MIN * 2, np.finfo(dtype).max / 4, dtype)  # its sum overflows
+    with warnings.catch_warnings(), np.errstate(all="raise"):
+        warnings.simplefilter("error")
+        assert all_finite(big)
+        assert all_finite(-big)
+        for bad in (np.nan, np.inf, -np.inf):
+            x = np.zeros(_SUM_TEST_MIN + 3, dtype)
+            x[-2] = bad
+            assert not all_finite(x)
+            assert not all_finite(x[::-1].reshape(-1, 1))  # strided
+            y = big.copy()
+            y[7] = bad
+            assert not all_finite(y)
+        assert all_finite(np.zeros((0, 4), dtype)) and all_finite(np.zeros(3, dtype))
+        assert not all_finite(np.array([1.0, np.nan], dtype))
+        assert np.geterr()["over"] == "raise"
+    with pytest.raises(ValueError, match="contains infinity"):
+        ar.linear_forward(np.r_[np.zeros(_SUM_TEST_MIN, dtype), np.inf].reshape(-1, 1), np.ones((1, 2), dtype))

@@ -91,8 +91,9 @@ class Family(NamedTuple):
 
     The steps (hooks) the whole model (:mod:`attention_ref.models.lm`) calls, in order:
 
-    1. ``embed(ids, positions, params, config) -> (x, cache)``; ``embed_backward(dx, cache, config)
-       -> grads``: the token table (and GPT-2's positions, Gemma's sqrt(D))
+    1. ``embed(ids, positions, params, config) -> (x, cache)``; ``embed_backward(dx, cache, config,
+       table_grad=None) -> grads``: the token table (and GPT-2's positions, Gemma's sqrt(D)), the
+       lookups' scatter-add into ``table_grad`` (a tied head's gradient of the table) when given
     2. ``layers(config) -> list``: each layer's constants (RoPE frequencies, window, scale), read
        once; ``prepare(p, config) -> q``: a layer's params as its block takes them (fused weights
        split once); ``block(x, q, config, layer, mask, positions, kv) -> (y, cache)``: the block's

@@ -27,7 +27,7 @@ from ..core.linear import LinearCache
 from ..fast.dispatch import linear_backward, linear_formula
 from ..nn.cross_entropy import cross_entropy_backward, cross_entropy_forward, next_token_targets
 from .config import LMConfig, family_of
-from .params import add_head_gradient, block_params, check_lm_inputs, head_weight, param_names
+from .params import block_params, check_lm_inputs, head_weight, param_names
 
 __all__ = ["LMCache", "lm_forward", "lm_backward", "lm_loss", "run_steps", "prepared_blocks", "step_modules"]
 
@@ -146,9 +146,11 @@ def lm_backward(dlogits, cache):
     for layer in reversed(range(config.num_layers)):
         dx, block_grads = family.block_backward(dx, cache.blocks[layer])  # (..., T, D)
         g.update({f"{family.layer_prefix}.{layer}.{k}": v for k, v in block_grads.items()})
-    # 1. x = embed(ids): the scatter-add of the lookups
-    g.update(family.embed_backward(dx, cache.embed, config))
-    add_head_gradient(g, dW_head, config)  # tied: the table's gradient is the sum of its two uses
+    # 1. x = embed(ids): the scatter-add of the lookups; tied, into the head's gradient of the
+    # table (dW_head.T, (V, D)): the table's gradient is the sum of its two uses
+    g.update(family.embed_backward(dx, cache.embed, config, dW_head.T if config.tie_word_embeddings else None))
+    if not config.tie_word_embeddings:
+        g["lm_head.W"] = dW_head
     return {k: g[k] for k in cache.param_keys if k in g}
 
 

@@ -54,15 +54,17 @@ def cross_entropy_forward(logits, targets, ignore_index=-100):
     """
     logits, targets, kept = check_cross_entropy_inputs(logits, targets, ignore_index)
     t = np.where(kept, targets, 0)  # (...,): a dropped row reads index 0, then counts for nothing
+    # 1. the logits shifted by their row maximum (max 0), and the targets' shifted logits
+    shifted = logits - logits.max(axis=-1, keepdims=True)  # (..., V)
+    target_shifted = np.take_along_axis(shifted, t[..., None], axis=-1)[..., 0]  # (...,)
+    # 2. stable softmax and its log-normaliser: p = exp(shifted) / s
     with np.errstate(under="ignore"):
-        # 1. stable softmax and its log-normaliser: p = exp(z - m) / s, log p = z - m - log s
-        shifted = logits - logits.max(axis=-1, keepdims=True)  # (..., V), max 0
-        e = np.exp(shifted)  # (..., V), far below the maximum: 0
-        s = e.sum(axis=-1, keepdims=True)  # (..., 1), at least 1 (the maximum's exp(0))
-        p = np.divide(e, s, out=e)  # (..., V), for the backward
+        p = np.exp(shifted, out=shifted)  # (..., V), written over the shifted logits; far below the maximum: 0
+        s = p.sum(axis=-1, keepdims=True)  # (..., 1), at least 1 (the maximum's exp(0))
+        p /= s  # (..., V), for the backward
         signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
-    # 2. the target's negative log-probability, kept rows only: -log p[t] = log s - (z[t] - m)
-    nll = np.log(s[..., 0]) - np.take_along_axis(shifted, t[..., None], axis=-1)[..., 0]  # (...,)
+    # the target's negative log-probability, kept rows only: -log p[t] = log s - shifted[t]
+    nll = np.log(s[..., 0]) - target_shifted  # (...,)
     # 3. mean over the kept rows
     count = int(kept.sum())
     loss = np.asarray(np.where(kept, nll, 0).sum() / max(count, 1), dtype=logits.dtype)  # ()

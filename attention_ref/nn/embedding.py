@@ -54,15 +54,20 @@ def embedding_formula(ids, W, padding_idx=None):
     return out, EmbeddingCache(ids, W.shape, W.dtype, padding_idx)
 
 
-def embedding_backward(dout, cache: EmbeddingCache):
+def embedding_backward(dout, cache: EmbeddingCache, into=None):
     """Gradient of :func:`embedding_forward` (arguments ``dout, cache``) with respect to ``W``: ``dW`` (V, D).
 
     ``dW[v] = sum of dout[..., n, :] over the positions with ids[..., n] = v``, a scatter-add
-    (``np.add.at``: a token read at several positions gets the sum); the padding row's is 0.
+    (``np.add.at``: a token read at several positions gets the sum); the padding row's lookups
+    add nothing. ``into``, when given, is the table's gradient from its other uses (a tied LM
+    head's, (V, D), an array nobody else holds): the lookups are added into it and it is
+    returned, so the table's gradient needs no second (V, D) array.
     """
     dout = as_upstream(dout, cache.ids.shape + cache.table_shape[-1:], cache.dtype, "dout")
-    dW = np.zeros(cache.table_shape, cache.dtype)  # (V, D)
-    np.add.at(dW, cache.ids.reshape(-1), dout.reshape(-1, cache.table_shape[-1]))  # (V, D) += (B*N, D) by row
+    dW = np.zeros(cache.table_shape, cache.dtype) if into is None else into  # (V, D)
+    ids, rows = cache.ids.reshape(-1), dout.reshape(-1, cache.table_shape[-1])  # (B*N,), (B*N, D)
     if cache.padding_idx is not None:
-        dW[cache.padding_idx] = 0.0
+        read = ids != cache.padding_idx  # the padding row's lookups add nothing
+        ids, rows = ids[read], rows[read]
+    np.add.at(dW, ids, rows)  # (V, D) += (B*N, D) by row
     return dW

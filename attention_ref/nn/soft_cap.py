@@ -38,13 +38,7 @@ def soft_cap_forward(x, cap):
     y : array shaped like ``x``, in ``x``'s dtype, every entry in ``(-cap, cap)``
     cache : SoftCapCache for :func:`soft_cap_backward`
     """
-    x = as_real_array(x, "x")
-    cap = check_positive_real(cap, "cap")
-    # 1. t = tanh(x / cap) (tanh saturates to +-1, never overflows); 2. y = cap * t
-    with np.errstate(over="ignore", under="ignore"):  # x / cap past the dtype's range: tanh is +-1 there anyway
-        t = np.tanh(x / cap)  # (...)
-        signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
-    return cap * t, SoftCapCache(t)
+    return soft_cap_formula(as_real_array(x, "x"), check_positive_real(cap, "cap"))
 
 
 def soft_cap_backward(dy, cache: SoftCapCache):
@@ -61,23 +55,27 @@ def soft_cap_backward(dy, cache: SoftCapCache):
     -------
     dx : array shaped like ``x``
     """
-    t = cache.t
-    return as_upstream(dy, t.shape, t.dtype, "dy") * (1.0 - t * t)
+    return soft_cap_backward_formula(as_upstream(dy, cache.t.shape, cache.t.dtype, "dy"), cache)
 
 
 def soft_cap_formula(x, cap):
     """:func:`soft_cap_forward` on a checked ``x`` and a positive ``cap`` (Gemma 2's whole model
     caps its logits with it; ``cap`` a Python float keeps float32 float32)."""
     cap = float(cap)
+    # 1. t = tanh(x / cap) (tanh saturates to +-1, never overflows), in one fresh array; 2. y = cap * t
     with np.errstate(over="ignore", under="ignore"):  # x / cap past the dtype's range: tanh is +-1 there anyway
-        t = np.tanh(x / cap)  # (...)
+        t = np.divide(x, cap, out=np.empty_like(x))  # (...), fresh even for a 0-d x
+        np.tanh(t, out=t)  # (...)
         signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)
     return cap * t, SoftCapCache(t)
 
 
 def soft_cap_backward_formula(dy, cache: SoftCapCache):
     """:func:`soft_cap_backward` on a checked ``dy``: ``dy * (1 - t^2)``."""
-    return dy * (1.0 - cache.t * cache.t)
+    t = cache.t
+    g = np.multiply(t, t, out=np.empty_like(t))  # t^2, fresh even for a 0-d t
+    np.subtract(1.0, g, out=g)  # 1 - t^2
+    return np.multiply(dy, g, out=g)  # dy (1 - t^2)
 
 
 class SoftCapScores(NamedTuple):

@@ -95,3 +95,22 @@ def test_next_token_targets_shift_and_padding():
     np.testing.assert_array_equal(ar.next_token_targets(ids, mask), [[6, 7, 8, -100], [-100, 3, 4, -100]])
     with pytest.raises(ValueError, match="attention_mask must have the shape"):
         ar.next_token_targets(ids, mask[:, :3])
+
+
+def test_embedding_backward_adds_into_a_given_gradient_and_keeps_its_padding_row():
+    """``into`` (a tied head's gradient of the table) gets the lookups added, in place; the padding
+    row keeps what ``into`` had (the head's part) and gets nothing from its lookups."""
+    rng = np.random.default_rng(5)
+    W = rng.standard_normal((6, 3))
+    ids = np.array([[2, 0, 2], [5, 2, 1]])
+    dout = rng.standard_normal((2, 3, 3))
+    head = rng.standard_normal((6, 3))
+    for padding_idx in (None, 2):
+        _, cache = ar.embedding_forward(ids, W, padding_idx=padding_idx)
+        into = head.copy()
+        dW = ar.embedding_backward(dout, cache, into=into)
+        assert dW is into
+        expected = head + ar.embedding_backward(dout, cache)
+        if padding_idx is not None:
+            expected[padding_idx] = head[padding_idx]
+        np.testing.assert_allclose(dW, expected, rtol=1e-15, atol=1e-15)

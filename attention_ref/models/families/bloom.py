@@ -137,11 +137,12 @@ def embed(ids, positions, params, config):
     return x, (lookup, norm, e)
 
 
-def embed_backward(dx, cache, config):
-    """Step 1 back: the layer norm's backward, then the scatter-add of the lookup."""
+def embed_backward(dx, cache, config, table_grad=None):
+    """Step 1 back: the layer norm's backward, then the scatter-add of the lookup (into
+    ``table_grad``, the tied head's, when given)."""
     lookup, norm, _ = cache
     de, dg, db = layer_norm_backward(dx, norm)  # (..., T, D)
-    return {"word_embeddings": embedding_backward(de, lookup), "word_embeddings_layernorm.gamma": dg,
+    return {"word_embeddings": embedding_backward(de, lookup, table_grad), "word_embeddings_layernorm.gamma": dg,
             "word_embeddings_layernorm.beta": db}
 
 

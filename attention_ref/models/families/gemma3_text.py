@@ -137,9 +137,9 @@ def embed(ids, positions, params, config):
     return e * normalizer, (cache, normalizer)
 
 
-def embed_backward(dx, cache, config):
+def embed_backward(dx, cache, config, table_grad=None):
     tok, normalizer = cache
-    return embed_tokens_backward(dx * normalizer, tok, config)  # de = dx * sqrt(D)
+    return embed_tokens_backward(dx * normalizer, tok, config, table_grad)  # de = dx * sqrt(D)
 
 
 def layers(config):

@@ -101,10 +101,11 @@ def embed(ids, positions, params, config):
     return tok + pos, (tok_cache, pos_cache)
 
 
-def embed_backward(dx, cache, config):
-    """Step 1 back: each table gets the scatter-add of its lookups (the positions' over the batch)."""
+def embed_backward(dx, cache, config, table_grad=None):
+    """Step 1 back: each table gets the scatter-add of its lookups (the positions' over the batch;
+    the tokens' into ``table_grad``, the tied head's, when given)."""
     tok_cache, pos_cache = cache
-    return {"wte": embedding_backward(dx, tok_cache),  # (V, D)
+    return {"wte": embedding_backward(dx, tok_cache, table_grad),  # (V, D)
             "wpe": embedding_backward(dx.reshape((-1,) + dx.shape[-2:]).sum(axis=0), pos_cache)}  # (P, D)
 
 

@@ -215,9 +215,9 @@ def embed_tokens(ids, positions, params, config):
     return embedding_formula(ids, params[family_of(config).token_table], config.pad_token_id)  # (..., T, D)
 
 
-def embed_tokens_backward(dx, cache, config):
-    """Step 1 back: the scatter-add of the lookup."""
-    return {family_of(config).token_table: embedding_backward(dx, cache)}  # (V, D)
+def embed_tokens_backward(dx, cache, config, table_grad=None):
+    """Step 1 back: the scatter-add of the lookup (into ``table_grad``, the tied head's, when given)."""
+    return {family_of(config).token_table: embedding_backward(dx, cache, table_grad)}  # (V, D)
 
 
 class LlamaLayer(NamedTuple):
