@@ -9,6 +9,7 @@ Run from the repository root::
     python benchmarks/bench_train.py --threads 1 --family gpt_neox   # one thread count, the rows of a family
     python benchmarks/bench_train.py --no-torch   # attention_ref only
     python benchmarks/bench_train.py --rounds 5   # on a loaded machine: the ratio pair by pair, 5 pairs
+    python benchmarks/bench_train.py --env MALLOC_TRIM_THRESHOLD_=1073741824   # both libraries with it set
 
 What is timed, per row and thread count: one training step on one sequence of ``T`` random token
 ids, float32, the next-token loss of transformers' ``model(ids, labels=ids)``:
@@ -39,6 +40,12 @@ included, plus ``12 T^2 H d_head`` per layer for the scores and the weighted val
 half included as computed) over the time, divided by the float32 matrix-product peak measured in
 the same process (a 1024 x 1024 square product, best of 5) at the same thread count. An
 approximation: sliding windows, norms and elementwise work are not counted.
+
+Page faults a step: the minor faults of the process over the timed steps, divided by their count. A
+process whose memory rises and falls by tens of megabytes a step (the activations, the logits and
+their temporaries) has glibc give the freed pages back to the system and take them again, a fault
+per 4 KiB page; ``--env MALLOC_TRIM_THRESHOLD_=1073741824 --env MALLOC_MMAP_THRESHOLD_=1073741824``
+runs both libraries with glibc keeping them (docs/performance.md measures what that changes).
 
 Nothing is written unless ``--out`` is given (the table, through a temporary file renamed into place).
 """
@@ -148,16 +155,32 @@ def worker(library: str, config_dict: dict, T: int, repeats: int, threads: int) 
             return float(loss.detach())
     loss = step()  # warm-up
     best = float("inf")
+    faults = _minor_faults()
     for _ in range(repeats):
         start = time.perf_counter()
         step()
         best = min(best, time.perf_counter() - start)
-    return {"seconds": best, "loss": float(loss), "flops": matmul_flops(params, config, T), "peak": peak}
+    faults = None if faults is None else (_minor_faults() - faults) / repeats
+    return {"seconds": best, "loss": float(loss), "flops": matmul_flops(params, config, T), "peak": peak,
+            "faults": faults}
 
 
-def _spawn(library: str, config_dict: dict, T: int, repeats: int, threads: int) -> dict:
-    """:func:`worker` in a fresh process with ``threads`` threads."""
-    env = {**os.environ, **{k: str(threads) for k in THREAD_VARIABLES}, "PYTHONPATH": str(ROOT)}
+def _minor_faults():
+    """This process's minor page faults so far (None where ``resource`` is missing: Windows). A page
+    the C library gave back to the system and takes again is one fault, a few microseconds each on
+    a virtual machine: a step's count says how much of its time goes to memory the process keeps
+    returning and re-taking (``--env`` with glibc's ``MALLOC_TRIM_THRESHOLD_`` changes it)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def _spawn(library: str, config_dict: dict, T: int, repeats: int, threads: int, extra_env=None) -> dict:
+    """:func:`worker` in a fresh process with ``threads`` threads and ``extra_env`` ({name: value})
+    added to its environment."""
+    env = {**os.environ, **(extra_env or {}), **{k: str(threads) for k in THREAD_VARIABLES}, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, __file__, "--worker", library, json.dumps(config_dict), str(T),
                            str(repeats), str(threads)], capture_output=True, text=True, env=env, cwd=ROOT)
     if proc.returncode:
@@ -171,10 +194,11 @@ def _has_torch() -> bool:
     return importlib.util.find_spec("torch") is not None and importlib.util.find_spec("transformers") is not None
 
 
-def measure(table: dict, threads: list, repeats: int, torch: bool, rounds: int = 1) -> list:
+def measure(table: dict, threads: list, repeats: int, torch: bool, rounds: int = 1, extra_env=None) -> list:
     """A result per row and thread count: each library's seconds (the median of ``rounds`` rounds of
     fresh processes, the two libraries back to back in each round, their order swapped every
-    round), loss, FLOPs and peak, and the ratio ours / torch taken pair by pair (median, min, max)."""
+    round), loss, FLOPs, peak and page faults a step, and the ratio ours / torch taken pair by pair
+    (median, min, max); ``extra_env`` ({name: value}) is in both libraries' environments."""
     libraries = ["attention_ref"] + (["torch"] if torch else [])
     results = []
     for name, (config_dict, T) in table.items():
@@ -184,7 +208,7 @@ def measure(table: dict, threads: list, repeats: int, torch: bool, rounds: int =
                 for library in (libraries if r % 2 == 0 else libraries[::-1]):
                     print(f"{name}, {n} thread(s), round {r + 1} of {rounds}: {library}", file=sys.stderr,
                           flush=True)  # progress
-                    runs[library].append(_spawn(library, config_dict, T, repeats, n))
+                    runs[library].append(_spawn(library, config_dict, T, repeats, n, extra_env))
             got = {library: _median_run(runs[library]) for library in libraries}
             if torch and abs(got["attention_ref"]["loss"] - got["torch"]["loss"]) > 1e-4 * abs(got["torch"]["loss"]):
                 raise RuntimeError(f"{name}: the losses differ: ours {got['attention_ref']['loss']!r},"
@@ -236,7 +260,8 @@ def render(results: list, repeats: int, command: str, rounds: int = 1) -> str:
     lines = [f"Measured {datetime.date.today().isoformat()} on {cpu}, {versions}, float32, one sequence, best of"
              f" {repeats} steps after a warm-up, each library in its own process{pairs}: `{command}`.{load}", "",
              "| model | T | threads | ours s/step | torch s/step | ours / torch | ours % of BLAS peak"
-             " | torch % of BLAS peak |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             " | torch % of BLAS peak | ours page faults/step | torch page faults/step |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in results:
         ours, theirs = r["attention_ref"], r.get("torch")
 
@@ -247,8 +272,11 @@ def render(results: list, repeats: int, command: str, rounds: int = 1) -> str:
         ratio = "-" if theirs is None else f"{r['ratio'][0]:.2f}"
         if theirs is not None and rounds > 1:
             ratio += f" ({r['ratio'][1]:.2f}-{r['ratio'][2]:.2f})"
+        def faults(x):
+            return "-" if x is None or x.get("faults") is None else f"{x['faults']:.0f}"
+
         lines.append(f"| {r['model']} | {r['T']} | {r['threads']} | {ours['seconds']:.3f} | {their_s} | {ratio} |"
-                     f" {share(ours)} | {'-' if theirs is None else share(theirs)} |")
+                     f" {share(ours)} | {'-' if theirs is None else share(theirs)} | {faults(ours)} | {faults(theirs)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -262,6 +290,8 @@ def main(argv=None) -> int:
     parser.add_argument("--family", action="append", default=[], help="only the rows of these model_types")
     parser.add_argument("--no-torch", action="store_true", help="time attention_ref only")
     parser.add_argument("--out", type=Path, help="also write the table to this file")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="set in both libraries' processes (e.g. MALLOC_TRIM_THRESHOLD_=1073741824)")
     parser.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
@@ -270,6 +300,12 @@ def main(argv=None) -> int:
         return 0
     if args.repeats < 1 or args.rounds < 1 or any(n < 1 for n in args.threads):
         parser.error("--repeats, --rounds and --threads must be at least 1")
+    bad = [e for e in args.env if "=" not in e or not e.split("=", 1)[0]]
+    if bad:
+        parser.error(f"--env {bad[0]!r}: give NAME=VALUE")
+    extra_env = dict(e.split("=", 1) for e in args.env)
+    if set(extra_env) & set(THREAD_VARIABLES):
+        parser.error(f"--env {sorted(set(extra_env) & set(THREAD_VARIABLES))[0]}: the thread counts come from --threads")
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))  # run as a script from a clone that is not installed
     table = rows(args.quick, args.family)
@@ -278,7 +314,7 @@ def main(argv=None) -> int:
     threads = args.threads or ([1] if args.quick else [1, 2])
     repeats = 1 if args.quick else args.repeats
     rounds = 1 if args.quick else args.rounds
-    results = measure(table, threads, repeats, _has_torch() and not args.no_torch, rounds)
+    results = measure(table, threads, repeats, _has_torch() and not args.no_torch, rounds, extra_env)
     command = "python benchmarks/bench_train.py" + " ".join([""] + (argv if argv is not None else sys.argv[1:]))
     text = render(results, repeats, command.replace(f" --out {args.out}", "") if args.out else command, rounds)
     print(text, end="")

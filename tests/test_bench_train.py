@@ -24,7 +24,8 @@ def test_quick_run_prints_one_row_and_writes_only_out(tmp_path, capsys):
     assert bench.main(["--quick", "--no-torch", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert out.read_text() == printed and sorted(p.name for p in tmp_path.iterdir()) == ["table.md"]
-    rows = re.findall(r"^\| (tiny Llama[^|]*) \| 16 \| 1 \| ([\d.]+) \| - \| - \| (\d+) \| - \|$", printed, flags=re.M)
+    rows = re.findall(r"^\| (tiny Llama[^|]*) \| 16 \| 1 \| ([\d.]+) \| - \| - \| (\d+) \| - \| (\d+|-) \| - \|$", printed,
+                      flags=re.M)
     assert len(rows) == 1 and float(rows[0][1]) > 0, printed
     assert "`python benchmarks/bench_train.py --quick --no-torch`" in printed
 
@@ -59,7 +60,7 @@ def test_rounds_pair_the_libraries_and_take_the_ratio_pair_by_pair(monkeypatch):
     bench = _bench()
     slowdown, order = iter([1, 1, 3, 3, 2, 2]), []
 
-    def spawn(library, config_dict, T, repeats, threads):
+    def spawn(library, config_dict, T, repeats, threads, extra_env=None):
         order.append(library)
         seconds = (0.9 if library == "attention_ref" else 1.0) * next(slowdown)
         return {"seconds": seconds, "loss": 9.0, "flops": 1e9, "peak": 1e10}
@@ -70,3 +71,27 @@ def test_rounds_pair_the_libraries_and_take_the_ratio_pair_by_pair(monkeypatch):
     assert result["ratio"] == pytest.approx((0.9, 0.9, 0.9))
     assert result["attention_ref"]["seconds"] == pytest.approx(1.8) and result["torch"]["seconds"] == pytest.approx(2.0)
     assert "0.90 (0.90-0.90)" in bench.render([result], 1, "cmd", rounds=3)
+
+
+def test_env_reaches_both_workers_and_bad_values_are_refused(monkeypatch, capsys):
+    """``--env NAME=VALUE`` is in each library's process environment (beside the thread counts);
+    a value without a name, or a thread variable, is refused by name."""
+    bench = _bench()
+    seen = []
+
+    def run(command, **kwargs):
+        seen.append(kwargs["env"])
+
+        class Done:
+            returncode, stderr = 0, ""
+            stdout = '{"seconds": 1.0, "loss": 9.0, "flops": 1e9, "peak": 1e10, "faults": 12.0}\n'
+        return Done()
+
+    monkeypatch.setattr(bench.subprocess, "run", run)
+    assert bench.main(["--quick", "--no-torch", "--env", "MALLOC_TRIM_THRESHOLD_=1073741824"]) == 0
+    assert seen and all(env["MALLOC_TRIM_THRESHOLD_"] == "1073741824" and env["OMP_NUM_THREADS"] == "1" for env in seen)
+    assert "| 12 | - |" in capsys.readouterr().out  # the page faults a step
+    for bad in ("=3", "NOVALUE", "OMP_NUM_THREADS=4"):
+        with pytest.raises(SystemExit):
+            bench.main(["--quick", "--no-torch", "--env", bad])
+        assert "--env" in capsys.readouterr().err

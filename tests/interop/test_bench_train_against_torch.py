@@ -18,7 +18,7 @@ def test_quick_run_times_both_libraries(capsys):
     spec.loader.exec_module(bench)
     assert bench.main(["--quick"]) == 0
     printed = capsys.readouterr().out
-    rows = re.findall(r"^\| tiny Llama[^|]* \| 16 \| 1 \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \| \d+ \| \d+ \|$",
+    rows = re.findall(r"^\| tiny Llama[^|]* \| 16 \| 1 \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \| \d+ \| \d+ \| \d+ \| \d+ \|$",
                       printed, flags=re.M)
     assert len(rows) == 1 and all(float(v) > 0 for v in rows[0]), printed
 
