@@ -306,6 +306,8 @@ def main(argv=None) -> int:
     extra_env = dict(e.split("=", 1) for e in args.env)
     if set(extra_env) & set(THREAD_VARIABLES):
         parser.error(f"--env {sorted(set(extra_env) & set(THREAD_VARIABLES))[0]}: the thread counts come from --threads")
+    if "PYTHONPATH" in extra_env:
+        parser.error("--env PYTHONPATH: the workers import this clone's attention_ref (PYTHONPATH is its root)")
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))  # run as a script from a clone that is not installed
     table = rows(args.quick, args.family)

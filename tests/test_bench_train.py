@@ -91,7 +91,7 @@ def test_env_reaches_both_workers_and_bad_values_are_refused(monkeypatch, capsys
     assert bench.main(["--quick", "--no-torch", "--env", "MALLOC_TRIM_THRESHOLD_=1073741824"]) == 0
     assert seen and all(env["MALLOC_TRIM_THRESHOLD_"] == "1073741824" and env["OMP_NUM_THREADS"] == "1" for env in seen)
     assert "| 12 | - |" in capsys.readouterr().out  # the page faults a step
-    for bad in ("=3", "NOVALUE", "OMP_NUM_THREADS=4"):
+    for bad in ("=3", "NOVALUE", "OMP_NUM_THREADS=4", "PYTHONPATH=/elsewhere"):
         with pytest.raises(SystemExit):
             bench.main(["--quick", "--no-torch", "--env", bad])
         assert "--env" in capsys.readouterr().err

@@ -59,6 +59,8 @@ def linear_forward_fast(x, W, b=None):
 
 
 def linear_backward_fast(dy, cache: LinearCache):
-    """:func:`attention_ref.core.linear_backward` with one tall product."""
+    """:func:`attention_ref.core.linear_backward` with one tall product; ``dW`` is laid out as ``W``
+    (a transposed view ``W``, such as ``linear.weight.T``, gets a transposed view: ``dW.T`` is
+    C-contiguous, as ``linear.weight`` is)."""
     x, W, _ = cache
     return _linear_backward(as_upstream(dy, x.shape[:-1] + (W.shape[1],), x.dtype, "dy"), cache)

@@ -148,7 +148,8 @@ def lm_backward(dlogits, cache):
         g.update({f"{family.layer_prefix}.{layer}.{k}": v for k, v in block_grads.items()})
     # 1. x = embed(ids): the scatter-add of the lookups; tied, into the head's gradient of the
     # table (dW_head.T, (V, D)): the table's gradient is the sum of its two uses
-    g.update(family.embed_backward(dx, cache.embed, config, dW_head.T if config.tie_word_embeddings else None))
+    table_grad = np.ascontiguousarray(dW_head.T) if config.tie_word_embeddings else None  # (V, D), no copy when C
+    g.update(family.embed_backward(dx, cache.embed, config, table_grad))
     if not config.tie_word_embeddings:
         g["lm_head.W"] = dW_head
     return {k: g[k] for k in cache.param_keys if k in g}

@@ -137,7 +137,7 @@ def add_head_gradient(grads: dict, dW_head, config: LMConfig) -> None:
     tied, so the table's gradient is the sum of its two uses; else as ``lm_head.W``'s."""
     table = TOKEN_TABLE[config.family]
     if config.tie_word_embeddings:
-        grads[table] += dW_head.T  # the lookups' gradient, a fresh array of the embedding's backward
+        grads[table] = grads[table] + dW_head.T
     else:
         grads["lm_head.W"] = dW_head
 

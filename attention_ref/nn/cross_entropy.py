@@ -78,11 +78,11 @@ def cross_entropy_backward(dloss, cache: CrossEntropyCache):
     ``dlogits = dloss / K * (p - onehot(target))`` on the kept rows, 0 on the ignored ones.
     """
     dloss = as_upstream(dloss, (), cache.p.dtype, "dloss")
-    scale = dloss / max(cache.count, 1)  # () in the logits' dtype
     p = cache.p.reshape(-1, cache.p.shape[-1])  # (rows, V)
     kept, targets = cache.kept.reshape(-1), cache.targets.reshape(-1)  # (rows,)
     rows = np.flatnonzero(kept)  # the kept rows
     with np.errstate(under="ignore"):  # a probability far below 1, scaled, may round to 0: harmless
+        scale = dloss / max(cache.count, 1)  # () in the logits' dtype; a tiny dloss may round to 0
         dz = p * scale  # (rows, V): (p - onehot) * scale away from the targets
         dz[rows, targets[rows]] = (p[rows, targets[rows]] - 1) * scale  # (p - 1) * scale at the targets
         signals_land_here()  # a Ctrl-C is raised inside the block (_pair_checks.py)

@@ -6,7 +6,8 @@ Forward: ``out[..., n, :] = W[ids[..., n], :]``, a lookup. It is the product of 
 row ``e_id`` (V,) with ``W``, so its backward is ``dW = sum over positions of e_id^T dout``:
 each position adds its upstream row to the row of ``W`` it read. Rows read twice get both
 contributions; rows never read get 0. A ``padding_idx`` row (transformers' ``pad_token_id``
-of Llama's ``embed_tokens``) gets no gradient at all.
+of Llama's ``embed_tokens``) gets nothing from its lookups (a tied LM head's part of its gradient
+stays: ``into``).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._checks import as_upstream
+from .._checks import as_real_array, as_upstream
 from .._token_checks import check_embedding_inputs
 
 __all__ = ["EmbeddingCache", "embedding_forward", "embedding_backward"]
@@ -64,10 +65,26 @@ def embedding_backward(dout, cache: EmbeddingCache, into=None):
     returned, so the table's gradient needs no second (V, D) array.
     """
     dout = as_upstream(dout, cache.ids.shape + cache.table_shape[-1:], cache.dtype, "dout")
-    dW = np.zeros(cache.table_shape, cache.dtype) if into is None else into  # (V, D)
+    dW = np.zeros(cache.table_shape, cache.dtype) if into is None else _check_into(into, cache)  # (V, D)
     ids, rows = cache.ids.reshape(-1), dout.reshape(-1, cache.table_shape[-1])  # (B*N,), (B*N, D)
     if cache.padding_idx is not None:
         read = ids != cache.padding_idx  # the padding row's lookups add nothing
-        ids, rows = ids[read], rows[read]
+        if not read.all():
+            ids, rows = ids[read], rows[read]
     np.add.at(dW, ids, rows)  # (V, D) += (B*N, D) by row
     return dW
+
+
+def _check_into(into, cache: EmbeddingCache) -> np.ndarray:
+    """``into`` of :func:`embedding_backward`: a writeable ndarray of the table's shape and dtype,
+    finite (``TypeError`` or ``ValueError`` naming it otherwise)."""
+    if not isinstance(into, np.ndarray):
+        raise TypeError(f"into must be a NumPy array of shape {cache.table_shape} and dtype {cache.dtype},"
+                        f" got {type(into).__name__}")
+    if into.shape != tuple(cache.table_shape) or into.dtype != cache.dtype:
+        raise ValueError(f"into must have the table's shape {tuple(cache.table_shape)} and dtype {cache.dtype},"
+                         f" got shape {into.shape} and dtype {into.dtype}")
+    if not into.flags.writeable:
+        raise ValueError("into must be writeable: the lookups are added into it")
+    as_real_array(into, "into")  # finite
+    return into

@@ -75,7 +75,7 @@ def soft_cap_backward_formula(dy, cache: SoftCapCache):
     t = cache.t
     g = np.multiply(t, t, out=np.empty_like(t))  # t^2, fresh even for a 0-d t
     np.subtract(1.0, g, out=g)  # 1 - t^2
-    return np.multiply(dy, g, out=g)  # dy (1 - t^2)
+    return np.multiply(dy, g, out=g if np.result_type(dy, g) == g.dtype else None)  # dy (1 - t^2)
 
 
 class SoftCapScores(NamedTuple):

@@ -114,3 +114,32 @@ def test_embedding_backward_adds_into_a_given_gradient_and_keeps_its_padding_row
         if padding_idx is not None:
             expected[padding_idx] = head[padding_idx]
         np.testing.assert_allclose(dW, expected, rtol=1e-15, atol=1e-15)
+
+
+def test_embedding_backward_into_is_checked_and_names_the_argument():
+    W = np.zeros((4, 3))
+    _, cache = ar.embedding_forward(np.array([1, 2]), W)
+    dout = np.ones((2, 3))
+    for bad, error, words in ((np.zeros((4, 3), np.int64), ValueError, "dtype float64"),
+                              (np.zeros((5, 3)), ValueError, r"shape \(4, 3\)"),
+                              (np.zeros((4, 3), np.float32), ValueError, "dtype float64"),
+                              ([[0.0] * 3] * 4, TypeError, "NumPy array"),
+                              (np.full((4, 3), np.nan), ValueError, "into contains NaN")):
+        with pytest.raises(error, match=words):
+            ar.embedding_backward(dout, cache, into=bad)
+    frozen = np.zeros((4, 3))
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="into must be writeable"):
+        ar.embedding_backward(dout, cache, into=frozen)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_cross_entropy_backward_of_a_tiny_dloss_rounds_to_zero_under_seterr_raise(dtype):
+    logits = np.random.default_rng(0).standard_normal((3, 5)).astype(dtype)
+    _, cache = ar.cross_entropy_forward(logits, np.array([0, 4, 2]))
+    old = np.seterr(all="raise")
+    try:
+        dz = ar.cross_entropy_backward(np.finfo(dtype).tiny, cache)
+    finally:
+        np.seterr(**old)
+    assert dz.dtype == dtype and np.all(np.abs(dz) <= np.finfo(dtype).tiny)
