@@ -172,4 +172,5 @@ def lm_loss(ids, params, config: LMConfig, attention_mask=None):
     targets = next_token_targets(ids, attention_mask)  # (..., T): the next token, or ignored
     loss, loss_cache = cross_entropy_forward(logits, targets)  # ()
     dlogits = cross_entropy_backward(1.0, loss_cache)  # (..., T, V)
+    del loss_cache  # the probabilities, (..., T, V): freed before the backward's largest arrays are made
     return float(loss), lm_backward(dlogits, cache), logits

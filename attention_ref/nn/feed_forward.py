@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from functools import partial
 from typing import NamedTuple
 
 import numpy as np
@@ -64,9 +63,45 @@ _EXP_UNDERFLOW = 1500.0  # h^2 clipped there: exp(-750) is 0 already, and h * h 
 
 
 def _gelu_tanh(h, s=_GELU_S):
-    """``t = tanh(s (u + c u^3))`` with ``u = clip(h, -10, 10)``: the same t, no overflow."""
+    """``t = tanh(s (u + c u^3))`` with ``u = clip(h, -10, 10)``: the same t, no overflow (two new arrays)."""
     u = np.clip(h, -_GELU_SATURATION, _GELU_SATURATION)
-    return np.tanh(s * (u + _GELU_C * (u * u * u))), u
+    t = np.asarray(u * u)
+    t *= u
+    t *= _GELU_C
+    t += u  # u + c u^3
+    t *= s
+    return np.tanh(t, out=t)
+
+
+def _gelu_from_tanh(h, t):
+    """``0.5 h (1 + t)`` in one new array."""
+    a = np.asarray(t + 1.0)
+    a *= 0.5  # exact, and before h: a huge h doubled would overflow
+    a *= h
+    return a
+
+
+def _gelu_tanh_backward(da, h, t, s=_GELU_S):
+    """``da * (0.5 (1 + t) + 0.5 h (1 - t^2) s (1 + 3 c u^2))``, ``u = clip(h, -10, 10)``, ``t`` the
+    forward's tanh: two new arrays."""
+    dt_dh = np.clip(h, -_GELU_SATURATION, _GELU_SATURATION)  # u
+    dt_dh = np.asarray(dt_dh * dt_dh)  # u^2 <= 100: no overflow
+    dt_dh *= 3.0 * _GELU_C
+    dt_dh += 1.0
+    dt_dh *= s
+    one_minus_t2 = np.asarray(t * t)
+    np.subtract(1.0, one_minus_t2, out=one_minus_t2)
+    dt_dh *= one_minus_t2  # (1 - t^2) s (1 + 3 c u^2): exactly 0 where |h| >= 10
+    dgelu = dt_dh
+    dgelu *= h
+    dgelu *= 0.5  # 0.5 h dt/dh
+    half_one_plus_t = np.add(t, 1.0, out=one_minus_t2)
+    half_one_plus_t *= 0.5
+    dgelu += half_one_plus_t  # gelu'(h)
+    if dgelu.dtype == np.result_type(da, dgelu):
+        dgelu *= da
+        return dgelu
+    return da * dgelu
 
 
 #: BLOOM's ``bloom_gelu_forward`` writes ``s = sqrt(2 / pi)`` to eight digits, 0.79788456 (8e-10 below
@@ -75,15 +110,17 @@ _BLOOM_GELU_S = 0.79788456
 
 
 def _gelu_bloom(h):
-    """BLOOM's tanh GELU, ``0.5 h (1 + tanh(0.79788456 (h + c h^3)))``: ``(a, h)``."""
-    t, _ = _gelu_tanh(h, _BLOOM_GELU_S)
-    return 0.5 * h * (1.0 + t), h
+    """BLOOM's tanh GELU, ``0.5 h (1 + tanh(0.79788456 (h + c h^3)))``: ``(a, t)``."""
+    t = _gelu_tanh(h, _BLOOM_GELU_S)
+    return _gelu_from_tanh(h, t), t
 
 
-def _gelu_bloom_backward(da, h):
-    """Unchecked backward of :func:`_gelu_bloom` (its own derivative, with BLOOM's constant)."""
-    t, u = _gelu_tanh(h, _BLOOM_GELU_S)
-    return da * (0.5 * (1.0 + t) + 0.5 * h * (1.0 - t * t) * _BLOOM_GELU_S * (1.0 + 3.0 * _GELU_C * u * u))
+def _gelu_bloom_backward(da, h, t=None):
+    """Unchecked backward of :func:`_gelu_bloom` (its own derivative, with BLOOM's constant); ``t`` the
+    forward's tanh (computed again when not given)."""
+    if t is None:
+        t = _gelu_tanh(h, _BLOOM_GELU_S)
+    return _gelu_tanh_backward(da, h, t, _BLOOM_GELU_S)
 
 
 def relu_forward(h):
@@ -107,12 +144,14 @@ def relu_backward_formula(da, h):
 
 
 class GeluCache(NamedTuple):
-    """What ``gelu_backward`` needs: the input, which form of GELU was applied and, for the
-    exact form, the forward's ``Phi(h)`` (so the backward computes no second ``erf``)."""
+    """What ``gelu_backward`` needs: the input, which form of GELU was applied and the forward's
+    ``Phi(h)`` (exact form) or ``t = tanh(s (h + c h^3))`` (tanh form), so the backward computes no
+    second ``erf`` or ``tanh``."""
 
     h: np.ndarray
     approximate: str  # "tanh" or "none" (exact)
     Phi: np.ndarray | None = None  # shaped like h: (1 + erf(h / sqrt(2))) / 2 of the exact form, else None
+    t: np.ndarray | None = None  # shaped like h: the tanh form's t, else None
 
 
 def gelu_forward(h, approximate="tanh"):
@@ -130,8 +169,14 @@ def gelu_formula(h, approximate="tanh"):
     if approximate == "none":
         a, Phi = _gelu_exact(h)
         return a, GeluCache(h, "none", Phi)
-    t, _ = _gelu_tanh(h)
-    return 0.5 * h * (1.0 + t), GeluCache(h, "tanh")
+    a, t = _gelu_tanh_act(h)
+    return a, GeluCache(h, "tanh", t=t)
+
+
+def _gelu_tanh_act(h):
+    """Unchecked tanh GELU: ``(a, t)``, the backward reuses ``t``."""
+    t = _gelu_tanh(h)
+    return _gelu_from_tanh(h, t), t
 
 
 def _gelu_exact(h):
@@ -151,14 +196,14 @@ def gelu_backward(da, cache):
     da = as_upstream(da, h.shape, h.dtype, "da")  # a float64 da keeps float32 float32
     if isinstance(cache, GeluCache) and cache.approximate == "none":
         return _gelu_exact_backward(da, h, cache.Phi)
-    return gelu_backward_formula(da, h)
+    return gelu_backward_formula(da, h, cache.t if isinstance(cache, GeluCache) else None)
 
 
-def gelu_backward_formula(da, h):
-    """Unchecked backward of the tanh form."""
-    t, u = _gelu_tanh(h)
-    dt_dh = (1.0 - t * t) * _GELU_S * (1.0 + 3.0 * _GELU_C * u * u)  # exactly 0 where |h| >= 10
-    return da * (0.5 * (1.0 + t) + 0.5 * h * dt_dh)
+def gelu_backward_formula(da, h, t=None):
+    """Unchecked backward of the tanh form; ``t`` the forward's tanh (computed again when not given)."""
+    if t is None:
+        t = _gelu_tanh(h)
+    return _gelu_tanh_backward(da, h, t)
 
 
 def _gelu_exact_backward(da, h, Phi=None):
@@ -173,9 +218,21 @@ def _gelu_exact_backward(da, h, Phi=None):
     return dh
 
 
-_ACT = {"relu": (relu_formula, relu_backward_formula),  # (unchecked forward -> (a, cache), unchecked backward(da, h))
-        "gelu": (gelu_formula, gelu_backward_formula),
-        "gelu_exact": (partial(gelu_formula, approximate="none"), _gelu_exact_backward),
+def _relu_act(h):
+    """Unchecked ``max(0, h)``: ``(a, None)``, the backward needs only ``h``."""
+    return np.maximum(h, 0.0), None
+
+
+def _relu_act_backward(da, h, _saved=None):
+    """:func:`relu_backward_formula` with the activations' signature."""
+    return relu_backward_formula(da, h)
+
+
+#: name -> (unchecked forward h -> (a, saved), unchecked backward (da, h, saved)); ``saved`` is what the
+#: backward reuses: None (ReLU), the tanh forms' ``t``, the exact form's ``Phi(h)``
+_ACT = {"relu": (_relu_act, _relu_act_backward),
+        "gelu": (_gelu_tanh_act, gelu_backward_formula),
+        "gelu_exact": (_gelu_exact, _gelu_exact_backward),
         "gelu_bloom": (_gelu_bloom, _gelu_bloom_backward)}  # the blocks' only (BLOOM): not in ACTIVATIONS
 
 
@@ -188,6 +245,7 @@ class FeedForwardCache(NamedTuple):
     activation: str
     param_keys: tuple
     Phi: np.ndarray | None = None  # (..., F), "gelu_exact": step 2's Phi(h), which the backward reuses
+    t: np.ndarray | None = None  # (..., F), "gelu" and BLOOM's: step 2's tanh, which the backward reuses
 
 
 def check_ffn_inputs(x, params, activation):
@@ -246,12 +304,13 @@ def feed_forward_formula(x, W_1, b_1, W_2, b_2, activation, param_keys=FFN_PARAM
     # 1. first linear map
     h = linear_formula(x, W_1, b_1, ("x", "W_1", "b_1"))  # (..., F)
     # 2. activation
-    a, act_cache = activation_formula(h)  # (..., F)
+    a, saved = activation_formula(h)  # (..., F)
     # 3. second linear map
     y = linear_formula(a, W_2, b_2, ("act(x W_1 + b_1)", "W_2", "b_2"))  # (..., Dout)
+    exact = activation == "gelu_exact"
     cache = FeedForwardCache(LinearCache(x, W_1, b_1 is not None), h,
                              LinearCache(a, W_2, b_2 is not None), activation, tuple(param_keys),
-                             act_cache.Phi if isinstance(act_cache, GeluCache) else None)
+                             saved if exact else None, None if exact else saved)
     return y, cache
 
 
@@ -284,8 +343,7 @@ def feed_forward_backward_formula(dy, cache: FeedForwardCache):
     # 3. y = a W_2 + b_2
     da, grads["W_2"], grads["b_2"] = linear_backward_formula(dy, fc2)  # (..., F)
     # 2. a = act(h)
-    dh = (activation_backward_formula(da, cache.h) if cache.Phi is None
-          else _gelu_exact_backward(da, cache.h, cache.Phi))  # (..., F)
+    dh = activation_backward_formula(da, cache.h, cache.Phi if cache.activation == "gelu_exact" else cache.t)  # (..., F)
     # 1. h = x W_1 + b_1
     dx, grads["W_1"], grads["b_1"] = linear_backward_formula(dh, cache.fc1)  # (..., D)
     return dx, {n: grads[n] for n in cache.param_keys}

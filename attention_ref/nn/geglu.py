@@ -21,14 +21,14 @@ import numpy as np
 from .._checks import as_upstream
 from ..core.linear import LinearCache
 from ..fast.dispatch import linear_backward_formula, linear_formula
-from .feed_forward import gelu_backward_formula, _gelu_tanh
+from .feed_forward import _gelu_from_tanh, _gelu_tanh, _gelu_tanh_backward
 from .swiglu import check_swiglu_inputs
 
 __all__ = ["GeGLUCache", "geglu_forward", "geglu_backward", "geglu_formula"]
 
 
 class GeGLUCache(NamedTuple):
-    """The three products' caches, the gate's pre-activation and its GELU, and the up projection."""
+    """The three products' caches, the gate's pre-activation, its GELU and its tanh, and the up projection."""
 
     gate: LinearCache  # x W_gate
     up: LinearCache  # x W_up
@@ -36,6 +36,7 @@ class GeGLUCache(NamedTuple):
     a: np.ndarray  # (..., F), x W_gate
     gelu_a: np.ndarray  # (..., F), gelu(a)
     u: np.ndarray  # (..., F), x W_up
+    t: np.ndarray | None = None  # (..., F), tanh(s (a + c a^3)) of the GELU (computed again when None)
 
 
 def geglu_forward(x, W_gate, W_up, W_down):
@@ -64,13 +65,13 @@ def geglu_formula(x, W_gate, W_up, W_down):
     a = linear_formula(x, W_gate, None, ("x", "W_gate", "b"))  # (..., F)
     u = linear_formula(x, W_up, None, ("x", "W_up", "b"))  # (..., F)
     # 2. gate
-    t, _ = _gelu_tanh(a)  # (..., F)
-    gelu_a = 0.5 * a * (1.0 + t)  # (..., F)
+    t = _gelu_tanh(a)  # (..., F)
+    gelu_a = _gelu_from_tanh(a, t)  # (..., F): 0.5 a (1 + t)
     m = gelu_a * u  # (..., F)
     # 3. down projection
     y = linear_formula(m, W_down, None, ("gelu(x W_gate) * (x W_up)", "W_down", "b"))  # (..., Dout)
     return y, GeGLUCache(LinearCache(x, W_gate, False), LinearCache(x, W_up, False), LinearCache(m, W_down, False),
-                         a, gelu_a, u)
+                         a, gelu_a, u, t)
 
 
 def geglu_backward(dy, cache: GeGLUCache):
@@ -96,12 +97,12 @@ def geglu_backward(dy, cache: GeGLUCache):
 
 def geglu_backward_formula(dy, cache: GeGLUCache):
     """Unchecked backward, for the blocks."""
-    gate, up, down, a, gelu_a, u = cache
+    gate, up, down, a, gelu_a, u, t = cache
     # 3. y = m W_down
     dm, dW_down, _ = linear_backward_formula(dy, down)  # (..., F)
     # 2. m = gelu(a) * u
     du = dm * gelu_a  # (..., F)
-    da = gelu_backward_formula(dm * u, a)  # (..., F): dm * u * gelu'(a)
+    da = _gelu_tanh_backward(dm * u, a, _gelu_tanh(a) if t is None else t)  # (..., F): dm * u * gelu'(a)
     # 1. a = x W_gate, u = x W_up
     dx_gate, dW_gate, _ = linear_backward_formula(da, gate)  # (..., D)
     dx_up, dW_up, _ = linear_backward_formula(du, up)  # (..., D)

@@ -187,3 +187,43 @@ def test_exact_gelu_backward_reuses_the_forwards_erf(monkeypatch):
     y, fcache = feed_forward_forward(rng.standard_normal((2, 4)), p, activation="gelu_exact")
     feed_forward_backward(np.ones_like(y), fcache)
     assert calls == [(2, 6)] and fcache.Phi.shape == (2, 6)
+
+
+def test_tanh_gelu_backward_reuses_the_forwards_tanh(monkeypatch):
+    """The tanh GELU's backward takes t = tanh(s (h + c h^3)) from the cache: one tanh per forward +
+    backward (alone, in GPT-2's network and in BLOOM's), the same gradients as computing it again;
+    a huge h saturates in both."""
+    import attention_ref.nn.feed_forward as ff
+
+    calls = []
+    real_tanh = np.tanh
+    monkeypatch.setattr(ff.np, "tanh", lambda z, **kw: calls.append(z.shape) or real_tanh(z, **kw))
+    rng = np.random.default_rng(10)
+    h = np.concatenate([2 * rng.standard_normal(13), [9.99, 10.0, 10.01, -12.0, 1e30, -1e30]])
+    a, cache = gelu_forward(h)
+    dh = gelu_backward(np.ones_like(h), cache)
+    assert calls == [h.shape]
+    np.testing.assert_array_equal(cache.t, real_tanh(math.sqrt(2 / math.pi) * (np.clip(h, -10, 10) + 0.044715 * np.clip(h, -10, 10) ** 3)))
+    assert_close(dh, gelu_backward(np.ones_like(h), cache._replace(t=None)), rtol=1e-15, atol=0, what="dh, t again")
+    p = {"W_1": rng.standard_normal((4, 6)), "W_2": rng.standard_normal((6, 4))}
+    x = rng.standard_normal((2, 4))
+    for activation in ("gelu", "gelu_bloom"):
+        calls.clear()
+        y, fcache = ff.feed_forward_formula(x, p["W_1"], None, p["W_2"], None, activation)
+        dx, grads = ff.feed_forward_backward(np.ones_like(y), fcache)
+        assert calls == [(2, 6)] and fcache.t.shape == (2, 6) and fcache.Phi is None, activation
+        dx_again, grads_again = ff.feed_forward_backward(np.ones_like(y), fcache._replace(t=None))
+        assert calls == [(2, 6), (2, 6)], activation  # the backward's own tanh only without the cached t
+        assert_close(dx, dx_again, rtol=1e-14, atol=0, what=f"{activation}: dx, t again")
+        assert_close(grads["W_1"], grads_again["W_1"], rtol=1e-14, atol=0, what=f"{activation}: dW_1, t again")
+    check_gradients(lambda x, p: feed_forward_forward(x, p, activation="gelu"), feed_forward_backward, x, p)
+
+
+def test_relu_and_exact_gelu_caches_hold_no_tanh():
+    rng = np.random.default_rng(11)
+    p = {"W_1": rng.standard_normal((4, 6)), "W_2": rng.standard_normal((6, 4))}
+    x = rng.standard_normal((2, 4))
+    assert feed_forward_forward(x, p, activation="relu")[1][5:] == (None, None)
+    exact = feed_forward_forward(x, p, activation="gelu_exact")[1]
+    assert exact.t is None and exact.Phi.shape == (2, 6)
+    assert gelu_forward(x, approximate="none")[1].t is None

@@ -66,3 +66,16 @@ def test_bad_shapes_are_named():
     _, cache = geglu_forward(x, W_gate, W_up, W_down)
     with pytest.raises(ValueError, match=r"^dy must have shape \(2, 3\)"):
         geglu_backward(np.ones((2, 4)), cache)
+
+
+def test_backward_reuses_the_forwards_tanh():
+    """The cache keeps the gate's t = tanh(s (a + c a^3)); the backward reads it, and computes it again
+    (the same gradients) only when a cache without it is given."""
+    rng = np.random.default_rng(5)
+    x, params = rng.standard_normal((2, 3, 4)), _params(rng)
+    y, cache = geglu_forward(x, *params)
+    s = math.sqrt(2 / math.pi)
+    np.testing.assert_array_equal(cache.t, np.tanh(s * (cache.a + 0.044715 * cache.a ** 3)))
+    dy = rng.standard_normal(y.shape)
+    for ours, again in zip(geglu_backward(dy, cache), geglu_backward(dy, cache._replace(t=None))):
+        assert_close(ours, again, rtol=1e-14, atol=1e-15, what="t cached against t again")
