@@ -64,7 +64,8 @@ def limits(dtype, repeats):
 
 
 def steps(B, N, dtype, repeats):
-    """[(step, seconds, flops, bytes)] for the forward and backward, in the library's order."""
+    """[(step, seconds, flops, bytes, part)] for the forward and backward, in the library's order; ``part``:
+    a row timing a part of the step before it, left out of the sum of the steps."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal((B, N, D)).astype(dtype)
     dout = rng.standard_normal((B, N, D)).astype(dtype)
@@ -96,7 +97,7 @@ def steps(B, N, dtype, repeats):
         with np.errstate(under="ignore"):  # far below the maximum: 0, as in the softmax
             np.exp(shifted, out=exps)
 
-    step("3b, of it: `np.exp` alone over the same numbers (not in the sum)", exp_alone, 0, 2 * BHNN * item, part=True)
+    step("3b, of it: `np.exp` alone over the shifted scores (not in the sum)", exp_alone, 0, 2 * BHNN * item, part=True)
     del shifted, exps
     weights = softmax_in_place(scores.copy())
     o = step("3c. P v", lambda: weights @ v, mm_att)

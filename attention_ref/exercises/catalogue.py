@@ -139,7 +139,8 @@ CACHE_FIELDS = {
                          " pre-activation, fc2 (LinearCache of the activation's output), activation ('relu',"
                          " 'gelu' the tanh form, or 'gelu_exact' with erf: attention_ref.nn.erf.erf works in"
                          " float32 and float64), param_keys, Phi (the exact GELU's (1 + erf(h / sqrt(2))) / 2, which the"
-                         " backward reuses; None for the other activations)"),
+                         " backward reuses; None for the other activations), t (the tanh form's"
+                         " tanh(s (h + c h^3)), which the backward reuses; None for the others)"),
         ("attn.norm, ffn.norm", "LayerNormCache: x_hat, rstd (..., n, 1) = 1/sqrt(var + eps), gamma"),
         ("attn.sublayer.attention.scale", "the scale the scores were multiplied by (scale= or 1/sqrt(d_k))"),
         ("param_keys", "tuple, the keys of params in order")),

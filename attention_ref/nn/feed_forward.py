@@ -74,18 +74,18 @@ def _gelu_tanh(h, s=_GELU_S):
 
 
 def _gelu_from_tanh(h, t):
-    """``0.5 h (1 + t)`` in one new array."""
+    """``0.5 h (1 + t)`` in one new array (a NumPy scalar for a 0-d ``h``, as the exact form gives)."""
     a = np.asarray(t + 1.0)
     a *= 0.5  # exact, and before h: a huge h doubled would overflow
     a *= h
-    return a
+    return a if a.ndim else a[()]
 
 
 def _gelu_tanh_backward(da, h, t, s=_GELU_S):
     """``da * (0.5 (1 + t) + 0.5 h (1 - t^2) s (1 + 3 c u^2))``, ``u = clip(h, -10, 10)``, ``t`` the
-    forward's tanh: two new arrays."""
-    dt_dh = np.clip(h, -_GELU_SATURATION, _GELU_SATURATION)  # u
-    dt_dh = np.asarray(dt_dh * dt_dh)  # u^2 <= 100: no overflow
+    forward's tanh: two new arrays (a NumPy scalar for a 0-d ``h``)."""
+    dt_dh = np.asarray(np.clip(h, -_GELU_SATURATION, _GELU_SATURATION))  # u
+    np.multiply(dt_dh, dt_dh, out=dt_dh)  # u^2 <= 100: no overflow
     dt_dh *= 3.0 * _GELU_C
     dt_dh += 1.0
     dt_dh *= s
@@ -98,10 +98,10 @@ def _gelu_tanh_backward(da, h, t, s=_GELU_S):
     half_one_plus_t = np.add(t, 1.0, out=one_minus_t2)
     half_one_plus_t *= 0.5
     dgelu += half_one_plus_t  # gelu'(h)
-    if dgelu.dtype == np.result_type(da, dgelu):
+    if dgelu.dtype == np.result_type(da, dgelu) and np.shape(da) == dgelu.shape:
         dgelu *= da
-        return dgelu
-    return da * dgelu
+        return dgelu if dgelu.ndim else dgelu[()]
+    return da * dgelu  # a wider dtype or a broadcast da: a new array, as da * gelu'(h) gives
 
 
 #: BLOOM's ``bloom_gelu_forward`` writes ``s = sqrt(2 / pi)`` to eight digits, 0.79788456 (8e-10 below

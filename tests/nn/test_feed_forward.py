@@ -203,7 +203,9 @@ def test_tanh_gelu_backward_reuses_the_forwards_tanh(monkeypatch):
     a, cache = gelu_forward(h)
     dh = gelu_backward(np.ones_like(h), cache)
     assert calls == [h.shape]
-    np.testing.assert_array_equal(cache.t, real_tanh(math.sqrt(2 / math.pi) * (np.clip(h, -10, 10) + 0.044715 * np.clip(h, -10, 10) ** 3)))
+    u = np.clip(h, -10, 10)
+    assert_close(cache.t, real_tanh(math.sqrt(2 / math.pi) * (u + 0.044715 * (u * u * u))), rtol=1e-15, atol=0,
+                 what="the cached t")
     assert_close(dh, gelu_backward(np.ones_like(h), cache._replace(t=None)), rtol=1e-15, atol=0, what="dh, t again")
     p = {"W_1": rng.standard_normal((4, 6)), "W_2": rng.standard_normal((6, 4))}
     x = rng.standard_normal((2, 4))
@@ -227,3 +229,39 @@ def test_relu_and_exact_gelu_caches_hold_no_tanh():
     exact = feed_forward_forward(x, p, activation="gelu_exact")[1]
     assert exact.t is None and exact.Phi.shape == (2, 6)
     assert gelu_forward(x, approximate="none")[1].t is None
+
+
+def test_bloom_gelu_backward_is_the_derivative_with_blooms_constant():
+    """BLOOM's GELU writes s = 0.79788456: its forward and its backward (with the cached t and without it)
+    are those of that constant, in closed form (float64), not GPT-2's sqrt(2 / pi)."""
+    import attention_ref.nn.feed_forward as ff
+
+    s, c = 0.79788456, 0.044715
+    h = np.concatenate([np.linspace(-6, 6, 241), [-12.0, 12.0]])
+    u = np.clip(h, -10, 10)
+    t = np.tanh(s * (u + c * u ** 3))
+    slope = 0.5 * (1 + t) + 0.5 * h * (1 - t * t) * s * (1 + 3 * c * u * u)
+    a, t_cached = ff._gelu_bloom(h)
+    assert_close(a, 0.5 * h * (1 + t), rtol=1e-14, atol=1e-15, what="BLOOM's gelu")
+    da = np.random.default_rng(12).standard_normal(h.shape)
+    for saved in (t_cached, None):
+        assert_close(ff._gelu_bloom_backward(da, h, saved), da * slope, rtol=1e-13, atol=1e-15,
+                     what=f"BLOOM's gelu' ({'cached' if saved is not None else 'no'} t)")
+    with pytest.raises(AssertionError):  # GPT-2's constant is 8e-10 away: the check above tells them apart
+        assert_close(gelu_backward(da, gelu_forward(h)[1]), da * slope, rtol=1e-13, atol=1e-15, what="GPT-2's")
+
+
+def test_tanh_gelu_of_a_0d_input_and_a_broadcast_upstream():
+    """A 0-d h gives NumPy scalars, as the exact form does; the unchecked backward broadcasts a wider da."""
+    import attention_ref.nn.feed_forward as ff
+
+    for approximate in ("tanh", "none"):
+        a, cache = gelu_forward(np.float64(0.3), approximate=approximate)
+        dh = gelu_backward(1.0, cache)
+        assert type(a) is np.float64 and type(dh) is np.float64, approximate
+    assert_close(a, 0.3 * 0.5 * (1 + math.erf(0.3 / math.sqrt(2))), what="exact gelu(0.3)")
+    assert_close(gelu_forward(np.float64(0.3))[0], _gelu_scalar_tanh(0.3), what="gelu(0.3)")
+    h = np.linspace(-1, 1, 5)
+    dh = ff.gelu_backward_formula(np.ones((2, 5)), h)
+    assert dh.shape == (2, 5)
+    np.testing.assert_array_equal(dh[0], ff.gelu_backward_formula(np.ones(5), h))

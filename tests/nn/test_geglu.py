@@ -68,14 +68,23 @@ def test_bad_shapes_are_named():
         geglu_backward(np.ones((2, 4)), cache)
 
 
-def test_backward_reuses_the_forwards_tanh():
-    """The cache keeps the gate's t = tanh(s (a + c a^3)); the backward reads it, and computes it again
-    (the same gradients) only when a cache without it is given."""
+def test_backward_reuses_the_forwards_tanh(monkeypatch):
+    """The cache keeps the gate's t = tanh(s (a + c a^3)); the backward reads it (one tanh per forward +
+    backward) and computes it again (the same gradients) only when a cache without it is given."""
+    import attention_ref.nn.feed_forward as ff
+
+    calls = []
+    real_tanh = np.tanh
+    monkeypatch.setattr(ff.np, "tanh", lambda z, **kw: calls.append(z.shape) or real_tanh(z, **kw))
     rng = np.random.default_rng(5)
     x, params = rng.standard_normal((2, 3, 4)), _params(rng)
     y, cache = geglu_forward(x, *params)
-    s = math.sqrt(2 / math.pi)
-    np.testing.assert_array_equal(cache.t, np.tanh(s * (cache.a + 0.044715 * cache.a ** 3)))
     dy = rng.standard_normal(y.shape)
-    for ours, again in zip(geglu_backward(dy, cache), geglu_backward(dy, cache._replace(t=None))):
+    grads = geglu_backward(dy, cache)
+    assert calls == [(2, 3, 6)]
+    a = cache.a
+    assert_close(cache.t, real_tanh(math.sqrt(2 / math.pi) * (a + 0.044715 * (a * a * a))), rtol=1e-15, atol=0,
+                 what="the cached t")
+    for ours, again in zip(grads, geglu_backward(dy, cache._replace(t=None))):
         assert_close(ours, again, rtol=1e-14, atol=1e-15, what="t cached against t again")
+    assert calls == [(2, 3, 6), (2, 3, 6)]  # the second only without the cached t
