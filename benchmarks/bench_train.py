@@ -10,15 +10,19 @@ Run from the repository root::
     python benchmarks/bench_train.py --no-torch   # attention_ref only
     python benchmarks/bench_train.py --rounds 5   # on a loaded machine: the ratio pair by pair, 5 pairs
     python benchmarks/bench_train.py --env MALLOC_TRIM_THRESHOLD_=1073741824   # both libraries with it set
+    python benchmarks/bench_train.py --drop-results      # ours dropping each step's result at once
 
 What is timed, per row and thread count: one training step on one sequence of ``T`` random token
 ids, float32, the next-token loss of transformers' ``model(ids, labels=ids)``:
 
 * ours: ``attention_ref.lm_loss(ids, params, config)`` (``lm_forward``, ``cross_entropy_forward``
-  and ``_backward``, ``lm_backward``: the loss and every gradient);
+  and ``_backward``, ``lm_backward``: the loss and every gradient), its result kept until the next
+  step has returned, as a training loop keeps it (``loss, grads, logits = lm_loss(...)``, then the
+  update reads ``grads``);
 * torch: ``model(ids, labels=ids).loss.backward()`` on ``AutoModelForCausalLM.from_config`` of the
   same config, with our random weights loaded (``to_transformers``), gradients set to None before
-  each step, in eval mode (no dropout, which the package does not have; autograd is the same).
+  each step (each ``.grad`` kept until then, as a training loop keeps it), in eval mode (no dropout,
+  which the package does not have; autograd is the same).
 
 Rows: SmolLM-135M's sizes (a Llama: 30 layers, 576 wide, 9 query heads, 3 key/value heads, vocabulary
 49152) at T = 256, and every family of ``attention_ref.models.families`` at small sizes: its
@@ -44,7 +48,9 @@ approximation: sliding windows, norms and elementwise work are not counted.
 Page faults a step: the minor faults of the process over the timed steps, divided by their count. A
 process whose memory rises and falls by tens of megabytes a step (the activations, the logits and
 their temporaries) has glibc give the freed pages back to the system and take them again, a fault
-per 4 KiB page; ``--env MALLOC_TRIM_THRESHOLD_=1073741824 --env MALLOC_MMAP_THRESHOLD_=1073741824``
+per 4 KiB page (whether it does depends on what else is alive at the heap's top: a loop that dropped
+each step's result at once took 5,000-7,000 faults a step on the Gemma rows, about 500 when it is kept,
+docs/performance.md); ``--env MALLOC_TRIM_THRESHOLD_=1073741824 --env MALLOC_MMAP_THRESHOLD_=1073741824``
 runs both libraries with glibc keeping them (docs/performance.md measures what that changes).
 
 Nothing is written unless ``--out`` is given (the table, through a temporary file renamed into place).
@@ -117,8 +123,9 @@ def _peak(np) -> float:
     return 2.0 * PEAK_N ** 3 / best
 
 
-def worker(library: str, config_dict: dict, T: int, repeats: int, threads: int) -> dict:
-    """One library's best step time in this process, its loss, the FLOPs and the BLAS peak."""
+def worker(library: str, config_dict: dict, T: int, repeats: int, threads: int, keep: bool = True) -> dict:
+    """One library's best step time in this process, its loss, the FLOPs and the BLAS peak; ``keep``
+    False: ours drops each step's result at once (``--drop-results``)."""
     import numpy as np
 
     import attention_ref as ar
@@ -129,8 +136,15 @@ def worker(library: str, config_dict: dict, T: int, repeats: int, threads: int) 
     if library == "attention_ref":
         peak = _peak(np)
 
+        held = {}
+
         def step():
-            return ar.lm_loss(ids, params, config)[0]
+            result = ar.lm_loss(ids, params, config)
+            if keep:  # as a training loop runs it: the result (gradients, logits) is kept until the next step
+                # has returned (the update reads the gradients), as torch keeps each .grad until the next
+                # step's zero_grad; dropped at once, the step's memory may go back to the system every time
+                held["last"] = result
+            return result[0]
     else:
         import torch
         import transformers
@@ -177,12 +191,14 @@ def _minor_faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
-def _spawn(library: str, config_dict: dict, T: int, repeats: int, threads: int, extra_env=None) -> dict:
+def _spawn(library: str, config_dict: dict, T: int, repeats: int, threads: int, extra_env=None,
+           drop_results: bool = False) -> dict:
     """:func:`worker` in a fresh process with ``threads`` threads and ``extra_env`` ({name: value})
     added to its environment."""
     env = {**os.environ, **(extra_env or {}), **{k: str(threads) for k in THREAD_VARIABLES}, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, __file__, "--worker", library, json.dumps(config_dict), str(T),
-                           str(repeats), str(threads)], capture_output=True, text=True, env=env, cwd=ROOT)
+                           str(repeats), str(threads), *(["--drop-results"] if drop_results else [])],
+                          capture_output=True, text=True, env=env, cwd=ROOT)
     if proc.returncode:
         raise RuntimeError(f"the {library} worker failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -194,11 +210,13 @@ def _has_torch() -> bool:
     return importlib.util.find_spec("torch") is not None and importlib.util.find_spec("transformers") is not None
 
 
-def measure(table: dict, threads: list, repeats: int, torch: bool, rounds: int = 1, extra_env=None) -> list:
+def measure(table: dict, threads: list, repeats: int, torch: bool, rounds: int = 1, extra_env=None,
+            drop_results: bool = False) -> list:
     """A result per row and thread count: each library's seconds (the median of ``rounds`` rounds of
     fresh processes, the two libraries back to back in each round, their order swapped every
     round), loss, FLOPs, peak and page faults a step, and the ratio ours / torch taken pair by pair
-    (median, min, max); ``extra_env`` ({name: value}) is in both libraries' environments."""
+    (median, min, max); ``extra_env`` ({name: value}) is in both libraries' environments;
+    ``drop_results``: our worker drops each step's result at once."""
     libraries = ["attention_ref"] + (["torch"] if torch else [])
     results = []
     for name, (config_dict, T) in table.items():
@@ -208,7 +226,7 @@ def measure(table: dict, threads: list, repeats: int, torch: bool, rounds: int =
                 for library in (libraries if r % 2 == 0 else libraries[::-1]):
                     print(f"{name}, {n} thread(s), round {r + 1} of {rounds}: {library}", file=sys.stderr,
                           flush=True)  # progress
-                    runs[library].append(_spawn(library, config_dict, T, repeats, n, extra_env))
+                    runs[library].append(_spawn(library, config_dict, T, repeats, n, extra_env, drop_results))
             got = {library: _median_run(runs[library]) for library in libraries}
             if torch and abs(got["attention_ref"]["loss"] - got["torch"]["loss"]) > 1e-4 * abs(got["torch"]["loss"]):
                 raise RuntimeError(f"{name}: the losses differ: ours {got['attention_ref']['loss']!r},"
@@ -292,11 +310,14 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, help="also write the table to this file")
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                         help="set in both libraries' processes (e.g. MALLOC_TRIM_THRESHOLD_=1073741824)")
+    parser.add_argument("--drop-results", action="store_true",
+                        help="ours drops each step's result at once (a training loop keeps it until the next step)")
     parser.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         library, config, T, repeats, threads = args.worker
-        print(json.dumps(worker(library, json.loads(config), int(T), int(repeats), int(threads))))
+        print(json.dumps(worker(library, json.loads(config), int(T), int(repeats), int(threads),
+                                keep=not args.drop_results)))
         return 0
     if args.repeats < 1 or args.rounds < 1 or any(n < 1 for n in args.threads):
         parser.error("--repeats, --rounds and --threads must be at least 1")
@@ -316,7 +337,7 @@ def main(argv=None) -> int:
     threads = args.threads or ([1] if args.quick else [1, 2])
     repeats = 1 if args.quick else args.repeats
     rounds = 1 if args.quick else args.rounds
-    results = measure(table, threads, repeats, _has_torch() and not args.no_torch, rounds, extra_env)
+    results = measure(table, threads, repeats, _has_torch() and not args.no_torch, rounds, extra_env, args.drop_results)
     command = "python benchmarks/bench_train.py" + " ".join([""] + (argv if argv is not None else sys.argv[1:]))
     text = render(results, repeats, command.replace(f" --out {args.out}", "") if args.out else command, rounds)
     print(text, end="")

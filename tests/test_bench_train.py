@@ -60,7 +60,7 @@ def test_rounds_pair_the_libraries_and_take_the_ratio_pair_by_pair(monkeypatch):
     bench = _bench()
     slowdown, order = iter([1, 1, 3, 3, 2, 2]), []
 
-    def spawn(library, config_dict, T, repeats, threads, extra_env=None):
+    def spawn(library, config_dict, T, repeats, threads, extra_env=None, drop_results=False):
         order.append(library)
         seconds = (0.9 if library == "attention_ref" else 1.0) * next(slowdown)
         return {"seconds": seconds, "loss": 9.0, "flops": 1e9, "peak": 1e10}
@@ -95,3 +95,75 @@ def test_env_reaches_both_workers_and_bad_values_are_refused(monkeypatch, capsys
         with pytest.raises(SystemExit):
             bench.main(["--quick", "--no-torch", "--env", bad])
         assert "--env" in capsys.readouterr().err
+
+
+def test_our_worker_keeps_each_steps_result_until_the_next_step_returns(monkeypatch):
+    """As a training loop does (``loss, grads, logits = lm_loss(...)``, then the update): while a step
+    runs, the previous step's result is alive; it goes when the new one replaces it."""
+    import gc
+    import weakref
+
+    import attention_ref as ar
+
+    class Result(list):  # the result, in a type a weak reference can follow
+        pass
+
+    real, alive_at_call, previous = ar.lm_loss, [], []
+
+    def lm_loss(ids, params, config):
+        gc.collect()
+        alive_at_call.append([ref() is not None for ref in previous])
+        result = Result(real(ids, params, config))
+        previous.append(weakref.ref(result))
+        return result
+
+    monkeypatch.setattr(ar, "lm_loss", lm_loss)
+    bench = _bench()
+    ((config, _),) = bench.rows(quick=True).values()
+    out = bench.worker("attention_ref", config, 4, 3, 1)
+    assert out["seconds"] > 0 and np.isfinite(out["loss"])
+    # the warm-up, then three steps: each runs with the last step's result alive, and only that one
+    assert alive_at_call == [[], [True], [False, True], [False, False, True]]
+
+
+def test_drop_results_reaches_our_worker_and_drops_each_result(monkeypatch):
+    """``--drop-results``: the flag reaches our worker's process, and that worker keeps nothing between steps."""
+    import gc
+    import weakref
+
+    import attention_ref as ar
+
+    bench = _bench()
+    commands = []
+
+    def run(command, **kwargs):
+        commands.append(command)
+
+        class Done:
+            returncode, stderr = 0, ""
+            stdout = '{"seconds": 1.0, "loss": 9.0, "flops": 1e9, "peak": 1e10, "faults": 12.0}\n'
+        return Done()
+
+    monkeypatch.setattr(bench.subprocess, "run", run)
+    assert bench.main(["--quick", "--no-torch", "--drop-results"]) == 0
+    assert commands and all(c[-1] == "--drop-results" and "--worker" in c for c in commands)
+    commands.clear()
+    assert bench.main(["--quick", "--no-torch"]) == 0
+    assert commands and not any("--drop-results" in c for c in commands)
+
+    class Result(list):  # the result, in a type a weak reference can follow
+        pass
+
+    real, alive_at_call, previous = ar.lm_loss, [], []
+
+    def lm_loss(ids, params, config):
+        gc.collect()
+        alive_at_call.append([ref() is not None for ref in previous])
+        result = Result(real(ids, params, config))
+        previous.append(weakref.ref(result))
+        return result
+
+    monkeypatch.setattr(ar, "lm_loss", lm_loss)
+    ((config, _),) = bench.rows(quick=True).values()
+    bench.worker("attention_ref", config, 4, 2, 1, keep=False)
+    assert alive_at_call == [[], [False], [False, False]]
