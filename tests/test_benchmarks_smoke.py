@@ -271,7 +271,7 @@ def test_profile_lists_every_step_and_refuses_to_write_quick_sizes(capsys):
     for step in ("1. projections", "3a. scores", "3b. softmax", "3c. P v", "6. output projection",
                  "b6. dW_o", "b3c. dv", "b3b. dS", "b3a. dq", "b2. merge", "b1. dW"):
         assert f"| {step}" in out, step
-    assert "| 3b, of it: `np.exp` alone" in out  # a part of 3b, left out of the sum of the steps
+    assert "| 3b, of it: `np.exp`" in out  # a part of 3b, left out of the sum of the steps
     assert "the library's forward+backward on the fast path (`attention_ref.fast`)" in out
     assert "on the reference (`attention_ref.core`)" in out and "blocks on" not in out
     with pytest.raises(SystemExit):
