@@ -97,9 +97,8 @@ def test_env_reaches_both_workers_and_bad_values_are_refused(monkeypatch, capsys
         assert "--env" in capsys.readouterr().err
 
 
-def test_our_worker_keeps_each_steps_result_until_the_next_step_returns(monkeypatch):
-    """As a training loop does (``loss, grads, logits = lm_loss(...)``, then the update): while a step
-    runs, the previous step's result is alive; it goes when the new one replaces it."""
+def _alive_at_each_call(monkeypatch):
+    """Patch ``attention_ref.lm_loss`` to record, at each call, which of its earlier results are still alive."""
     import gc
     import weakref
 
@@ -118,6 +117,13 @@ def test_our_worker_keeps_each_steps_result_until_the_next_step_returns(monkeypa
         return result
 
     monkeypatch.setattr(ar, "lm_loss", lm_loss)
+    return alive_at_call
+
+
+def test_our_worker_keeps_each_steps_result_until_the_next_step_returns(monkeypatch):
+    """As a training loop does (``loss, grads, logits = lm_loss(...)``, then the update): while a step
+    runs, the previous step's result is alive; it goes when the new one replaces it."""
+    alive_at_call = _alive_at_each_call(monkeypatch)
     bench = _bench()
     ((config, _),) = bench.rows(quick=True).values()
     out = bench.worker("attention_ref", config, 4, 3, 1)
@@ -128,11 +134,6 @@ def test_our_worker_keeps_each_steps_result_until_the_next_step_returns(monkeypa
 
 def test_drop_results_reaches_our_worker_and_drops_each_result(monkeypatch):
     """``--drop-results``: the flag reaches our worker's process, and that worker keeps nothing between steps."""
-    import gc
-    import weakref
-
-    import attention_ref as ar
-
     bench = _bench()
     commands = []
 
@@ -150,20 +151,7 @@ def test_drop_results_reaches_our_worker_and_drops_each_result(monkeypatch):
     commands.clear()
     assert bench.main(["--quick", "--no-torch"]) == 0
     assert commands and not any("--drop-results" in c for c in commands)
-
-    class Result(list):  # the result, in a type a weak reference can follow
-        pass
-
-    real, alive_at_call, previous = ar.lm_loss, [], []
-
-    def lm_loss(ids, params, config):
-        gc.collect()
-        alive_at_call.append([ref() is not None for ref in previous])
-        result = Result(real(ids, params, config))
-        previous.append(weakref.ref(result))
-        return result
-
-    monkeypatch.setattr(ar, "lm_loss", lm_loss)
+    alive_at_call = _alive_at_each_call(monkeypatch)
     ((config, _),) = bench.rows(quick=True).values()
     bench.worker("attention_ref", config, 4, 2, 1, keep=False)
     assert alive_at_call == [[], [False], [False, False]]
