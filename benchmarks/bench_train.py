@@ -20,9 +20,14 @@ ids, float32, the next-token loss of transformers' ``model(ids, labels=ids)``:
   step has returned, as a training loop keeps it (``loss, grads, logits = lm_loss(...)``, then the
   update reads ``grads``);
 * torch: ``model(ids, labels=ids).loss.backward()`` on ``AutoModelForCausalLM.from_config`` of the
-  same config, with our random weights loaded (``to_transformers``), gradients set to None before
-  each step (each ``.grad`` kept until then, as a training loop keeps it), in eval mode (no dropout,
-  which the package does not have; autograd is the same).
+  same config, with our random weights loaded (``to_transformers``), gradients set to None at the
+  start of each step (``zero_grad(set_to_none=True)``, where torch's usual loop calls it, before the
+  forward), in eval mode (no dropout, which the package does not have; autograd is the same).
+
+So the two hold different things while a step runs, each as its own usual loop does: our previous
+step's gradients and logits are alive during our next step (freed when it returns), torch's previous
+gradients are not (freed as the step starts). Both frees are inside the timed step.
+``--drop-results`` times ours with nothing of the previous step alive.
 
 Rows: SmolLM-135M's sizes (a Llama: 30 layers, 576 wide, 9 query heads, 3 key/value heads, vocabulary
 49152) at T = 256, and every family of ``attention_ref.models.families`` at small sizes: its
@@ -48,9 +53,9 @@ approximation: sliding windows, norms and elementwise work are not counted.
 Page faults a step: the minor faults of the process over the timed steps, divided by their count. A
 process whose memory rises and falls by tens of megabytes a step (the activations, the logits and
 their temporaries) has glibc give the freed pages back to the system and take them again, a fault
-per 4 KiB page (whether it does depends on what else is alive at the heap's top: a loop that dropped
-each step's result at once took 5,000-7,000 faults a step on the Gemma rows, about 500 when it is kept,
-docs/performance.md); ``--env MALLOC_TRIM_THRESHOLD_=1073741824 --env MALLOC_MMAP_THRESHOLD_=1073741824``
+per 4 KiB page (whether it does depends on what else is alive: docs/performance.md counts ours both
+ways, kept and with ``--drop-results``: keeping the result took the Gemma rows' faults from 5,000-7,000 a
+step to about 900-1,100 and the others' from under 200 to about 750-1,200); ``--env MALLOC_TRIM_THRESHOLD_=1073741824 --env MALLOC_MMAP_THRESHOLD_=1073741824``
 runs both libraries with glibc keeping them (docs/performance.md measures what that changes).
 
 Nothing is written unless ``--out`` is given (the table, through a temporary file renamed into place).
@@ -141,8 +146,8 @@ def worker(library: str, config_dict: dict, T: int, repeats: int, threads: int, 
         def step():
             result = ar.lm_loss(ids, params, config)
             if keep:  # as a training loop runs it: the result (gradients, logits) is kept until the next step
-                # has returned (the update reads the gradients), as torch keeps each .grad until the next
-                # step's zero_grad; dropped at once, the step's memory may go back to the system every time
+                # has returned (the update reads the gradients); dropped at once (--drop-results), glibc may
+                # give the step's memory back to the system and take it again every step
                 held["last"] = result
             return result[0]
     else:

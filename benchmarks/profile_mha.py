@@ -79,8 +79,9 @@ def steps(B, N, dtype, repeats):
     mm_proj, mm_att = 2 * BND * D, 2 * B * N * N * D  # one projection; one of the four N x N products
     rows = []
 
-    def step(name, fn, flops=0, nbytes=0, part=False):
-        rows.append((name, _time(fn, repeats), flops, nbytes, part))
+    def step(name, fn, flops=0, nbytes=0, part=False, scale_time=1.0):
+        """Time ``fn`` (times ``scale_time``: a sample's time scaled to the whole step) as one row."""
+        rows.append((name, _time(fn, repeats) * scale_time, flops, nbytes, part))
         return fn()
 
     # forward
@@ -92,7 +93,8 @@ def steps(B, N, dtype, repeats):
     # max, subtract, exp, sum, divide: about 7 passes over the (B, H, N, N) array
     step("3b. softmax, in place", lambda: softmax_in_place(buffer), 0, 7 * BHNN * item)
     # the softmax's exp, in the cache as the softmax's blocks are: one block of the shifted scores (all <= 0),
-    # its time scaled to the whole array
+    # out of place (the softmax writes over its block; run again, that would be exp of exp), its time scaled to
+    # the whole array; its "x limit" compares an in-cache time with the memory bandwidth
     block = np.ascontiguousarray((scores - scores.max(axis=-1, keepdims=True)).reshape(-1)[:BLOCK_ELEMENTS])
     exps = np.empty_like(block)
 
@@ -100,8 +102,8 @@ def steps(B, N, dtype, repeats):
         with np.errstate(under="ignore"):  # far below the maximum: 0, as in the softmax
             np.exp(block, out=exps)
 
-    rows.append(("3b, of it: `np.exp`, timed on one cache-sized block and scaled (not in the sum)",
-                 _time(exp_of_one_block, repeats) * BHNN / block.size, 0, 2 * BHNN * item, True))
+    step("3b, of it: `np.exp`, timed on one cache-sized block (out of place) and scaled (not in the sum)",
+         exp_of_one_block, 0, 2 * BHNN * item, part=True, scale_time=BHNN / block.size)
     del block, exps
     weights = softmax_in_place(scores.copy())
     o = step("3c. P v", lambda: weights @ v, mm_att)

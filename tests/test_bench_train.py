@@ -103,11 +103,12 @@ def _alive_at_each_call(monkeypatch):
     import weakref
 
     import attention_ref as ar
+    from attention_ref.models import lm
 
     class Result(list):  # the result, in a type a weak reference can follow
         pass
 
-    real, alive_at_call, previous = ar.lm_loss, [], []
+    real, alive_at_call, previous = lm.lm_loss, [], []  # the package's own, however often this patches ar
 
     def lm_loss(ids, params, config):
         gc.collect()
@@ -151,7 +152,11 @@ def test_drop_results_reaches_our_worker_and_drops_each_result(monkeypatch):
     commands.clear()
     assert bench.main(["--quick", "--no-torch"]) == 0
     assert commands and not any("--drop-results" in c for c in commands)
-    alive_at_call = _alive_at_each_call(monkeypatch)
+    # the worker's own command line (what _spawn runs), with and without the flag
+    import json
+
     ((config, _),) = bench.rows(quick=True).values()
-    bench.worker("attention_ref", config, 4, 2, 1, keep=False)
-    assert alive_at_call == [[], [False], [False, False]]
+    for flag, expected in ((["--drop-results"], [[], [False], [False, False]]), ([], [[], [True], [False, True]])):
+        alive_at_call = _alive_at_each_call(monkeypatch)
+        assert bench.main(["--worker", "attention_ref", json.dumps(config), "4", "2", "1", *flag]) == 0
+        assert alive_at_call == expected, flag

@@ -294,3 +294,17 @@ def test_peak_memory_sees_the_arrays_a_call_makes():
     assert memory["rss"] is None or memory["rss"] >= 0  # the kernel's high-water mark, where it can be reset
     assert bench.peak_memory(make, traced=False)["traced"] is None
     assert bench._mib(None) == "-" and bench._mib(3 * 2 ** 20) == "3"
+
+
+def test_profile_leaves_a_part_of_a_step_out_of_the_sum(monkeypatch):
+    """Every timing 1 ms: the sum counts the twelve steps, not the row that is a part of step 3b."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("profile_mha", ROOT / "benchmarks" / "profile_mha.py")
+    profile = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(profile)
+    monkeypatch.setattr(profile, "_time", lambda fn, repeats: 1e-3)
+    text = profile.table(1, 64, "float32", 1)
+    rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| step")]
+    assert len(rows) == 13 and sum("(not in the sum)" in line for line in rows) == 1
+    assert "Sum of the steps 12 ms" in text
