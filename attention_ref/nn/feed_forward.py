@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from functools import partial
 from typing import NamedTuple
 
 import numpy as np
@@ -109,20 +110,6 @@ def _gelu_tanh_backward(da, h, t, s=_GELU_S):
 _BLOOM_GELU_S = 0.79788456
 
 
-def _gelu_bloom(h):
-    """BLOOM's tanh GELU, ``0.5 h (1 + tanh(0.79788456 (h + c h^3)))``: ``(a, t)``."""
-    t = _gelu_tanh(h, _BLOOM_GELU_S)
-    return _gelu_from_tanh(h, t), t
-
-
-def _gelu_bloom_backward(da, h, t=None):
-    """Unchecked backward of :func:`_gelu_bloom` (its own derivative, with BLOOM's constant); ``t`` the
-    forward's tanh (computed again when not given)."""
-    if t is None:
-        t = _gelu_tanh(h, _BLOOM_GELU_S)
-    return _gelu_tanh_backward(da, h, t, _BLOOM_GELU_S)
-
-
 def relu_forward(h):
     """``max(0, h)``; returns ``(a, cache)`` where the cache is ``h``."""
     return relu_formula(as_real_array(h, "h"))
@@ -173,9 +160,9 @@ def gelu_formula(h, approximate="tanh"):
     return a, GeluCache(h, "tanh", t=t)
 
 
-def _gelu_tanh_act(h):
-    """Unchecked tanh GELU: ``(a, t)``, the backward reuses ``t``."""
-    t = _gelu_tanh(h)
+def _gelu_tanh_act(h, s=_GELU_S):
+    """Unchecked tanh GELU ``0.5 h (1 + tanh(s (h + c h^3)))``: ``(a, t)``, the backward reuses ``t``."""
+    t = _gelu_tanh(h, s)
     return _gelu_from_tanh(h, t), t
 
 
@@ -199,11 +186,18 @@ def gelu_backward(da, cache):
     return gelu_backward_formula(da, h, cache.t if isinstance(cache, GeluCache) else None)
 
 
-def gelu_backward_formula(da, h, t=None):
-    """Unchecked backward of the tanh form; ``t`` the forward's tanh (computed again when not given)."""
+def gelu_backward_formula(da, h, t=None, s=_GELU_S):
+    """Unchecked backward of the tanh form; ``t`` the forward's tanh (computed again when not given),
+    ``s`` its constant (BLOOM's differs)."""
     if t is None:
-        t = _gelu_tanh(h)
-    return _gelu_tanh_backward(da, h, t)
+        t = _gelu_tanh(h, s)
+    return _gelu_tanh_backward(da, h, t, s)
+
+
+#: BLOOM's tanh GELU, ``0.5 h (1 + tanh(0.79788456 (h + c h^3)))``, and its own derivative: ``(a, t)``,
+#: and ``(da, h, t=None)`` -> dh
+_gelu_bloom = partial(_gelu_tanh_act, s=_BLOOM_GELU_S)
+_gelu_bloom_backward = partial(gelu_backward_formula, s=_BLOOM_GELU_S)
 
 
 def _gelu_exact_backward(da, h, Phi=None):

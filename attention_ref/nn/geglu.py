@@ -21,7 +21,7 @@ import numpy as np
 from .._checks import as_upstream
 from ..core.linear import LinearCache
 from ..fast.dispatch import linear_backward_formula, linear_formula
-from .feed_forward import _gelu_from_tanh, _gelu_tanh, _gelu_tanh_backward
+from .feed_forward import _gelu_from_tanh, _gelu_tanh, gelu_backward_formula
 from .swiglu import check_swiglu_inputs
 
 __all__ = ["GeGLUCache", "geglu_forward", "geglu_backward", "geglu_formula"]
@@ -102,7 +102,7 @@ def geglu_backward_formula(dy, cache: GeGLUCache):
     dm, dW_down, _ = linear_backward_formula(dy, down)  # (..., F)
     # 2. m = gelu(a) * u
     du = dm * gelu_a  # (..., F)
-    da = _gelu_tanh_backward(dm * u, a, _gelu_tanh(a) if t is None else t)  # (..., F): dm * u * gelu'(a)
+    da = gelu_backward_formula(dm * u, a, t)  # (..., F): dm * u * gelu'(a), t computed again only if None
     # 1. a = x W_gate, u = x W_up
     dx_gate, dW_gate, _ = linear_backward_formula(da, gate)  # (..., D)
     dx_up, dW_up, _ = linear_backward_formula(du, up)  # (..., D)
