@@ -54,9 +54,10 @@ Page faults a step: the minor faults of the process over the timed steps, divide
 process whose memory rises and falls by tens of megabytes a step (the activations, the logits and
 their temporaries) has glibc give the freed pages back to the system and take them again, a fault
 per 4 KiB page (whether it does depends on what else is alive: docs/performance.md counts ours both
-ways, kept and with ``--drop-results``: keeping the result took the Gemma rows' faults from 5,000-7,000 a
-step to about 900-1,100 and the others' from under 200 to about 750-1,200); ``--env MALLOC_TRIM_THRESHOLD_=1073741824 --env MALLOC_MMAP_THRESHOLD_=1073741824``
-runs both libraries with glibc keeping them (docs/performance.md measures what that changes).
+ways, kept and with ``--drop-results``: keeping the result took the Gemma rows' faults from
+5,000-7,000 a step to about 900-1,100 and the others' from under 200 to about 750-1,200);
+``--env MALLOC_TRIM_THRESHOLD_=1073741824 --env MALLOC_MMAP_THRESHOLD_=1073741824`` runs both
+libraries with glibc keeping them (docs/performance.md measures what that changes).
 
 Nothing is written unless ``--out`` is given (the table, through a temporary file renamed into place).
 """

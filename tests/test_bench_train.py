@@ -2,6 +2,7 @@
 writes only the file asked for, and counts the FLOPs of a step from the parameters; the run against
 torch is in tests/interop/test_bench_train_against_torch.py."""
 import importlib.util
+import json
 import re
 from pathlib import Path
 
@@ -153,8 +154,6 @@ def test_drop_results_reaches_our_worker_and_drops_each_result(monkeypatch):
     assert bench.main(["--quick", "--no-torch"]) == 0
     assert commands and not any("--drop-results" in c for c in commands)
     # the worker's own command line (what _spawn runs), with and without the flag
-    import json
-
     ((config, _),) = bench.rows(quick=True).values()
     for flag, expected in ((["--drop-results"], [[], [False], [False, False]]), ([], [[], [True], [False, True]])):
         alive_at_call = _alive_at_each_call(monkeypatch)

@@ -16,8 +16,9 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks" / "bench_mha.py"
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("bench_mha", BENCH)
+def _load(script=BENCH):
+    """The benchmark script ``script`` (bench_mha.py unless named) as a module."""
+    spec = importlib.util.spec_from_file_location(script.stem, script)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -261,11 +262,7 @@ def test_table_has_the_fast_path_then_the_reference():
 
 
 def test_profile_lists_every_step_and_refuses_to_write_quick_sizes(capsys):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("profile_mha", ROOT / "benchmarks" / "profile_mha.py")
-    profile = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(profile)
+    profile = _load(ROOT / "benchmarks" / "profile_mha.py")
     assert profile.main(["--quick", "--dtype", "float32"]) == 0
     out = capsys.readouterr().out
     for step in ("1. projections", "3a. scores", "3b. softmax", "3c. P v", "6. output projection",
@@ -298,11 +295,7 @@ def test_peak_memory_sees_the_arrays_a_call_makes():
 
 def test_profile_leaves_a_part_of_a_step_out_of_the_sum(monkeypatch):
     """Every timing 1 ms: the sum counts the twelve steps, not the row that is a part of step 3b."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("profile_mha", ROOT / "benchmarks" / "profile_mha.py")
-    profile = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(profile)
+    profile = _load(ROOT / "benchmarks" / "profile_mha.py")
     monkeypatch.setattr(profile, "_time", lambda fn, repeats: 1e-3)
     text = profile.table(1, 64, "float32", 1)
     rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| step")]
